@@ -1,0 +1,176 @@
+"""Every failure a caller of Flow can act on has its own exception type.
+
+    FlowError
+    ├── RunNotFound              no run with that id
+    ├── RunAlreadyExists         same run id, different spec
+    ├── RunFinished              signal / hook / cancel for a run that already ended
+    ├── WorkflowNotFound         no hosted runtime defines that workflow
+    ├── BuildNotHosted           no hosted runtime has that build id
+    ├── EventConflict            append_if_sequence saw a stale expected sequence
+    ├── NonDeterminismError      a command re-issued a recorded identity with other parameters
+    ├── WorkflowError            workflow code raised or returned something that is not a command
+    ├── HookNotFound             no hook was ever created with that token
+    ├── HookAlreadyResolved      the hook's callback was already delivered
+    ├── HookTokenInUse           another hook already owns that token
+    ├── ConfigError              flow.toml or a runtime reference is unusable
+    ├── InputError               a payload is not valid JSON or has the wrong shape
+    └── StoreError               the database is missing, locked, unreachable or corrupt
+
+Messages say what happened, where, and what to do next; the ids are attributes so that the
+command line can render them without parsing strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class FlowError(Exception):
+    """Root of every error Flow raises on purpose."""
+
+
+class RunNotFound(FlowError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run {run_id!r} does not exist. List runs with `flow runs`.")
+        self.run_id = run_id
+
+
+class RunAlreadyExists(FlowError):
+    def __init__(self, run_id: str, detail: str) -> None:
+        super().__init__(
+            f"Run {run_id!r} already exists with a different {detail}. "
+            "Choose another --id, or start it with the same workflow and input."
+        )
+        self.run_id = run_id
+        self.detail = detail
+
+
+class RunFinished(FlowError):
+    def __init__(self, run_id: str, status: str, action: str) -> None:
+        super().__init__(f"Run {run_id!r} has already ended ({status}); cannot {action}.")
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+
+
+class WorkflowNotFound(FlowError):
+    def __init__(self, workflow: str, known: Sequence[str] = ()) -> None:
+        hint = f" Known workflows: {', '.join(sorted(known))}." if known else ""
+        super().__init__(f"No runtime defines workflow {workflow!r}.{hint}")
+        self.workflow = workflow
+
+
+class BuildNotHosted(FlowError):
+    def __init__(self, build_id: str, hosted: Sequence[str] = ()) -> None:
+        hint = f" Hosted builds: {', '.join(sorted(hosted))}." if hosted else ""
+        super().__init__(f"No runtime with build id {build_id!r} is loaded.{hint}")
+        self.build_id = build_id
+
+
+class EventConflict(FlowError):
+    """Another writer appended to the run first; re-read the history and decide again."""
+
+    def __init__(self, run_id: str, expected_sequence: int, actual_sequence: int | None) -> None:
+        super().__init__(
+            f"Run {run_id!r}: expected to append after sequence {expected_sequence}, "
+            f"but the history is at {actual_sequence}. Re-read the history and retry."
+        )
+        self.run_id = run_id
+        self.expected_sequence = expected_sequence
+        self.actual_sequence = actual_sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One field of one identity that differs between history and the proposed command."""
+
+    identity: str
+    """The identity, e.g. ``step 'reserve-stock'``."""
+    field: str
+    """The field that differs, e.g. ``input``."""
+    recorded: Any
+    """The value in history (``None`` when the identity was never recorded)."""
+    produced: Any
+    """The value the workflow code proposes now."""
+
+
+class NonDeterminismError(FlowError):
+    """The workflow code proposed a decision that history contradicts."""
+
+    def __init__(self, run_id: str, sequence: int, mismatches: Sequence[Mismatch]) -> None:
+        parts = "; ".join(
+            f"{m.identity}: {m.field} was recorded as {_short(m.recorded)} "
+            f"but the workflow now proposes {_short(m.produced)}"
+            for m in mismatches
+        )
+        super().__init__(
+            f"Run {run_id!r} at sequence {sequence}: {parts}. Guard the change with "
+            "ctx.patched('...') or start new runs under a new build id."
+        )
+        self.run_id = run_id
+        self.sequence = sequence
+        self.mismatches = tuple(mismatches)
+
+
+class WorkflowError(FlowError):
+    """The workflow code raised, or returned something that is not one command."""
+
+    def __init__(self, run_id: str, error_type: str, message: str) -> None:
+        super().__init__(f"Run {run_id!r}: workflow code failed with {error_type}: {message}")
+        self.run_id = run_id
+        self.error_type = error_type
+        self.detail = message
+
+
+class HookNotFound(FlowError):
+    def __init__(self, token: str) -> None:
+        super().__init__(
+            f"No hook has token {token!r}. Check the token in `flow show RUN` (hooks)."
+        )
+        self.token = token
+
+
+class HookAlreadyResolved(FlowError):
+    def __init__(self, token: str, run_id: str, hook_id: str) -> None:
+        super().__init__(
+            f"Hook {hook_id!r} of run {run_id!r} (token {token!r}) was already resolved; "
+            "a hook takes exactly one callback."
+        )
+        self.token = token
+        self.run_id = run_id
+        self.hook_id = hook_id
+
+
+class HookTokenInUse(FlowError):
+    def __init__(self, token: str, run_id: str, hook_id: str) -> None:
+        super().__init__(
+            f"Token {token!r} already belongs to hook {hook_id!r} of run {run_id!r}; "
+            "derive hook tokens with ctx.new_token(name)."
+        )
+        self.token = token
+        self.run_id = run_id
+        self.hook_id = hook_id
+
+
+class ConfigError(FlowError):
+    """flow.toml, FLOW_DB or a runtime reference cannot be used."""
+
+
+class InputError(FlowError):
+    """A payload or argument is malformed (bad JSON, wrong shape)."""
+
+
+class StoreError(FlowError):
+    """The database is missing, locked, unreachable or not a Flow database."""
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    import json
+
+    try:
+        text = json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,216 @@
+"""The storage contract every backend implements, and the index records it keeps.
+
+A store holds two things: the append-only event streams (the truth) and a few durable indexes
+derived from them (the runs table, ready step attempts, hook tokens) that let workers and the
+scheduler find work without reading histories. Index rows are written in the same transaction as
+the events they follow from, so they can never disagree with history for long; they are
+computed by the engine (``flow_cli.engine.indexing``), never by the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Protocol
+
+from flow_cli.model.events import Event, EventEnvelope
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus
+
+
+class Keep(Enum):
+    """Leave the stored value as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTask:
+    """A step attempt that a worker may lease once ``available_at`` has passed."""
+
+    step_id: str
+    attempt: int
+    available_at: datetime
+    """Ready time; for a started attempt, the end of its lease (expired lease = re-run)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookEntry:
+    """A hook token and whether its callback has arrived."""
+
+    token: str
+    hook_id: str
+    resolved: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunIndex:
+    """Index changes that go with one append to one run."""
+
+    status: RunStatus
+    decide_at: datetime | None | Keep = KEEP
+    """When a worker should next decide the run; ``None``: only when a new fact arrives."""
+    failing: str | None | Keep = KEEP
+    """The last decision error while the run is stuck on it; ``None`` clears it."""
+    steps: Mapping[str, StepTask | None] = field(default_factory=dict)
+    """Step tasks of steps these events touched: upsert, or ``None`` to delete."""
+    hooks: Sequence[HookEntry] = ()
+    """Hooks these events created or resolved."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewRun:
+    """A run to create: its ``run_started`` event becomes sequence 1."""
+
+    run_id: str
+    spec: WorkflowSpec
+    seed: str
+    decide_at: datetime | None
+    """Normally now: a new run wants its first decision."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamWrite:
+    """Events to append to one run, guarded by the sequence the writer last saw."""
+
+    run_id: str
+    expected_sequence: int
+    events: Sequence[Event]
+    index: RunIndex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """One row of the runs index."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    build_id: str
+    parent_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    last_sequence: int
+    decide_at: datetime | None
+    failing: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepLease:
+    run_id: str
+    step_id: str
+    attempt: int
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookRecord:
+    token: str
+    run_id: str
+    hook_id: str
+    resolved: bool
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Counters for tests and benchmarks."""
+
+    scheduler_rows_read: int = 0
+    """Rows returned by the due-work queries (``lease_runs``, ``lease_steps``, ``next_due``)."""
+    conflicts: int = 0
+    """``EventConflict`` raised by ``commit``."""
+
+
+class EventStore(Protocol):
+    """The storage contract. ``MemoryStore`` is the reference implementation.
+
+    Every method is one transaction. Times are passed in (the engine's clock), never read here.
+    """
+
+    stats: StoreStats
+
+    def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
+        """Create the run with ``run_started`` at sequence 1.
+
+        Returns the envelope, or ``None`` (writing nothing) when the run id exists.
+        """
+        ...
+
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        ...
+
+    def append_if_sequence(
+        self, run_id: str, expected_sequence: int, events: Sequence[Event], index: RunIndex,
+        now: datetime,
+    ) -> list[EventEnvelope]:
+        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
+        ...
+
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]:
+        """Apply several stream writes and run creations atomically.
+
+        Raises ``EventConflict`` (writing nothing) if any write's expected sequence is stale or
+        a created run id exists, and ``HookTokenInUse`` if a new hook token is taken.
+        Returns the appended envelopes per write, in order.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first."""
+        ...
+
+    def lease_runs(
+        self, worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` runs of the given builds whose ``decide_at <= now``.
+
+        Leasing moves ``decide_at`` to ``lease_until`` so others skip the run until it expires.
+        """
+        ...
+
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` after a decision that appended nothing, if no event came since.
+
+        Returns False when the run moved past ``expected_sequence``: decide again.
+        """
+        ...
+
+    def lease_steps(
+        self, worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime,
+        limit: int,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` step tasks whose ``available_at <= now``."""
+        ...
+
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend a step lease this worker still holds."""
+        ...
+
+    def find_hook(self, token: str) -> HookRecord | None: ...
+
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` for these builds."""
+        ...
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds, returning early if the store knows work arrived."""
+        ...
+
+    def close(self) -> None: ...
