@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cache
 from typing import Any, ClassVar, TypeAlias
 
 from flow_cli.model.clock import parse_utc
@@ -16,7 +15,6 @@ from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.spec import WorkflowSpec
 
-_frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
 
 class _EventBase:
@@ -45,7 +43,7 @@ def _encode(value: Any) -> Any:
     return value
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(_EventBase):
     KEY = "run_started"
     spec: WorkflowSpec
@@ -53,7 +51,7 @@ class RunStarted(_EventBase):
     """Random per-run seed behind ``ctx.random()`` and ``ctx.new_token()``."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepScheduled(_EventBase):
     KEY = "step_scheduled"
     step_id: str
@@ -63,7 +61,7 @@ class StepScheduled(_EventBase):
     batch_id: str | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(_EventBase):
     KEY = "step_started"
     step_id: str
@@ -72,7 +70,7 @@ class StepStarted(_EventBase):
     lease_until: datetime
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(_EventBase):
     KEY = "step_completed"
     step_id: str
@@ -80,7 +78,7 @@ class StepCompleted(_EventBase):
     output: JsonValue
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(_EventBase):
     KEY = "step_failed"
     step_id: str
@@ -92,7 +90,7 @@ class StepFailed(_EventBase):
     exhausted: bool
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCancelled(_EventBase):
     KEY = "step_cancelled"
     step_id: str
@@ -101,35 +99,35 @@ class StepCancelled(_EventBase):
     """An attempt had started: reconcile its side effect with the idempotency key."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WaitStarted(_EventBase):
     KEY = "wait_started"
     wait_id: str
     deadline: datetime
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCompleted(_EventBase):
     KEY = "wait_completed"
     wait_id: str
     deadline: datetime
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitStarted(_EventBase):
     KEY = "signal_wait_started"
     wait_id: str
     signal_name: str
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(_EventBase):
     KEY = "signal_received"
     signal_name: str
     payload: JsonValue
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HookCreated(_EventBase):
     KEY = "hook_created"
     hook_id: str
@@ -137,7 +135,7 @@ class HookCreated(_EventBase):
     metadata: JsonValue
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HookResolved(_EventBase):
     KEY = "hook_resolved"
     hook_id: str
@@ -145,7 +143,7 @@ class HookResolved(_EventBase):
     payload: JsonValue
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildScheduled(_EventBase):
     KEY = "child_scheduled"
     child_id: str
@@ -156,7 +154,7 @@ class ChildScheduled(_EventBase):
     batch_id: str | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildCompleted(_EventBase):
     KEY = "child_completed"
     child_id: str
@@ -165,7 +163,7 @@ class ChildCompleted(_EventBase):
     """The child's ``WorkflowTerminalOutcome`` as JSON."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildCancelled(_EventBase):
     """The parent ended while the child ran under policy ``cancel``: the child was asked to stop."""
 
@@ -175,7 +173,7 @@ class ChildCancelled(_EventBase):
     reason: str
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildAbandoned(_EventBase):
     """The parent ended while the child ran under policy ``abandon``: the child runs on."""
 
@@ -185,13 +183,13 @@ class ChildAbandoned(_EventBase):
     reason: str
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CancelRequested(_EventBase):
     KEY = "cancel_requested"
     reason: str
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionFailed(_EventBase):
     KEY = "decision_failed"
     error_type: str
@@ -200,26 +198,26 @@ class DecisionFailed(_EventBase):
     """For a non-determinism error: ``[{identity, field, recorded, produced}]``."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailed(_EventBase):
     KEY = "run_failed"
     error: JsonValue
     """``{"type", "message", ...}``; ``step_id`` when a step exhausted its retries."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelled(_EventBase):
     KEY = "run_cancelled"
     reason: str
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunContinuedAsNew(_EventBase):
     KEY = "run_continued_as_new"
     successor_run_id: str
@@ -286,9 +284,9 @@ TERMINAL_KEYS = frozenset(
 )
 
 
-@cache
-def _decoders(cls: type[Event]) -> tuple[tuple[str, str, bool], ...]:
-    return tuple((f.name, str(f.type), f.default is not f.default_factory) for f in fields(cls))
+_DECODERS: dict[str, tuple[tuple[str, str], ...]] = {
+    key: tuple((f.name, str(f.type)) for f in fields(cls)) for key, cls in EVENT_TYPES.items()
+}
 
 
 def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
@@ -298,7 +296,7 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
     """
     cls = EVENT_TYPES[event_key]
     kwargs: dict[str, Any] = {}
-    for name, type_text, _ in _decoders(cls):
+    for name, type_text in _DECODERS[event_key]:
         if name not in data:
             continue  # a field added later falls back to its default
         value = data[name]

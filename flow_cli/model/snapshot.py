@@ -1,0 +1,493 @@
+"""``WorkflowRunSnapshot``: the run's state, projected from history and never stored as truth.
+
+``project(history)`` builds it from scratch; ``snapshot.apply(envelope)`` folds one more event in,
+so a worker that caches a snapshot reads only the events after ``last_sequence``. Both paths run
+the same code, which is what keeps them equal (a hypothesis test checks it).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, assert_never
+
+from flow_cli.model.events import (
+    CancelRequested,
+    ChildAbandoned,
+    ChildCancelled,
+    ChildCompleted,
+    ChildScheduled,
+    DecisionFailed,
+    EventEnvelope,
+    HookCreated,
+    HookResolved,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunStarted,
+    SignalReceived,
+    SignalWaitStarted,
+    StepCancelled,
+    StepCompleted,
+    StepFailed,
+    StepScheduled,
+    StepStarted,
+    WaitCompleted,
+    WaitStarted,
+)
+from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepState:
+    step_id: str
+    name: str
+    input: JsonValue
+    retry: RetryPolicy
+    batch_id: str | None
+    status: StepStatus
+    sequence: int
+    """Sequence of its ``step_scheduled``."""
+    attempt: int
+    """The attempt that runs next or is running (after a retryable failure: the next one)."""
+    attempts: int = 0
+    """Highest attempt number started."""
+    output: JsonValue = None
+    error: JsonValue = None
+    """``{"type", "message", "attempt"}`` of the last failure."""
+    next_attempt_at: datetime | None = None
+    lease_until: datetime | None = None
+    worker: str | None = None
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitState:
+    wait_id: str
+    deadline: datetime
+    sequence: int
+    done: bool = False
+    fired_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalWaitState:
+    wait_id: str
+    signal_name: str
+    sequence: int
+    delivered: bool = False
+    payload: JsonValue = None
+    signal_sequence: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceivedSignal:
+    signal_name: str
+    payload: JsonValue
+    sequence: int
+    wait_id: str | None = None
+    """The signal wait that consumed it; ``None`` while it is buffered."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookState:
+    hook_id: str
+    token: str
+    metadata: JsonValue
+    sequence: int
+    resolved: bool = False
+    payload: JsonValue = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildState:
+    child_id: str
+    run_id: str
+    workflow: str
+    input: JsonValue
+    cancellation: str
+    batch_id: str | None
+    sequence: int
+    status: str = "Running"
+    """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
+    parent ended first."""
+    outcome: JsonValue = None
+
+    @property
+    def open(self) -> bool:
+        return self.status == "Running"
+
+
+@dataclass(slots=True)
+class WorkflowRunSnapshot:
+    """Everything known about one run at ``last_sequence``. A projection of history only."""
+
+    run_id: str
+    spec: WorkflowSpec
+    seed: str
+    started_at: datetime
+    last_sequence: int = 1
+    last_event_at: datetime | None = None
+    steps: dict[str, StepState] = field(default_factory=dict)
+    waits: dict[str, WaitState] = field(default_factory=dict)
+    signal_waits: dict[str, SignalWaitState] = field(default_factory=dict)
+    signals: list[ReceivedSignal] = field(default_factory=list)
+    hooks: dict[str, HookState] = field(default_factory=dict)
+    children: dict[str, ChildState] = field(default_factory=dict)
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    cancel_sequence: int | None = None
+    decided: bool = False
+    """Whether any decision event has been recorded."""
+    decision_error: JsonValue = None
+    """The last ``decision_failed`` data, cleared by the next decision event."""
+    outcome: WorkflowTerminalOutcome | None = None
+
+    @classmethod
+    def start(cls, envelope: EventEnvelope) -> WorkflowRunSnapshot:
+        event = envelope.event
+        if not isinstance(event, RunStarted) or envelope.sequence != 1:
+            raise ValueError(f"run {envelope.run_id!r}: history must begin with run_started")
+        return cls(
+            run_id=envelope.run_id,
+            spec=event.spec,
+            seed=event.seed,
+            started_at=envelope.recorded_at,
+            last_event_at=envelope.recorded_at,
+        )
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> RunStatus:
+        if self.outcome is not None:
+            return self.outcome.kind
+        if self.cancel_requested:
+            return RunStatus.CANCELLING
+        if not self.decided:
+            return RunStatus.PENDING
+        if any(s.status in (StepStatus.SCHEDULED, StepStatus.RUNNING) for s in self.steps.values()):
+            return RunStatus.RUNNING
+        if self.has_open_work():
+            return RunStatus.SUSPENDED
+        return RunStatus.RUNNING
+
+    @property
+    def terminal(self) -> bool:
+        return self.outcome is not None
+
+    def has_open_work(self) -> bool:
+        return (
+            any(not s.status.settled for s in self.steps.values())
+            or any(not w.done for w in self.waits.values())
+            or any(not w.delivered for w in self.signal_waits.values())
+            or any(not h.resolved for h in self.hooks.values())
+            or any(c.open for c in self.children.values())
+        )
+
+    def next_deadline(self) -> datetime | None:
+        """The earliest open timer deadline."""
+        open_deadlines = [w.deadline for w in self.waits.values() if not w.done]
+        return min(open_deadlines) if open_deadlines else None
+
+    def copy(self) -> WorkflowRunSnapshot:
+        """An independent copy (entries are immutable, so containers are copied shallowly)."""
+        return replace(
+            self,
+            steps=dict(self.steps),
+            waits=dict(self.waits),
+            signal_waits=dict(self.signal_waits),
+            signals=list(self.signals),
+            hooks=dict(self.hooks),
+            children=dict(self.children),
+        )
+
+    def progress(self) -> dict[str, int]:
+        steps = self.steps.values()
+        return {
+            "steps_total": len(self.steps),
+            "steps_completed": sum(s.status is StepStatus.COMPLETED for s in steps),
+            "steps_failed": sum(s.status is StepStatus.FAILED for s in steps),
+            "steps_cancelled": sum(s.status is StepStatus.CANCELLED for s in steps),
+            "waits_open": sum(not w.done for w in self.waits.values())
+            + sum(not w.delivered for w in self.signal_waits.values()),
+            "hooks_open": sum(not h.resolved for h in self.hooks.values()),
+            "children_open": sum(c.open for c in self.children.values()),
+            "events": self.last_sequence,
+        }
+
+    # -- projection ----------------------------------------------------------------------------
+
+    def apply(self, envelope: EventEnvelope) -> None:
+        """Fold one committed event into the snapshot (in place)."""
+        if envelope.sequence != self.last_sequence + 1:
+            raise ValueError(
+                f"run {self.run_id!r}: event {envelope.sequence} does not follow "
+                f"{self.last_sequence}; histories have no gaps"
+            )
+        self.last_sequence = envelope.sequence
+        self.last_event_at = envelope.recorded_at
+        at = envelope.recorded_at
+        event = envelope.event
+        match event:
+            case RunStarted():
+                raise ValueError(f"run {self.run_id!r}: run_started can only be sequence 1")
+            case StepScheduled():
+                self._decision()
+                self.steps[event.step_id] = StepState(
+                    step_id=event.step_id,
+                    name=event.name,
+                    input=event.input,
+                    retry=event.retry,
+                    batch_id=event.batch_id,
+                    status=StepStatus.SCHEDULED,
+                    sequence=envelope.sequence,
+                    attempt=1,
+                    scheduled_at=at,
+                )
+            case StepStarted():
+                step = self.steps[event.step_id]
+                self.steps[event.step_id] = replace(
+                    step,
+                    status=StepStatus.RUNNING,
+                    attempt=event.attempt,
+                    attempts=max(step.attempts, event.attempt),
+                    lease_until=event.lease_until,
+                    worker=event.worker,
+                    started_at=step.started_at or at,
+                    next_attempt_at=None,
+                )
+            case StepCompleted():
+                step = self.steps[event.step_id]
+                self.steps[event.step_id] = replace(
+                    step,
+                    status=StepStatus.COMPLETED,
+                    output=event.output,
+                    finished_at=at,
+                    lease_until=None,
+                )
+            case StepFailed():
+                step = self.steps[event.step_id]
+                error = {
+                    "type": event.error_type,
+                    "message": event.message,
+                    "attempt": event.attempt,
+                }
+                if event.exhausted:
+                    self.steps[event.step_id] = replace(
+                        step,
+                        status=StepStatus.FAILED,
+                        error=error,
+                        finished_at=at,
+                        lease_until=None,
+                    )
+                else:
+                    self.steps[event.step_id] = replace(
+                        step,
+                        status=StepStatus.BACKOFF,
+                        attempt=event.attempt + 1,
+                        error=error,
+                        next_attempt_at=event.next_attempt_at,
+                        lease_until=None,
+                    )
+            case StepCancelled():
+                step = self.steps[event.step_id]
+                self.steps[event.step_id] = replace(
+                    step,
+                    status=StepStatus.CANCELLED,
+                    cancel_reason=event.reason,
+                    finished_at=at,
+                    lease_until=None,
+                )
+            case WaitStarted():
+                self._decision()
+                self.waits[event.wait_id] = WaitState(
+                    wait_id=event.wait_id, deadline=event.deadline, sequence=envelope.sequence
+                )
+            case WaitCompleted():
+                wait = self.waits[event.wait_id]
+                self.waits[event.wait_id] = replace(wait, done=True, fired_at=at)
+            case SignalWaitStarted():
+                self._decision()
+                self.signal_waits[event.wait_id] = SignalWaitState(
+                    wait_id=event.wait_id, signal_name=event.signal_name,
+                    sequence=envelope.sequence,
+                )
+                for index, signal in enumerate(self.signals):
+                    if signal.wait_id is None and signal.signal_name == event.signal_name:
+                        self._deliver(index, event.wait_id)
+                        break
+            case SignalReceived():
+                self.signals.append(
+                    ReceivedSignal(
+                        signal_name=event.signal_name,
+                        payload=event.payload,
+                        sequence=envelope.sequence,
+                    )
+                )
+                for signal_wait in self.signal_waits.values():
+                    if not signal_wait.delivered and signal_wait.signal_name == event.signal_name:
+                        self._deliver(len(self.signals) - 1, signal_wait.wait_id)
+                        break
+            case HookCreated():
+                self._decision()
+                self.hooks[event.hook_id] = HookState(
+                    hook_id=event.hook_id, token=event.token, metadata=event.metadata,
+                    sequence=envelope.sequence,
+                )
+            case HookResolved():
+                hook = self.hooks[event.hook_id]
+                self.hooks[event.hook_id] = replace(hook, resolved=True, payload=event.payload)
+            case ChildScheduled():
+                self._decision()
+                self.children[event.child_id] = ChildState(
+                    child_id=event.child_id,
+                    run_id=event.child_run_id,
+                    workflow=event.workflow,
+                    input=event.input,
+                    cancellation=event.cancellation,
+                    batch_id=event.batch_id,
+                    sequence=envelope.sequence,
+                )
+            case ChildCompleted():
+                child = self.children[event.child_id]
+                kind = event.outcome.get("kind") if isinstance(event.outcome, dict) else None
+                self.children[event.child_id] = replace(
+                    child, status=str(kind), outcome=event.outcome
+                )
+            case ChildCancelled():
+                child = self.children[event.child_id]
+                self.children[event.child_id] = replace(child, status="CancelRequested")
+            case ChildAbandoned():
+                child = self.children[event.child_id]
+                self.children[event.child_id] = replace(child, status="Abandoned")
+            case CancelRequested():
+                if not self.cancel_requested:
+                    self.cancel_requested = True
+                    self.cancel_reason = event.reason
+                    self.cancel_sequence = envelope.sequence
+            case DecisionFailed():
+                self.decision_error = event.to_data()
+            case RunCompleted():
+                self._decision()
+                self.outcome = WorkflowTerminalOutcome(kind=RunStatus.COMPLETED, result=event.result)
+            case RunFailed():
+                self._decision()
+                self.outcome = WorkflowTerminalOutcome(kind=RunStatus.FAILED, error=event.error)
+            case RunCancelled():
+                self._decision()
+                self.outcome = WorkflowTerminalOutcome(kind=RunStatus.CANCELLED, reason=event.reason)
+            case RunContinuedAsNew():
+                self._decision()
+                self.outcome = WorkflowTerminalOutcome(
+                    kind=RunStatus.CONTINUED_AS_NEW, successor_run_id=event.successor_run_id
+                )
+            case _:
+                assert_never(event)
+
+    def _decision(self) -> None:
+        self.decided = True
+        self.decision_error = None
+
+    def _deliver(self, signal_index: int, wait_id: str) -> None:
+        signal = self.signals[signal_index]
+        self.signals[signal_index] = replace(signal, wait_id=wait_id)
+        wait = self.signal_waits[wait_id]
+        self.signal_waits[wait_id] = replace(
+            wait, delivered=True, payload=signal.payload, signal_sequence=signal.sequence
+        )
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable shape of ``flow show --json`` (children statuses as recorded here)."""
+        return {
+            "run_id": self.run_id,
+            "workflow": self.spec.workflow,
+            "status": self.status.value,
+            "build_id": self.spec.runtime_build_id,
+            "patches": list(self.spec.patches),
+            "input": self.spec.input,
+            "parent_run_id": self.spec.parent_run_id,
+            "predecessor_run_id": self.spec.predecessor_run_id,
+            "started_at": self.started_at.isoformat(),
+            "steps": {
+                s.step_id: {
+                    "name": s.name,
+                    "state": s.status.value,
+                    "attempts": s.attempts,
+                    "output": s.output,
+                    "error": s.error,
+                    "next_attempt_at": _iso(s.next_attempt_at),
+                    "scheduled_at": _iso(s.scheduled_at),
+                    "started_at": _iso(s.started_at),
+                    "finished_at": _iso(s.finished_at),
+                    "cancel_reason": s.cancel_reason,
+                }
+                for s in self.steps.values()
+            },
+            "waits": {
+                w.wait_id: {"deadline": w.deadline.isoformat(), "done": w.done,
+                            "fired_at": _iso(w.fired_at)}
+                for w in self.waits.values()
+            },
+            "signals": {
+                "waits": {
+                    w.wait_id: {"signal_name": w.signal_name, "delivered": w.delivered,
+                                "payload": w.payload}
+                    for w in self.signal_waits.values()
+                },
+                "received": [
+                    {"signal_name": s.signal_name, "payload": s.payload, "sequence": s.sequence,
+                     "wait_id": s.wait_id}
+                    for s in self.signals
+                ],
+            },
+            "hooks": {
+                h.hook_id: {"token": h.token, "metadata": h.metadata, "resolved": h.resolved,
+                            "payload": h.payload}
+                for h in self.hooks.values()
+            },
+            "children": {
+                c.child_id: {"run_id": c.run_id, "workflow": c.workflow, "status": c.status,
+                             "cancellation": c.cancellation}
+                for c in self.children.values()
+            },
+            "cancel_requested": self.cancel_requested,
+            "cancel_reason": self.cancel_reason,
+            "decision_error": self.decision_error,
+            "progress": self.progress(),
+            "last_sequence": self.last_sequence,
+            "outcome": self.outcome.to_json() if self.outcome else None,
+        }
+
+    def json_payload(self, value: JsonValue) -> JsonValue:
+        """A private copy of a stored value, so workflow code cannot mutate the snapshot."""
+        return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
+def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:
+    """Build the snapshot from a complete history (which must start at sequence 1)."""
+    iterator = iter(history)
+    try:
+        first = next(iterator)
+    except StopIteration:
+        raise ValueError("an empty history has no snapshot") from None
+    snapshot = WorkflowRunSnapshot.start(first)
+    for envelope in iterator:
+        snapshot.apply(envelope)
+    return snapshot
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,131 @@
+"""The authoring API: ``Runtime``, ``@runtime.workflow``, ``@runtime.step`` and step ``info``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from flow_cli.errors import ConfigError, WorkflowError, WorkflowNotFound
+from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
+from flow_cli.model.context import Suspend, WorkflowContext
+from flow_cli.model.events import EventEnvelope
+from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.snapshot import WorkflowRunSnapshot, project
+from flow_cli.model.spec import WorkflowSpec
+
+WorkflowFn = Callable[[WorkflowContext], RuntimeCommand]
+StepFn = Callable[[Any, "StepInfo"], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInfo:
+    """What a step handler knows about the attempt it runs."""
+
+    run_id: str
+    step_id: str
+    name: str
+    attempt: int
+    """1-based; a re-run after a crash keeps the same number."""
+    worker: str
+
+    def idempotency_key(self, resource: str) -> str:
+        """``"{run_id}:{step_id}:{resource}"``: send it with every external side effect."""
+        return f"{self.run_id}:{self.step_id}:{resource}"
+
+
+class FlowRuntime(Protocol):
+    """Code that can decide runs of one build."""
+
+    build_id: str
+    patches: tuple[str, ...]
+
+    def run_workflow(
+        self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]
+    ) -> RuntimeCommand: ...
+
+
+class Runtime:
+    """Workflows and steps of one build of your code.
+
+    ``build_id`` pins runs to this code; ``patches`` are the patch markers new runs record.
+    """
+
+    def __init__(self, build_id: str, patches: Iterable[str] = ()) -> None:
+        if not build_id:
+            raise ConfigError("Runtime(build_id=...) must not be empty")
+        self.build_id = build_id
+        self.patches = tuple(patches)
+        self.workflows: dict[str, WorkflowFn] = {}
+        self.steps: dict[str, StepFn] = {}
+
+    def workflow(self, name: str) -> Callable[[F], F]:
+        """Register a workflow function ``fn(ctx) -> command`` under ``name``."""
+
+        def register(fn: F) -> F:
+            if name in self.workflows:
+                raise ConfigError(f"build {self.build_id!r} defines workflow {name!r} twice")
+            self.workflows[name] = fn
+            return fn
+
+        return register
+
+    def step(self, name: str) -> Callable[[F], F]:
+        """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``."""
+
+        def register(fn: F) -> F:
+            if name in self.steps:
+                raise ConfigError(f"build {self.build_id!r} defines step {name!r} twice")
+            self.steps[name] = fn
+            return fn
+
+        return register
+
+    def decide(self, snapshot: WorkflowRunSnapshot) -> RuntimeCommand:
+        """Call the workflow once on ``snapshot`` and return its one command.
+
+        Raises ``WorkflowNotFound`` for an unknown workflow, ``WorkflowError`` when the code
+        returns something that is not a command; exceptions of the code propagate.
+        """
+        fn = self.workflows.get(snapshot.spec.workflow)
+        if fn is None:
+            raise WorkflowNotFound(snapshot.spec.workflow, list(self.workflows))
+        try:
+            command = fn(WorkflowContext(snapshot))
+        except Suspend as suspend:
+            command = suspend.command
+        if not isinstance(command, COMMAND_TYPES):
+            raise WorkflowError(
+                snapshot.run_id,
+                "InvalidCommand",
+                f"workflow {snapshot.spec.workflow!r} returned {type(command).__name__}; "
+                "return exactly one ctx command (ctx.schedule_step, ctx.complete, ...)",
+            )
+        return command
+
+    def run_workflow(
+        self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]
+    ) -> RuntimeCommand:
+        """The ``FlowRuntime`` entry point: project ``history`` and decide."""
+        snapshot = project(history)
+        if snapshot.spec.workflow != spec.workflow:
+            raise WorkflowError(snapshot.run_id, "SpecMismatch", "history belongs to another spec")
+        return self.decide(snapshot)
+
+    def run_step(self, name: str, input: JsonValue, info: StepInfo) -> Any:
+        """Run step handler ``name``; a coroutine function is driven to completion."""
+        handler = self.steps.get(name)
+        if handler is None:
+            raise LookupError(f"build {self.build_id!r} has no step handler {name!r}")
+        result = handler(input, info)
+        if inspect.isawaitable(result):
+            import asyncio
+
+            return asyncio.run(_await(result))
+        return result
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
