@@ -37,6 +37,8 @@ class StepTask:
     attempt: int
     available_at: datetime
     """Ready time; for a started attempt, the end of its lease (expired lease = re-run)."""
+    owner: str | None = None
+    """The worker holding a started attempt (so it can renew the lease); stored as lease_owner."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
