@@ -1,0 +1,314 @@
+"""The replay loop: history → snapshot → one command → validated append → again.
+
+``Decider.decide(run_id)`` drives one run as far as it can go right now: it records facts that
+are due (timers), calls the workflow, validates the command against history and appends its
+events, and repeats until the run waits on something or ends. Every append names the sequence
+it was decided on; an ``EventConflict`` means another writer got there first, and the loop
+re-reads and decides again.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from flow_cli.engine.streams import Streams, Write
+from flow_cli.errors import EventConflict, NonDeterminismError, RunNotFound
+from flow_cli.model.clock import Clock
+from flow_cli.model.closing import closing_events
+from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
+from flow_cli.model.determinism import Plan, plan
+from flow_cli.model.events import (
+    CancelRequested,
+    ChildCompleted,
+    DecisionFailed,
+    Event,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    WaitCompleted,
+)
+from flow_cli.model.jsonval import canonical
+from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus, StepStatus
+from flow_cli.runtime import Runtime
+from flow_cli.store.protocol import NewRun
+
+MAX_ROUNDS = 200
+"""Decisions one lease may make before handing the run back (a guard against runaway loops)."""
+
+
+@dataclass(slots=True)
+class DecideReport:
+    decisions: int = 0
+    conflicts: int = 0
+    decision_failures: int = 0
+
+
+class Decider:
+    """Decides runs of the builds in ``runtimes``."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        runtimes: Mapping[str, Runtime],
+        clock: Clock,
+        decision_retry: timedelta = timedelta(seconds=5),
+    ) -> None:
+        self.streams = streams
+        self.runtimes = runtimes
+        self.clock = clock
+        self.decision_retry = decision_retry
+        self.conflicts = 0
+
+    def decide(self, run_id: str) -> DecideReport:
+        """Advance ``run_id`` until it waits or ends. Safe to call from several workers."""
+        report = DecideReport()
+        for _ in range(MAX_ROUNDS):
+            try:
+                if not self._round(run_id, report):
+                    return report
+            except EventConflict:
+                report.conflicts += 1
+                self.conflicts += 1
+        return report
+
+    # One round: returns True if it appended something and the loop should go on.
+    def _round(self, run_id: str, report: DecideReport) -> bool:
+        snap = self.streams.load(run_id)
+        if snap.terminal:
+            return False
+        runtime = self.runtimes.get(snap.spec.runtime_build_id)
+        if runtime is None:
+            return False  # another build's worker decides it; the run waits, it is not failed
+        now = self.clock.now()
+
+        due = [w for w in snap.waits.values() if not w.done and w.deadline <= now]
+        if due:
+            facts: list[Event] = [
+                WaitCompleted(wait_id=w.wait_id, deadline=w.deadline)
+                for w in sorted(due, key=lambda w: (w.deadline, w.sequence))
+            ]
+            self.streams.commit([Write(snap, facts)], now)
+            return True
+
+        exhausted = [
+            s
+            for s in snap.steps.values()
+            if s.status is StepStatus.FAILED and s.retry.on_exhausted == "terminate"
+        ]
+        if exhausted:
+            step = min(exhausted, key=lambda s: s.sequence)
+            error = {
+                "type": "StepExhausted",
+                "message": f"step {step.step_id!r} failed after {step.attempts} attempt(s)",
+                "step_id": step.step_id,
+                "step_error": step.error,
+            }
+            self._terminate(snap, Fail(error=error), now, f"step {step.step_id!r} exhausted")
+            report.decisions += 1
+            return False
+
+        try:
+            command = runtime.decide(snap)
+            result = plan(snap, command)
+        except NonDeterminismError as exc:
+            self._decision_failed(snap, exc, now, report)
+            return False
+        except Exception as exc:  # the workflow's own bug: recorded, never a worker crash
+            self._decision_failed(snap, exc, now, report)
+            return False
+
+        report.decisions += 1
+        if result.events:
+            self._append_decision(snap, result, now)
+            return True
+        if result.terminal is not None:
+            self._terminate(snap, result.terminal, now, _reason(result.terminal))
+            return False
+        if snap.cancel_requested and not self._cleanup_open(snap, result):
+            reason = snap.cancel_reason or "cancelled"
+            self._terminate(snap, Cancelled(reason=reason), now, reason)
+            return False
+        if result.waits_on_open:
+            if not self.streams.store.park_run(run_id, snap.last_sequence, snap.next_deadline()):
+                return True  # a fact arrived meanwhile: decide again
+            return False
+        stuck = RuntimeError(
+            "the workflow re-issued only identities that are already settled; read their "
+            "results (ctx.step_output, ctx.step_error, ctx.signal ...) and return the next "
+            "command"
+        )
+        self._decision_failed(snap, stuck, now, report, error_type="WorkflowStuck")
+        return False
+
+    def _cleanup_open(self, snap: WorkflowRunSnapshot, result: Plan) -> bool:
+        """Whether the command waits on cleanup work begun after cancellation was requested."""
+        since = snap.cancel_sequence or 0
+        return any(seq > since for seq in result.open_since)
+
+    def _append_decision(self, snap: WorkflowRunSnapshot, result: Plan, now: datetime) -> None:
+        creates: list[NewRun] = []
+        for event in result.events:
+            child_run_id = getattr(event, "child_run_id", None)
+            if child_run_id is not None:
+                creates.append(
+                    NewRun(
+                        run_id=child_run_id,
+                        spec=WorkflowSpec(
+                            workflow=getattr(event, "workflow"),  # noqa: B009
+                            input=getattr(event, "input"),  # noqa: B009
+                            runtime_build_id=snap.spec.runtime_build_id,
+                            patches=snap.spec.patches,
+                            parent_run_id=snap.run_id,
+                            parent_child_id=getattr(event, "child_id"),  # noqa: B009
+                        ),
+                        seed=secrets.token_hex(16),
+                        decide_at=now,
+                    )
+                )
+        self.streams.commit([Write(snap, result.events, failing=None)], now, creates)
+
+    def _decision_failed(
+        self,
+        snap: WorkflowRunSnapshot,
+        exc: BaseException,
+        now: datetime,
+        report: DecideReport,
+        error_type: str | None = None,
+    ) -> None:
+        report.decision_failures += 1
+        mismatches = None
+        if isinstance(exc, NonDeterminismError):
+            mismatches = [
+                {"identity": m.identity, "field": m.field, "recorded": m.recorded,
+                 "produced": m.produced}
+                for m in exc.mismatches
+            ]
+        event = DecisionFailed(
+            error_type=error_type or type(exc).__name__, message=str(exc), mismatches=mismatches
+        )
+        retry_at = now + self.decision_retry
+        previous = snap.decision_error
+        if isinstance(previous, dict) and canonical(
+            {k: previous.get(k) for k in ("error_type", "message", "mismatches")}
+        ) == canonical(event.to_data()):
+            # The same error again: record it once, try again later (fixed code may be deployed).
+            self.streams.store.park_run(snap.run_id, snap.last_sequence, retry_at)
+            return
+        self.streams.commit(
+            [Write(snap, [event], decide_at=retry_at, failing=f"{event.error_type}: {exc}")], now
+        )
+
+    def _terminate(
+        self, snap: WorkflowRunSnapshot, command: TerminalCommand, now: datetime, reason: str
+    ) -> None:
+        events: list[Event] = closing_events(snap, reason)
+        creates: list[NewRun] = []
+        extra: list[Write] = []
+        outcome: dict[str, object]
+        match command:
+            case Complete():
+                events.append(RunCompleted(result=command.result))
+                outcome = {"kind": "Completed", "result": command.result}
+            case Fail():
+                events.append(RunFailed(error=command.error))
+                outcome = {"kind": "Failed", "error": command.error}
+            case Cancelled():
+                events.append(RunCancelled(reason=command.reason))
+                outcome = {"kind": "Cancelled", "reason": command.reason}
+            case ContinueAsNew():
+                successor = successor_run_id(snap.run_id)
+                events.append(
+                    RunContinuedAsNew(
+                        successor_run_id=successor,
+                        input=command.input,
+                        runtime_build_id=snap.spec.runtime_build_id,
+                        patches=snap.spec.patches,
+                    )
+                )
+                spec = snap.spec
+                creates.append(
+                    NewRun(
+                        run_id=successor,
+                        spec=WorkflowSpec(
+                            workflow=spec.workflow,
+                            input=command.input,
+                            runtime_build_id=spec.runtime_build_id,
+                            patches=spec.patches,
+                            parent_run_id=spec.parent_run_id,
+                            parent_child_id=spec.parent_child_id,
+                            predecessor_run_id=snap.run_id,
+                        ),
+                        seed=secrets.token_hex(16),
+                        decide_at=now,
+                    )
+                )
+                outcome = {}
+        # Cancellation policy "cancel": ask each open child to stop, in the same transaction.
+        for child in snap.children.values():
+            if child.open and child.cancellation == "cancel":
+                child_write = self._cancel_child(child.run_id, f"parent {snap.run_id}: {reason}")
+                if child_write is not None:
+                    extra.append(child_write)
+        # A child that ends (for good) tells its parent in the same transaction.
+        if outcome and snap.spec.parent_run_id and snap.spec.parent_child_id:
+            parent_write = self._notify_parent(snap, outcome, now)
+            if parent_write is not None:
+                extra.append(parent_write)
+        self.streams.commit(
+            [Write(snap, events, decide_at=None, failing=None), *extra], now, creates
+        )
+
+    def _cancel_child(self, child_run_id: str, reason: str) -> Write | None:
+        try:
+            child = self.streams.load(child_run_id)
+        except RunNotFound:
+            return None
+        if child.terminal or child.cancel_requested:
+            return None
+        return Write(child, [CancelRequested(reason=reason)], decide_at=self.clock.now())
+
+    def _notify_parent(
+        self, snap: WorkflowRunSnapshot, outcome: dict[str, object], now: datetime
+    ) -> Write | None:
+        parent_id = snap.spec.parent_run_id
+        child_id = snap.spec.parent_child_id
+        if parent_id is None or child_id is None:
+            return None
+        try:
+            parent = self.streams.load(parent_id)
+        except RunNotFound:
+            return None
+        child = parent.children.get(child_id)
+        if parent.terminal or child is None or not child.open:
+            return None
+        event = ChildCompleted(child_id=child_id, child_run_id=snap.run_id, outcome=outcome)
+        return Write(parent, [event], decide_at=now)
+
+
+def successor_run_id(run_id: str) -> str:
+    """``order-7`` → ``order-7~1`` → ``order-7~2``: the chain stays readable."""
+    base, sep, generation = run_id.rpartition("~")
+    if sep and generation.isdigit():
+        return f"{base}~{int(generation) + 1}"
+    return f"{run_id}~1"
+
+
+def _reason(command: TerminalCommand) -> str:
+    match command:
+        case Complete():
+            return "run completed"
+        case Fail():
+            return "run failed"
+        case Cancelled():
+            return command.reason
+        case ContinueAsNew():
+            return "run continued as new"
+
+
+__all__ = ["DecideReport", "Decider", "RunStatus", "successor_run_id"]

@@ -1,0 +1,379 @@
+"""``Engine``: the public facade that the command line and applications use.
+
+It composes a store, the hosted runtimes (one per build id), the decider and the step executor.
+Entry points that add facts from outside — ``start``, ``signal``, ``resolve_hook``, ``cancel`` —
+append with ``append_if_sequence`` semantics like everything else and retry on conflict.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from flow_cli.engine.decider import Decider, DecideReport
+from flow_cli.engine.steps import StepExecutor, StepOutcome
+from flow_cli.engine.streams import Streams, Write
+from flow_cli.errors import (
+    BuildNotHosted,
+    ConfigError,
+    EventConflict,
+    FlowError,
+    HookAlreadyResolved,
+    HookNotFound,
+    InputError,
+    RunAlreadyExists,
+    RunFinished,
+    RunNotFound,
+    WorkflowNotFound,
+)
+from flow_cli.model.clock import Clock, SystemClock
+from flow_cli.model.events import (
+    CancelRequested,
+    Event,
+    EventEnvelope,
+    HookResolved,
+    SignalReceived,
+)
+from flow_cli.model.jsonval import JsonValue, canonical, normalise
+from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus
+from flow_cli.runtime import Runtime
+from flow_cli.store.protocol import EventStore, NewRun, RunRecord, StepLease
+
+MAX_CONFLICT_RETRIES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    run_id: str
+    created: bool
+    """False when a run with the same id and spec already existed (idempotent start)."""
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one or more scheduler passes did."""
+
+    passes: int = 0
+    decisions: int = 0
+    runs_decided: int = 0
+    steps_run: int = 0
+    conflicts: int = 0
+    decision_failures: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.runs_decided == 0 and self.steps_run == 0
+
+
+class Engine:
+    """Durable runs over one store, decided by the hosted runtimes.
+
+    Create it with ``Engine.open(url, runtimes=[...])``. All methods are safe to call from
+    several threads and from several processes sharing the database.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        runtimes: Iterable[Runtime] = (),
+        *,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        default_build: str | None = None,
+        decision_retry: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.runtimes: dict[str, Runtime] = {}
+        for runtime in runtimes:
+            if runtime.build_id in self.runtimes:
+                raise ConfigError(f"two runtimes share build id {runtime.build_id!r}")
+            self.runtimes[runtime.build_id] = runtime
+        if default_build is not None and default_build not in self.runtimes:
+            raise BuildNotHosted(default_build, list(self.runtimes))
+        self.default_build = default_build
+        self.streams = Streams(store)
+        self.decider = Decider(
+            self.streams, self.runtimes, self.clock, timedelta(seconds=decision_retry)
+        )
+        self.executor = StepExecutor(self.streams, self.runtimes, self.clock)
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        runtimes: Iterable[Runtime] = (),
+        *,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+        default_build: str | None = None,
+        create: bool = True,
+    ) -> Engine:
+        """Open the store at ``url`` (``sqlite:///flow.db``, ``postgresql://...``, ``memory://``)."""
+        from flow_cli.store import open_store
+
+        return cls(
+            open_store(url, create=create),
+            runtimes,
+            clock=clock,
+            worker_id=worker_id,
+            default_build=default_build,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def build_ids(self) -> list[str]:
+        return list(self.runtimes)
+
+    @property
+    def conflicts(self) -> int:
+        """``EventConflict``s met and recovered from by this engine."""
+        return self.decider.conflicts + self.executor.conflicts
+
+    # -- starting runs -------------------------------------------------------------------------
+
+    def runtime_for(self, workflow: str, build_id: str | None = None) -> Runtime:
+        """The runtime that starts new runs of ``workflow``."""
+        if build_id is not None:
+            runtime = self.runtimes.get(build_id)
+            if runtime is None:
+                raise BuildNotHosted(build_id, list(self.runtimes))
+            if workflow not in runtime.workflows:
+                raise WorkflowNotFound(workflow, list(runtime.workflows))
+            return runtime
+        if self.default_build is not None:
+            default = self.runtimes[self.default_build]
+            if workflow in default.workflows:
+                return default
+        for runtime in reversed(list(self.runtimes.values())):
+            if workflow in runtime.workflows:
+                return runtime
+        known = sorted({w for r in self.runtimes.values() for w in r.workflows})
+        raise WorkflowNotFound(workflow, known)
+
+    def start(
+        self,
+        workflow: str,
+        input: JsonValue = None,
+        *,
+        run_id: str | None = None,
+        build_id: str | None = None,
+    ) -> StartResult:
+        """Create a run. The same id with the same workflow and input is a no-op.
+
+        Raises ``WorkflowNotFound``, ``InputError`` (input not JSON), or ``RunAlreadyExists``
+        when the id is taken by a run of another workflow or input.
+        """
+        runtime = self.runtime_for(workflow, build_id)
+        try:
+            value = normalise(input)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"the run input is not a JSON value: {exc}") from None
+        run_id = run_id or f"{workflow}-{uuid.uuid4().hex[:12]}"
+        _check_run_id(run_id)
+        spec = WorkflowSpec(
+            workflow=workflow, input=value, runtime_build_id=runtime.build_id,
+            patches=runtime.patches,
+        )
+        now = self.clock.now()
+        created = self.store.create_run(
+            NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now), now
+        )
+        if created is not None:
+            return StartResult(run_id=run_id, created=True)
+        existing = self.snapshot(run_id).spec
+        if existing.workflow != workflow:
+            raise RunAlreadyExists(run_id, f"workflow ({existing.workflow!r})")
+        if canonical(existing.input) != canonical(value):
+            raise RunAlreadyExists(run_id, "input")
+        return StartResult(run_id=run_id, created=False)
+
+    # -- facts from outside --------------------------------------------------------------------
+
+    def signal(self, run_id: str, name: str, payload: JsonValue = None) -> int:
+        """Deliver signal ``name``; a signal that arrives before its wait is kept for it.
+
+        Returns the sequence of the ``signal_received`` event. Raises ``RunNotFound`` and
+        ``RunFinished``.
+        """
+        event = SignalReceived(signal_name=name, payload=_payload(payload))
+        return self._append_fact(run_id, lambda snap: [event], f"signal {name!r}")
+
+    def resolve_hook(
+        self, token: str, payload: JsonValue = None, *, run_id: str | None = None
+    ) -> tuple[str, str]:
+        """Deliver the callback of the hook with ``token``. Returns ``(run_id, hook_id)``.
+
+        Raises ``HookNotFound`` for an unknown token (or one that belongs to another run than
+        ``run_id``), ``HookAlreadyResolved`` the second time, ``RunFinished`` if the run ended.
+        """
+        value = _payload(payload)
+        record = self.store.find_hook(token)
+        if record is None or (run_id is not None and record.run_id != run_id):
+            raise HookNotFound(token)
+        if record.resolved:
+            raise HookAlreadyResolved(token, record.run_id, record.hook_id)
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            hook = snap.hooks.get(record.hook_id)
+            if hook is None or hook.token != token:
+                raise HookNotFound(token)
+            if hook.resolved:
+                raise HookAlreadyResolved(token, record.run_id, record.hook_id)
+            return [HookResolved(hook_id=hook.hook_id, token=token, payload=value)]
+
+        self._append_fact(record.run_id, events, f"resolve hook {record.hook_id!r}")
+        return record.run_id, record.hook_id
+
+    def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
+        """Request cancellation. Returns False if it was already requested."""
+        requested: list[bool] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            if snap.cancel_requested:
+                return []
+            requested.append(True)
+            return [CancelRequested(reason=reason)]
+
+        self._append_fact(run_id, events, "cancel it")
+        return bool(requested)
+
+    def _append_fact(
+        self,
+        run_id: str,
+        make: Callable[[WorkflowRunSnapshot], list[Event]],
+        action: str,
+    ) -> int:
+        for _ in range(MAX_CONFLICT_RETRIES):
+            snap = self.snapshot(run_id)
+            if snap.terminal:
+                raise RunFinished(run_id, snap.status.value, action)
+            events = make(snap)
+            if not events:
+                return snap.last_sequence
+            now = self.clock.now()
+            try:
+                (after,) = self.streams.commit([Write(snap, events, decide_at=now)], now)
+            except EventConflict:
+                continue
+            return after.last_sequence
+        raise FlowError(f"run {run_id!r} is too busy to {action}; try again")
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def snapshot(self, run_id: str) -> WorkflowRunSnapshot:
+        """The run's current snapshot, projected from its history. Raises ``RunNotFound``."""
+        return self.streams.load(run_id)
+
+    def history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """The run's committed events after ``after_sequence``. Raises ``RunNotFound``."""
+        return self.store.read_history(run_id, after_sequence)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(run_id)
+        return record
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        return self.store.list_runs(status=status, workflow=workflow, limit=limit)
+
+    # -- driving runs --------------------------------------------------------------------------
+
+    def decide(self, run_id: str) -> DecideReport:
+        """Advance one run as far as it can go now (used by workers and tests)."""
+        return self.decider.decide(run_id)
+
+    def lease_runs(self, lease_seconds: float, limit: int) -> list[str]:
+        now = self.clock.now()
+        return self.store.lease_runs(
+            self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
+        )
+
+    def lease_steps(self, lease_seconds: float, limit: int) -> list[StepLease]:
+        now = self.clock.now()
+        return self.store.lease_steps(
+            self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
+        )
+
+    def execute_step(self, lease: StepLease, lease_seconds: float = 30.0) -> StepOutcome:
+        return self.executor.execute(lease, self.worker_id, lease_seconds)
+
+    def tick(
+        self,
+        *,
+        until_idle: bool = False,
+        lease_seconds: float = 30.0,
+        batch: int = 100,
+        max_passes: int = 100_000,
+        on_pass: Callable[[TickReport], None] | None = None,
+    ) -> TickReport:
+        """One scheduler pass (or, with ``until_idle``, passes until nothing is runnable now).
+
+        A pass leases runs that are due (new facts, fired timers) and decides them, then leases
+        ready step attempts (new, retries whose backoff elapsed, expired leases) and runs them.
+        Future timers and retries stay pending.
+        """
+        report = TickReport()
+        for _ in range(max_passes):
+            did = TickReport()
+            for run_id in self.lease_runs(lease_seconds, batch):
+                result = self.decide(run_id)
+                did.runs_decided += 1
+                did.decisions += result.decisions
+                did.conflicts += result.conflicts
+                did.decision_failures += result.decision_failures
+            for lease in self.lease_steps(lease_seconds, batch):
+                outcome = self.execute_step(lease, lease_seconds)
+                did.steps_run += int(outcome.ran)
+            report.passes += 1
+            report.decisions += did.decisions
+            report.runs_decided += did.runs_decided
+            report.steps_run += did.steps_run
+            report.conflicts += did.conflicts
+            report.decision_failures += did.decision_failures
+            if on_pass is not None:
+                on_pass(report)
+            if not until_idle or did.idle:
+                break
+        return report
+
+    def next_due(self) -> datetime | None:
+        return self.store.next_due(self.build_ids)
+
+
+def _payload(payload: JsonValue) -> JsonValue:
+    try:
+        return normalise(payload)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the payload is not a JSON value: {exc}") from None
+
+
+def _check_run_id(run_id: str) -> None:
+    if not run_id or run_id.strip() != run_id or any(c in run_id for c in "\n\r\t"):
+        raise InputError(f"run id {run_id!r} must be non-empty text without surrounding spaces")
+
+
+__all__ = ["Engine", "Sequence", "StartResult", "TickReport"]

@@ -1,0 +1,72 @@
+"""Index rows that follow from a write: computed here, written by the store in the same commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from flow_cli.model.events import (
+    CancelRequested,
+    ChildCompleted,
+    Event,
+    HookCreated,
+    HookResolved,
+    SignalReceived,
+    StepCompleted,
+    StepFailed,
+    WaitCompleted,
+)
+from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
+from flow_cli.model.status import StepStatus
+from flow_cli.store.protocol import KEEP, HookEntry, Keep, RunIndex, StepTask
+
+
+def is_wake(event: Event) -> bool:
+    """Whether this fact can change what the workflow decides next."""
+    if isinstance(event, StepFailed):
+        return event.exhausted
+    return isinstance(
+        event,
+        StepCompleted | WaitCompleted | SignalReceived | HookResolved | ChildCompleted
+        | CancelRequested,
+    )
+
+
+def step_task(step: StepState) -> StepTask | None:
+    """The lease-able task of a step, or None once it is settled."""
+    if step.status is StepStatus.SCHEDULED and step.scheduled_at is not None:
+        return StepTask(step_id=step.step_id, attempt=step.attempt, available_at=step.scheduled_at)
+    if step.status is StepStatus.RUNNING and step.lease_until is not None:
+        return StepTask(
+            step_id=step.step_id, attempt=step.attempt, available_at=step.lease_until,
+            owner=step.worker,
+        )
+    if step.status is StepStatus.BACKOFF and step.next_attempt_at is not None:
+        return StepTask(
+            step_id=step.step_id, attempt=step.attempt, available_at=step.next_attempt_at
+        )
+    return None
+
+
+def index_for(
+    after: WorkflowRunSnapshot,
+    events: Sequence[Event],
+    *,
+    decide_at: datetime | None | Keep = KEEP,
+    failing: str | None | Keep = KEEP,
+) -> RunIndex:
+    """The index changes of appending ``events``, given the snapshot after them."""
+    steps: dict[str, StepTask | None] = {}
+    hooks: list[HookEntry] = []
+    for event in events:
+        step_id = getattr(event, "step_id", None)
+        if isinstance(step_id, str) and step_id in after.steps:
+            steps[step_id] = step_task(after.steps[step_id])
+        if isinstance(event, HookCreated | HookResolved):
+            hook = after.hooks[event.hook_id]
+            hooks.append(HookEntry(token=hook.token, hook_id=hook.hook_id, resolved=hook.resolved))
+    if after.terminal:
+        decide_at = None
+    return RunIndex(
+        status=after.status, decide_at=decide_at, failing=failing, steps=steps, hooks=hooks
+    )

@@ -1,0 +1,147 @@
+"""``Worker``: the long-running loop behind ``flow worker``.
+
+It leases due runs and decides them, leases ready step attempts and runs them on a thread pool,
+renews the leases of attempts still running, and sleeps until the store says work arrived or the
+next timer is due. Stopping (SIGINT/SIGTERM) finishes the attempts in hand, then returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from flow_cli.engine.engine import Engine
+from flow_cli.errors import StoreError
+from flow_cli.store.protocol import StepLease
+
+log = logging.getLogger("flow.worker")
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    runs_decided: int = 0
+    steps_run: int = 0
+    store_errors: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    """Drives runs until ``stop()`` is called."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        max_idle_sleep: float = 1.0,
+        on_store_error: Callable[[StoreError], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.concurrency = max(1, concurrency)
+        self.lease_seconds = lease_seconds
+        self.max_idle_sleep = max_idle_sleep
+        self.on_store_error = on_store_error
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._held: dict[tuple[str, str], StepLease] = {}
+        self._held_lock = threading.Lock()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> WorkerStats:
+        """Work until stopped; returns what was done."""
+        heartbeat = threading.Thread(target=self._renew_leases, name="flow-lease", daemon=True)
+        heartbeat.start()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flow-step")
+        in_flight: set[Future[None]] = set()
+        backoff = 0.5
+        try:
+            while not self._stop.is_set():
+                try:
+                    busy = self._pass(pool, in_flight)
+                    backoff = 0.5
+                except StoreError as exc:
+                    self.stats.store_errors += 1
+                    if self.on_store_error is not None:
+                        self.on_store_error(exc)
+                    log.warning("%s", exc)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
+                if not busy:
+                    self._idle(in_flight)
+        finally:
+            pool.shutdown(wait=True)  # finish the attempts in hand before exiting
+            self._stop.set()
+            heartbeat.join(timeout=5)
+        return self.stats
+
+    def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
+        busy = False
+        for run_id in self.engine.lease_runs(self.lease_seconds, 50):
+            if self._stop.is_set():
+                break
+            self.engine.decide(run_id)
+            self.stats.runs_decided += 1
+            busy = True
+        in_flight.difference_update({f for f in in_flight if f.done()})
+        free = self.concurrency - len(in_flight)
+        if free > 0 and not self._stop.is_set():
+            for lease in self.engine.lease_steps(self.lease_seconds, free):
+                with self._held_lock:
+                    self._held[(lease.run_id, lease.step_id)] = lease
+                in_flight.add(pool.submit(self._run_step, lease))
+                busy = True
+        return busy
+
+    def _run_step(self, lease: StepLease) -> None:
+        try:
+            self.engine.execute_step(lease, self.lease_seconds)
+            self.stats.steps_run += 1
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            log.warning("%s", exc)
+        except Exception:  # keep the worker alive; the lease expires and another worker retries
+            log.exception("step %s of run %s crashed the executor", lease.step_id, lease.run_id)
+        finally:
+            with self._held_lock:
+                self._held.pop((lease.run_id, lease.step_id), None)
+
+    def _idle(self, in_flight: set[Future[None]]) -> None:
+        timeout = self.max_idle_sleep
+        if not in_flight:
+            due = self.engine.next_due()
+            if due is not None:
+                seconds = (due - self.engine.clock.now()).total_seconds()
+                timeout = max(0.0, min(timeout, seconds))
+        else:
+            timeout = min(timeout, 0.05)
+        if timeout > 0:
+            self.engine.store.wait_for_change(timeout)
+
+    def _renew_leases(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self._stop.wait(interval) or self._held:
+            with self._held_lock:
+                held = list(self._held.values())
+            until = self.engine.clock.now() + timedelta(seconds=self.lease_seconds)
+            for lease in held:
+                try:
+                    self.engine.store.renew_step(
+                        lease.run_id, lease.step_id, self.engine.worker_id, until
+                    )
+                except StoreError as exc:
+                    log.warning("%s", exc)
+            if self._stop.is_set() and not held:
+                return
