@@ -287,6 +287,16 @@ class WorkflowContext:
         delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
         self.sleep_until(wait_id, self.started_at + delta)
 
+    def timer(self, wait_id: str, deadline: datetime) -> bool:
+        """Open a timer without waiting on it; True once it has fired.
+
+        The first call ends this decision to record the timer; later calls return at once, and
+        the run wakes when the timer fires whatever it is waiting on then (a deadline).
+        """
+        if wait_id not in self._snap.waits:
+            self.suspend(self.wait_until(wait_id, deadline))
+        return self.wait_done(wait_id)
+
     def receive(self, wait_id: str, signal_name: str) -> JsonValue:
         """The payload of signal ``signal_name`` once delivered; otherwise wait for it."""
         if not self.wait_done(wait_id):
