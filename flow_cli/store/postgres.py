@@ -1,0 +1,606 @@
+"""The PostgreSQL event store: many workers on many machines sharing one database.
+
+Imported lazily by ``flow_cli.store.open_store`` for ``postgresql://`` and ``postgres://`` URLs, so
+psycopg is needed only by those who use it. The tables and the statements on them live in
+``postgres_schema``; this module owns connections, transactions, wake-ups and errors.
+
+- Every public method is one transaction on a connection from a small pool (a connection serves
+  one thread at a time). Times come from the caller's clock; SQL ``now()`` is never used.
+- Optimistic concurrency: ``commit`` locks each written run row (``SELECT ... FOR UPDATE``) and
+  compares ``last_sequence`` with the writer's expectation; ``PRIMARY KEY (run_id, sequence)`` is
+  the backstop, its unique violation turned into ``EventConflict`` in one place.
+- Leases take due rows with ``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for, or
+  receive, the same run or step.
+- A commit that schedules work sends ``NOTIFY flow_work`` (payload: the schema) inside its
+  transaction; ``wait_for_change`` listens on a connection of its own.
+- A lost connection becomes ``StoreError`` and is dropped, so the next call reconnects: a worker
+  that catches ``StoreError``, sleeps and retries survives a server restart.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import re
+import selectors
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager, suppress
+from datetime import datetime
+from time import monotonic
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from flow_cli.errors import ConfigError, EventConflict, RunNotFound, StoreError
+from flow_cli.model.events import Event, EventEnvelope, event_from_data
+from flow_cli.model.status import RunStatus
+from flow_cli.store import postgres_schema as tables
+from flow_cli.store.postgres_schema import Connection
+from flow_cli.store.protocol import (
+    KEEP,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    RunRecord,
+    StepLease,
+    StoreStats,
+    StreamWrite,
+)
+
+DEFAULT_SCHEMA = "flow"
+"""Where Flow's tables live unless ``schema=`` says otherwise."""
+
+NOTIFY_CHANNEL = "flow_work"
+"""The ``LISTEN``/``NOTIFY`` channel; the payload names the schema whose work changed."""
+
+_MAX_IDLE = 8
+"""Idle connections kept for reuse; more may be open while more threads are busy."""
+
+
+class PostgresStore:
+    """``EventStore`` on PostgreSQL, through psycopg 3.
+
+    Args:
+        url: A libpq URL or ``key=value`` string, e.g. ``postgresql://flow@db.internal/flow``.
+            Whatever it leaves out (everything, when ``None``) comes from the ``PG*``
+            environment variables and ``~/.pgpass``, as for ``psql``.
+        schema: The PostgreSQL schema holding Flow's tables (default ``flow``), created if
+            missing. Tests give each store a schema of its own and ``drop_schema()`` it after.
+        connect_timeout: Seconds to wait for the server before calling it unreachable, unless
+            the URL or ``PGCONNECT_TIMEOUT`` sets it (libpq counts whole seconds, at least 2).
+
+    Raises:
+        ConfigError: ``url`` is not a PostgreSQL connection string.
+        StoreError: the server is unreachable or refuses the connection, or the schema is not
+            Flow's or was written by a newer Flow.
+    """
+
+    stats: StoreStats
+
+    def __init__(
+        self, url: str | None = None, *, schema: str | None = None, connect_timeout: float = 5.0
+    ) -> None:
+        self.stats = StoreStats()
+        self.schema = schema or DEFAULT_SCHEMA
+        self._conninfo = _conninfo(url or "", connect_timeout)
+        self._where = _describe_target(self._conninfo)
+        self._secrets = _secrets(url or "", self._conninfo)
+        self._lock = threading.Lock()
+        self._idle: list[Connection] = []
+        self._closed = False
+        self._listen_lock = threading.Lock()
+        self._listener: Connection | None = None
+        # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
+        # than at the first decision.
+        try:
+            with self._transaction() as conn:
+                tables.ensure_schema(conn, self.schema)
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r}, schema={self.schema!r})"
+
+    # -- runs and histories ------------------------------------------------------------------
+
+    def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
+        """Create the run with ``run_started`` at sequence 1; ``None`` if the run id exists."""
+        with self._transaction() as conn:
+            envelope = tables.insert_run(conn, run, now)
+            if envelope is not None and run.decide_at is not None:
+                self._notify(conn)
+            return envelope
+
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT sequence, event_key, recorded_at, data FROM events "
+                "WHERE run_id = %s AND sequence > %s ORDER BY sequence",
+                (run_id, after_sequence),
+            ).fetchall()
+            if not rows and tables.last_sequence(conn, run_id) is None:
+                raise RunNotFound(run_id)
+        try:
+            return [
+                EventEnvelope(
+                    run_id=run_id,
+                    sequence=sequence,
+                    recorded_at=tables.utc(recorded_at),
+                    event=event_from_data(event_key, data),
+                )
+                for sequence, event_key, recorded_at, data in rows
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(
+                f"Run {run_id!r} in PostgreSQL at {self._where} has an event this Flow cannot "
+                f"decode ({exc!r}); upgrade Flow."
+            ) from exc
+
+    def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        now: datetime,
+    ) -> list[EventEnvelope]:
+        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
+        write = StreamWrite(
+            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
+        )
+        return self.commit([write], [], now)[0]
+
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]:
+        """Create runs, then apply stream writes, all in one transaction.
+
+        Raises ``EventConflict`` (writing nothing) if a created run exists or a write's expected
+        sequence is stale, ``HookTokenInUse`` if a new hook token is taken, and ``RunNotFound``
+        if a written run does not exist.
+        """
+        try:
+            with self._transaction() as conn:
+                for run in creates:
+                    if tables.insert_run(conn, run, now) is None:
+                        raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
+                locked = tables.lock_runs(conn, (write.run_id for write in writes))
+                results = []
+                for write in writes:
+                    target = locked.get(write.run_id)
+                    if target is None:
+                        raise RunNotFound(write.run_id)
+                    if target.last_sequence != write.expected_sequence:
+                        raise EventConflict(
+                            write.run_id, write.expected_sequence, target.last_sequence
+                        )
+                    results.append(
+                        tables.insert_events(
+                            conn, write.run_id, target.last_sequence, write.events, now
+                        )
+                    )
+                    # A second write to the same run in this commit continues from this one.
+                    target.last_sequence += len(write.events)
+                    tables.apply_index(conn, target, write.run_id, write.index, now)
+                if any(_schedules_work(w.index) for w in writes) or any(
+                    r.decide_at is not None for r in creates
+                ):
+                    self._notify(conn)
+                return results
+        except EventConflict:
+            with self._lock:
+                self.stats.conflicts += 1
+            raise
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or ``None``."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        return None if row is None else tables.run_record(row)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation order breaks ties), optionally filtered."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                f"SELECT {tables.RUN_COLUMNS} FROM runs "
+                "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
+                "AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
+                "ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s",
+                {
+                    "status": None if status is None else status.value,
+                    "workflow": workflow,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return [tables.run_record(row) for row in rows]
+
+    def find_hook(self, token: str) -> HookRecord | None:
+        """The hook owning ``token``, or ``None``."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = %s", (token,)
+            ).fetchone()
+        if row is None:
+            return None
+        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=row[3])
+
+    # -- due work ----------------------------------------------------------------------------
+
+    def lease_runs(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` due runs of these builds, earliest first.
+
+        Leasing moves ``decide_at`` to ``lease_until``. Rows another transaction holds are
+        skipped, not waited for, so concurrent workers never lease the same run.
+        """
+        if not build_ids or limit <= 0:
+            return []
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "WITH due AS ("
+                " SELECT run_id, decide_at, created_order FROM runs"
+                " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+                " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+                ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
+                " WHERE runs.run_id = due.run_id"
+                " RETURNING runs.run_id, due.decide_at, due.created_order",
+                _due_params(worker, build_ids, now, lease_until, limit),
+            ).fetchall()
+        self._count_rows(len(rows))
+        rows.sort(key=lambda row: (row[1], row[2]))  # RETURNING does not keep the CTE's order
+        return [row[0] for row in rows]
+
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` if the run is still at ``expected_sequence``; else False."""
+        with self._transaction() as conn:
+            parked = conn.execute(
+                "UPDATE runs SET decide_at = %s, lease_owner = NULL "
+                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id",
+                (decide_at, run_id, expected_sequence),
+            ).fetchone()
+            if parked is not None and decide_at is not None:
+                self._notify(conn)
+        return parked is not None
+
+    def lease_steps(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        if not build_ids or limit <= 0:
+            return []
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "WITH due AS ("
+                " SELECT run_id, step_id, available_at FROM step_tasks"
+                " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+                " ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+                ") UPDATE step_tasks t SET available_at = %(until)s, lease_owner = %(worker)s"
+                " FROM due WHERE t.run_id = due.run_id AND t.step_id = due.step_id"
+                " RETURNING t.run_id, t.step_id, t.attempt, due.available_at",
+                _due_params(worker, build_ids, now, lease_until, limit),
+            ).fetchall()
+        self._count_rows(len(rows))
+        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        return [
+            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
+            for run_id, step_id, attempt, _ in rows
+        ]
+
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend the step's lease if ``worker`` still holds it."""
+        with self._transaction() as conn:
+            renewed = conn.execute(
+                "UPDATE step_tasks SET available_at = %s "
+                "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
+                (lease_until, run_id, step_id, worker),
+            ).fetchone()
+        return renewed is not None
+
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+        if not build_ids:
+            return None
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT (SELECT min(decide_at) FROM runs"
+                "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
+                "       (SELECT min(available_at) FROM step_tasks"
+                "        WHERE build_id = ANY(%(builds)s))",
+                {"builds": list(build_ids)},
+            ).fetchone()
+        found = [tables.utc(value) for value in row or () if value is not None]
+        self._count_rows(len(found))
+        return min(found, default=None)
+
+    # -- waiting and closing -----------------------------------------------------------------
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here.
+
+        Listening starts with the first call, on a connection of its own: a commit before that
+        first call is not seen, so look for work before waiting (as a worker loop does).
+        """
+        deadline = monotonic() + max(timeout, 0.0)
+        if not self._listen_lock.acquire(timeout=max(timeout, 0.0)):
+            return  # another thread of this process is listening and will pick the work up
+        try:
+            if self._listener is None:
+                self._listener = self._connect(autocommit=True)
+                self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+            remaining = max(deadline - monotonic(), 0.0)
+            with closing(self._listener.notifies(timeout=remaining)) as notes:
+                if not any(note.payload == self.schema for note in notes):
+                    return
+            # Commits often come in bursts: swallow what is already queued, so the next wait
+            # does not return at once for a change the caller is about to look at anyway.
+            with closing(self._listener.notifies(timeout=0)) as queued:
+                for _ in queued:
+                    pass
+        except psycopg.Error as exc:
+            if self._listener is not None:
+                _close_quietly(self._listener)
+                self._listener = None
+            raise self._store_error(exc, lost=True) from exc
+        finally:
+            self._listen_lock.release()
+
+    def close(self) -> None:
+        """Close every connection; further calls raise ``StoreError``."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_quietly(conn)
+        with self._listen_lock:
+            if self._listener is not None:
+                _close_quietly(self._listener)
+                self._listener = None
+
+    def drop_schema(self) -> None:
+        """Drop this store's schema and everything in it (for tests); works after ``close()``."""
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+                )
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=True) from exc
+
+    # -- connections, transactions, errors ---------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A pooled connection inside a transaction: committed on success, else rolled back.
+
+        Any psycopg error becomes ``StoreError``; a connection that broke is dropped together
+        with the idle ones (they most likely died with it), so the next call reconnects.
+        """
+        conn = self._checkout()
+        try:
+            yield conn
+            conn.commit()
+        except psycopg.Error as exc:
+            lost = conn.broken or conn.closed
+            if lost:
+                self._drop_all(conn)
+            else:
+                self._rollback_and_checkin(conn)
+            raise self._store_error(exc, lost=lost) from exc
+        except BaseException:
+            self._rollback_and_checkin(conn)
+            raise
+        self._checkin(conn)
+
+    def _checkout(self) -> Connection:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise StoreError(f"The PostgreSQL store for {self._where} is closed.")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connect()
+            if _alive(conn):
+                return conn
+            self._drop_all(conn)
+
+    def _connect(self, *, autocommit: bool = False) -> Connection:
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=autocommit)
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=True) from exc
+        try:
+            # Times read back in UTC, and Flow's tables found in the store's schema.
+            conn.execute("SET TIME ZONE 'UTC'")
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+            conn.commit()
+        except psycopg.Error as exc:
+            _close_quietly(conn)
+            raise self._store_error(exc, lost=True) from exc
+        return conn
+
+    def _checkin(self, conn: Connection) -> None:
+        if conn.broken or conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            _close_quietly(conn)
+            return
+        with self._lock:
+            if not self._closed and len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        _close_quietly(conn)
+
+    def _rollback_and_checkin(self, conn: Connection) -> None:
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            self._drop_all(conn)
+        else:
+            self._checkin(conn)
+
+    def _drop_all(self, conn: Connection) -> None:
+        _close_quietly(conn)
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for other in idle:
+            _close_quietly(other)
+
+    def _notify(self, conn: Connection) -> None:
+        # Inside the transaction: PostgreSQL delivers it only if the commit succeeds.
+        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.schema))
+
+    def _count_rows(self, rows: int) -> None:
+        with self._lock:
+            self.stats.scheduler_rows_read += rows
+
+    def _store_error(self, exc: psycopg.Error, *, lost: bool) -> StoreError:
+        """One sentence naming the server (never the password) and what to do."""
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = (lines[0] if lines else type(exc).__name__).removeprefix("connection failed: ")
+        for secret in self._secrets:
+            reason = reason.replace(secret, "***")
+        state = exc.sqlstate or ""
+        if lost and state.startswith(("28", "3D")):  # bad credentials or no such database
+            return StoreError(
+                f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
+                "user, password and database name."
+            )
+        if lost:
+            return StoreError(
+                f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
+                "is up, the next call reconnects."
+            )
+        return StoreError(f"PostgreSQL at {self._where} failed: {reason}.")
+
+
+def _schedules_work(index: RunIndex) -> bool:
+    """Whether workers should look again: a decision time was set or a step task upserted."""
+    if index.status.terminal:
+        return False
+    if index.decide_at is not KEEP and index.decide_at is not None:
+        return True
+    return any(task is not None for task in index.steps.values())
+
+
+def _due_params(
+    worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime, limit: int
+) -> dict[str, Any]:
+    return {
+        "worker": worker,
+        "builds": list(build_ids),
+        "now": now,
+        "until": lease_until,
+        "limit": limit,
+    }
+
+
+def _alive(conn: Connection) -> bool:
+    """Whether an idle pooled connection still looks usable, without a round trip.
+
+    An idle connection has nothing to read: if its socket is readable, the server closed it
+    or sent a fatal error (restart, ``pg_terminate_backend``), so a fresh one is better.
+    """
+    if conn.broken or conn.closed:
+        return False
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn.fileno(), selectors.EVENT_READ)
+            return not selector.select(timeout=0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+
+
+def _close_quietly(conn: Connection) -> None:
+    # Closing a dead connection may complain; there is nothing left to do about it.
+    with suppress(Exception):
+        conn.close()
+
+
+# -- connection strings ------------------------------------------------------------------------
+
+
+def _conninfo(url: str, connect_timeout: float) -> str:
+    """The libpq connection string: the URL plus Flow's defaults for what it leaves out."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise ConfigError(
+            f"{redact_url(url)!r} is not a PostgreSQL connection string; write it as "
+            "postgresql://user@host:5432/database."
+        ) from exc
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+        extra["connect_timeout"] = max(math.ceil(connect_timeout), 1)
+    if "application_name" not in params and "PGAPPNAME" not in os.environ:
+        extra["application_name"] = "flow"
+    return make_conninfo(url, **extra)
+
+
+def _describe_target(conninfo: str) -> str:
+    """``host:port/database`` as libpq will resolve it, for messages."""
+    params = conninfo_to_dict(conninfo)
+
+    def param(name: str, env: str, default: str = "") -> str:
+        return str(params.get(name) or os.environ.get(env) or default)
+
+    host = param("host", "PGHOST") or param("hostaddr", "PGHOSTADDR", "localhost")
+    user = param("user", "PGUSER") or _os_user()
+    return f"{host}:{param('port', 'PGPORT', '5432')}/{param('dbname', 'PGDATABASE', user)}"
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name anywhere: libpq will complain about it, not us
+        return "postgres"
+
+
+def _secrets(url: str, conninfo: str) -> list[str]:
+    """Passwords that must never appear in a message, longest first."""
+    found = {
+        str(conninfo_to_dict(conninfo).get("password") or ""),
+        os.environ.get("PGPASSWORD", ""),
+        (urlsplit(url).password or "") if "://" in url else "",
+    }
+    return sorted((secret for secret in found if secret), key=len, reverse=True)
+
+
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """The connection string with any password replaced: ``postgresql://user:***@host/db``."""
+    if "://" not in url:
+        return _KEYWORD_PASSWORD.sub(r"\1***", url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, hosts = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

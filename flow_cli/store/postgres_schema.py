@@ -1,0 +1,417 @@
+"""Flow's PostgreSQL tables: the versioned schema, its migrations, and the statements on them.
+
+The version lives in ``flow_meta`` (key ``schema_version``). Opening a store brings the schema up to
+``SCHEMA_VERSION`` by running the missing migrations in order, in one transaction, under an advisory
+lock so that many workers starting at once neither race on ``CREATE`` nor apply a step twice. A
+database written by a newer Flow is refused rather than guessed at.
+
+Only ``flow_cli.store.postgres`` imports this module, so psycopg is never imported by
+``import flow_cli.store``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+from psycopg.types.json import Json
+
+from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
+from flow_cli.model.events import Event, EventEnvelope, RunStarted
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import KEEP, HookEntry, NewRun, RunIndex, RunRecord, StepTask
+
+Connection: TypeAlias = psycopg.Connection[TupleRow]
+
+_LOCK_CLASS = 0x466C6F77
+"""First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: applying it moves the database from ``version - 1`` to ``version``."""
+
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+    """Runs inside the migration transaction with ``search_path`` set to the store's schema."""
+
+
+def _v1_base_tables(conn: Connection) -> None:
+    # ``data`` is ``json``, not ``jsonb``: json keeps the text exactly as written, so key order,
+    # floats such as 1e20 (jsonb would hand back the int 100000000000000000000) and "\u0000" in
+    # strings round-trip the way they do in the other stores. Nothing queries inside it.
+    conn.execute(
+        """
+        CREATE TABLE events (
+            run_id      text        NOT NULL,
+            sequence    bigint      NOT NULL,
+            event_key   text        NOT NULL,
+            recorded_at timestamptz NOT NULL,
+            data        json        NOT NULL,
+            PRIMARY KEY (run_id, sequence)
+        )
+        """
+    )
+    # ``created_order`` breaks ties between runs created in the same instant (tests use a clock
+    # that does not move), so "newest first" is stable and matches creation order.
+    conn.execute(
+        """
+        CREATE TABLE runs (
+            run_id        text        PRIMARY KEY,
+            created_order bigint      GENERATED ALWAYS AS IDENTITY,
+            workflow      text        NOT NULL,
+            status        text        NOT NULL,
+            build_id      text        NOT NULL,
+            parent_run_id text,
+            created_at    timestamptz NOT NULL,
+            updated_at    timestamptz NOT NULL,
+            last_sequence bigint      NOT NULL,
+            decide_at     timestamptz,
+            lease_owner   text,
+            failing       text
+        )
+        """
+    )
+    # Due-work lookups read only runs that want a decision: the partial index keeps waiting and
+    # finished runs out of it, so its cost follows the number due, not the number stored.
+    conn.execute("CREATE INDEX runs_decide_at ON runs (decide_at) WHERE decide_at IS NOT NULL")
+    conn.execute("CREATE INDEX runs_status_created ON runs (status, created_at, created_order)")
+    conn.execute("CREATE INDEX runs_workflow_created ON runs (workflow, created_at, created_order)")
+    conn.execute("CREATE INDEX runs_created ON runs (created_at, created_order)")
+    conn.execute(
+        """
+        CREATE TABLE step_tasks (
+            run_id       text        NOT NULL,
+            step_id      text        NOT NULL,
+            build_id     text        NOT NULL,
+            attempt      integer     NOT NULL,
+            available_at timestamptz NOT NULL,
+            lease_owner  text,
+            PRIMARY KEY (run_id, step_id)
+        )
+        """
+    )
+    conn.execute("CREATE INDEX step_tasks_available_at ON step_tasks (available_at)")
+    conn.execute(
+        """
+        CREATE TABLE hooks (
+            token    text    PRIMARY KEY,
+            run_id   text    NOT NULL,
+            hook_id  text    NOT NULL,
+            resolved boolean NOT NULL
+        )
+        """
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
+)
+"""Every migration, in order; the last one's version is the schema this code writes."""
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def ensure_schema(
+    conn: Connection,
+    schema: str,
+    migrations: Sequence[Migration] | None = None,
+) -> int:
+    """Create or upgrade the schema so that it is at the last migration's version.
+
+    ``conn`` must be idle, not in autocommit, with ``search_path`` set to ``schema``. Commits on
+    success and rolls back on failure. Returns the version found before any upgrade (0 for a new
+    database).
+
+    Raises:
+        StoreError: the database was written by a newer Flow.
+    """
+    steps = tuple(MIGRATIONS if migrations is None else migrations)
+    target = steps[-1].version if steps else 0
+    try:
+        found = _read_version(conn, schema)
+        _refuse_newer(schema, found, target)
+        if found == target:
+            conn.commit()  # the common case takes no lock at all
+            return found
+        # Several workers may open a fresh database at once; the transaction-scoped lock makes
+        # the others wait here and then see the finished schema.
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+        found = _read_version(conn, schema)
+        _refuse_newer(schema, found, target)
+        if found == 0:
+            _create_schema(conn, schema)
+        for step in steps:
+            if step.version > found:
+                step.apply(conn)
+                _write_version(conn, step.version)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return found
+
+
+def _create_schema(conn: Connection, schema: str) -> None:
+    exists = conn.execute("SELECT to_regnamespace(quote_ident(%s)) IS NOT NULL", (schema,))
+    row = exists.fetchone()
+    if row is None or not row[0]:
+        # Only when missing: CREATE SCHEMA needs a privilege that a Flow user of an existing,
+        # DBA-made schema may not have, even with IF NOT EXISTS.
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    else:
+        tables = conn.execute(
+            "SELECT string_agg(tablename, ', ' ORDER BY tablename) FROM pg_tables "
+            "WHERE schemaname = %s AND tablename <> 'flow_meta'",
+            (schema,),
+        ).fetchone()
+        if tables is not None and tables[0]:
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} already holds tables that are not Flow's "
+                f"({tables[0]}); give Flow a schema of its own."
+            )
+    conn.execute("CREATE TABLE IF NOT EXISTS flow_meta (key text PRIMARY KEY, value text NOT NULL)")
+
+
+def read_version(conn: Connection, schema: str) -> int:
+    """The schema version stored in ``schema``; 0 when Flow has never written there."""
+    try:
+        return _read_version(conn, schema)
+    finally:
+        conn.rollback()
+
+
+def _read_version(conn: Connection, schema: str) -> int:
+    table = conn.execute(
+        "SELECT to_regclass(format('%%I.flow_meta', %s::text)) IS NOT NULL", (schema,)
+    ).fetchone()
+    if table is None or not table[0]:
+        return 0
+    row = conn.execute(
+        sql.SQL("SELECT value FROM {}.flow_meta WHERE key = 'schema_version'").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    if row is None:
+        return 0
+    try:
+        return int(str(row[0]))
+    except ValueError:
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} has an unreadable schema_version {row[0]!r} in "
+            "flow_meta; it is not a Flow database, so point Flow at another schema."
+        ) from None
+
+
+def _refuse_newer(schema: str, found: int, target: int) -> None:
+    if found > target:
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} is at Flow schema version {found}, newer than the "
+            f"{target} this Flow understands; upgrade Flow on this machine."
+        )
+
+
+def _write_version(conn: Connection, version: int) -> None:
+    conn.execute(
+        "INSERT INTO flow_meta (key, value) VALUES ('schema_version', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        (str(version),),
+    )
+
+
+# -- statements on these tables -----------------------------------------------------------------
+# Each runs inside the caller's transaction; ``PostgresStore`` decides where transactions begin
+# and end, these decide what the rows look like.
+
+RUN_COLUMNS = (
+    "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
+    "decide_at, failing"
+)
+
+
+@dataclass(slots=True)
+class LockedRun:
+    """A run row locked for this transaction, as far as ``commit`` needs it."""
+
+    last_sequence: int
+    build_id: str
+
+
+def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
+    """Lock these runs' rows (missing ids are left out) until the transaction ends.
+
+    Rows are locked in run id order, so two commits touching the same runs (a parent and its
+    child) queue one behind the other instead of deadlocking.
+    """
+    rows = conn.execute(
+        "SELECT run_id, last_sequence, build_id FROM runs "
+        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
+        (sorted(set(run_ids)),),
+    )
+    return {run_id: LockedRun(last, build_id) for run_id, last, build_id in rows}
+
+
+def last_sequence(conn: Connection, run_id: str) -> int | None:
+    """The run's last sequence, or ``None`` when it does not exist."""
+    row = conn.execute("SELECT last_sequence FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def insert_run(conn: Connection, run: NewRun, now: datetime) -> EventEnvelope | None:
+    """Insert the run's row and its ``run_started``; ``None`` (writing nothing) if it exists.
+
+    ``ON CONFLICT DO NOTHING`` makes a concurrent creator of the same id wait for the first one
+    and then see the row, so exactly one of them creates the run.
+    """
+    spec = run.spec
+    inserted = conn.execute(
+        "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+        "updated_at, last_sequence, decide_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s) "
+        "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+        (
+            run.run_id,
+            spec.workflow,
+            RunStatus.PENDING.value,
+            spec.runtime_build_id,
+            spec.parent_run_id,
+            now,
+            now,
+            run.decide_at,
+        ),
+    ).fetchone()
+    if inserted is None:
+        return None
+    (envelope,) = insert_events(conn, run.run_id, 0, [RunStarted(spec=spec, seed=run.seed)], now)
+    return envelope
+
+
+def insert_events(
+    conn: Connection, run_id: str, after: int, events: Sequence[Event], now: datetime
+) -> list[EventEnvelope]:
+    """Insert ``events`` as sequences ``after + 1, ...`` and return their envelopes."""
+    envelopes = [
+        EventEnvelope(run_id=run_id, sequence=after + i, recorded_at=now, event=event)
+        for i, event in enumerate(events, start=1)
+    ]
+    rows = [(run_id, e.sequence, e.event_key, now, Json(e.event.to_data())) for e in envelopes]
+    if rows:
+        with unique_violations_as_conflict(run_id, after), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                rows,
+            )
+    return envelopes
+
+
+@contextmanager
+def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterator[None]:
+    """The one place where PostgreSQL's unique violation becomes ``EventConflict``.
+
+    ``commit`` normally reports a stale sequence from the locked run row first; this catches a
+    writer that got past that check, which ``PRIMARY KEY (run_id, sequence)`` still stops.
+    """
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        raise EventConflict(run_id, expected_sequence, None) from exc
+
+
+def apply_index(
+    conn: Connection, run: LockedRun, run_id: str, index: RunIndex, now: datetime
+) -> None:
+    """Bring the run's index rows in line with the events just appended (``run`` is current)."""
+    sets = ["status = %s", "updated_at = %s", "last_sequence = %s"]
+    params: list[Any] = [index.status.value, now, run.last_sequence]
+    if index.status.terminal:
+        # A finished run is never decided again and holds no step work.
+        sets.append("decide_at = NULL, lease_owner = NULL")
+    elif index.decide_at is not KEEP:
+        sets.append("decide_at = %s, lease_owner = NULL")
+        params.append(index.decide_at)
+    if index.failing is not KEEP:
+        sets.append("failing = %s")
+        params.append(index.failing)
+    conn.execute(
+        sql.SQL("UPDATE runs SET {} WHERE run_id = %s").format(
+            sql.SQL(", ").join(map(sql.SQL, sets))
+        ),
+        [*params, run_id],
+    )
+    if index.status.terminal:
+        conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
+    else:
+        _apply_steps(conn, run_id, run.build_id, index.steps)
+    for hook in index.hooks:
+        _upsert_hook(conn, run_id, hook)
+
+
+def _apply_steps(
+    conn: Connection, run_id: str, build_id: str, steps: Mapping[str, StepTask | None]
+) -> None:
+    gone = [step_id for step_id, task in steps.items() if task is None]
+    if gone:
+        conn.execute(
+            "DELETE FROM step_tasks WHERE run_id = %s AND step_id = ANY(%s)", (run_id, gone)
+        )
+    tasks = [
+        (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+        for step_id, task in steps.items()
+        if task is not None
+    ]
+    if tasks:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+                "lease_owner) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id, step_id) "
+                "DO UPDATE SET attempt = EXCLUDED.attempt, available_at = EXCLUDED.available_at, "
+                "lease_owner = EXCLUDED.lease_owner",
+                tasks,
+            )
+
+
+def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry) -> None:
+    # ON CONFLICT waits for a concurrent creator of the same token, then updates the row only
+    # if it is this very hook: no row back means another hook owns the token.
+    row = conn.execute(
+        "INSERT INTO hooks (token, run_id, hook_id, resolved) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
+        "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
+        "RETURNING token",
+        (hook.token, run_id, hook.hook_id, hook.resolved),
+    ).fetchone()
+    if row is None:
+        owner = conn.execute(
+            "SELECT run_id, hook_id FROM hooks WHERE token = %s", (hook.token,)
+        ).fetchone()
+        owner_run, owner_hook = owner if owner is not None else (run_id, hook.hook_id)
+        raise HookTokenInUse(hook.token, owner_run, owner_hook)
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    """A ``RunRecord`` from a row of ``RUN_COLUMNS``."""
+    run_id, workflow, status, build_id, parent, created, updated, last, decide_at, failing = row
+    return RunRecord(
+        run_id=run_id,
+        workflow=workflow,
+        status=RunStatus(status),
+        build_id=build_id,
+        parent_run_id=parent,
+        created_at=utc(created),
+        updated_at=utc(updated),
+        last_sequence=int(last),
+        decide_at=None if decide_at is None else utc(decide_at),
+        failing=failing,
+    )
+
+
+def utc(value: datetime) -> datetime:
+    """A ``timestamptz`` read back, as UTC (the store's sessions run in UTC anyway)."""
+    return value.astimezone(UTC)
