@@ -1,0 +1,397 @@
+"""The reference ``EventStore``: everything in dictionaries, guarded by one lock.
+
+Used by tests and by ``memory://``. It keeps event data as JSON text, like the database stores do,
+so a payload reads back exactly as it would from SQLite or PostgreSQL (tuples become lists) and a
+caller mutating what it read cannot change history. Every method holds the lock for its whole
+duration, which is what makes each one a transaction; ``commit`` validates everything before it
+changes anything, so a failed commit writes nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
+from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import (
+    KEEP,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    RunRecord,
+    StepLease,
+    StoreStats,
+    StreamWrite,
+)
+
+
+def _utc(value: datetime) -> datetime:
+    """Aware UTC (a naive time is taken as UTC), as the database stores hand back."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+@dataclass(slots=True)
+class _Event:
+    event_key: str
+    recorded_at: datetime
+    data: str
+    """The event's ``to_data()`` as JSON text."""
+
+
+@dataclass(slots=True)
+class _Run:
+    run_id: str
+    order: int
+    """Creation order: breaks ties between runs created at the same instant."""
+    workflow: str
+    status: RunStatus
+    build_id: str
+    parent_run_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    decide_at: datetime | None
+    lease_owner: str | None = None
+    failing: str | None = None
+    events: list[_Event] = field(default_factory=list)
+
+    def record(self) -> RunRecord:
+        return RunRecord(
+            run_id=self.run_id,
+            workflow=self.workflow,
+            status=self.status,
+            build_id=self.build_id,
+            parent_run_id=self.parent_run_id,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            last_sequence=len(self.events),
+            decide_at=self.decide_at,
+            failing=self.failing,
+        )
+
+
+@dataclass(slots=True)
+class _Task:
+    build_id: str
+    attempt: int
+    available_at: datetime
+    lease_owner: str | None = None
+
+
+def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
+    return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
+
+
+class MemoryStore:
+    """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self.stats = StoreStats()
+        self._runs: dict[str, _Run] = {}
+        self._tasks: dict[tuple[str, str], _Task] = {}
+        self._hooks: dict[str, HookRecord] = {}
+        self._order = itertools.count()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._version = 0
+        """Bumped by every write, so ``wait_for_change`` can tell that one happened."""
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
+        """Create the run with ``run_started`` at sequence 1; None if the run id exists."""
+        with self._lock:
+            if run.run_id in self._runs:
+                return None
+            self._insert(run, _utc(now))
+            self._touched()
+        return EventEnvelope(
+            run_id=run.run_id,
+            sequence=1,
+            recorded_at=_utc(now),
+            event=RunStarted(spec=run.spec, seed=run.seed),
+        )
+
+    def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        now: datetime,
+    ) -> list[EventEnvelope]:
+        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
+        write = StreamWrite(
+            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
+        )
+        return self.commit([write], [], now)[0]
+
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]:
+        """Apply the creations, then the writes, atomically (see ``EventStore``)."""
+        at = _utc(now)
+        encoded = [_encode(w.events, at) for w in writes]  # bad JSON fails before any change
+        with self._lock:
+            try:
+                self._validate(writes, creates)
+            except EventConflict:
+                self.stats.conflicts += 1
+                raise
+            for run in creates:
+                self._insert(run, at)
+            for write, rows in zip(writes, encoded, strict=True):
+                self._runs[write.run_id].events.extend(rows)
+                self._apply_index(write.run_id, write.index, at)
+            self._touched()
+        return [
+            [
+                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=at, event=e)
+                for seq, e in enumerate(w.events, w.expected_sequence + 1)
+            ]
+            for w in writes
+        ]
+
+    def _validate(self, writes: Sequence[StreamWrite], creates: Sequence[NewRun]) -> None:
+        """Raise what ``commit`` would raise, before anything changes."""
+        last: dict[str, int] = {}
+        for run in creates:
+            # Creating is appending after sequence 0: an existing id is a stale expectation.
+            self._check_sequence(run.run_id, 0, last.get(run.run_id, self._last(run.run_id, 0)))
+            last[run.run_id] = 1
+        for write in writes:
+            actual = last.get(write.run_id, self._last(write.run_id, None))
+            if actual is None:
+                raise RunNotFound(write.run_id)
+            self._check_sequence(write.run_id, write.expected_sequence, actual)
+            last[write.run_id] = actual + len(write.events)
+        claimed: dict[str, tuple[str, str]] = {}
+        for write in writes:
+            for hook in write.index.hooks:
+                known = self._hooks.get(hook.token)
+                owner = claimed.get(hook.token) or (known and (known.run_id, known.hook_id))
+                if owner and owner != (write.run_id, hook.hook_id):
+                    raise HookTokenInUse(hook.token, owner[0], owner[1])
+                claimed[hook.token] = (write.run_id, hook.hook_id)
+
+    def _last(self, run_id: str, missing: int | None) -> int | None:
+        run = self._runs.get(run_id)
+        return missing if run is None else len(run.events)
+
+    @staticmethod
+    def _check_sequence(run_id: str, expected: int, actual: int | None) -> None:
+        """The one place a lost race becomes ``EventConflict``."""
+        if actual != expected:
+            raise EventConflict(run_id, expected, actual)
+
+    def _insert(self, run: NewRun, at: datetime) -> None:
+        spec = run.spec
+        self._runs[run.run_id] = _Run(
+            run_id=run.run_id,
+            order=next(self._order),
+            workflow=spec.workflow,
+            status=RunStatus.PENDING,
+            build_id=spec.runtime_build_id,
+            parent_run_id=spec.parent_run_id,
+            created_at=at,
+            updated_at=at,
+            decide_at=None if run.decide_at is None else _utc(run.decide_at),
+            events=_encode([RunStarted(spec=spec, seed=run.seed)], at),
+        )
+
+    def _apply_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
+        run = self._runs[run_id]
+        run.status = index.status
+        run.updated_at = at
+        if index.status.terminal:
+            run.decide_at, run.lease_owner = None, None
+        elif index.decide_at is not KEEP:
+            run.decide_at = None if index.decide_at is None else _utc(index.decide_at)
+            run.lease_owner = None
+        if index.failing is not KEEP:
+            run.failing = index.failing
+        for step_id, task in index.steps.items():
+            if task is None:
+                self._tasks.pop((run_id, step_id), None)
+            else:
+                self._tasks[(run_id, step_id)] = _Task(
+                    run.build_id, task.attempt, _utc(task.available_at)
+                )
+        if index.status.terminal:
+            # Defensive: the engine sends the deletes too, but a finished run must hold no work.
+            for key in [k for k in self._tasks if k[0] == run_id]:
+                del self._tasks[key]
+        for hook in index.hooks:
+            self._hooks[hook.token] = HookRecord(
+                token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
+            )
+
+    def _touched(self) -> None:
+        self._version += 1
+        self._changed.notify_all()
+
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` if the run is still at ``expected_sequence``."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or len(run.events) != expected_sequence:
+                return False
+            run.decide_at = None if decide_at is None else _utc(decide_at)
+            run.lease_owner = None
+            self._touched()
+            return True
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            rows = list(enumerate(run.events, 1))[max(after_sequence, 0) :]
+        return [
+            EventEnvelope(
+                run_id=run_id,
+                sequence=seq,
+                recorded_at=row.recorded_at,
+                event=event_from_data(row.event_key, json.loads(row.data)),
+            )
+            for seq, row in rows
+        ]
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or None."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            return None if run is None else run.record()
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation order breaks ties)."""
+        with self._lock:
+            runs = [
+                r
+                for r in self._runs.values()
+                if (status is None or r.status == status)
+                and (workflow is None or r.workflow == workflow)
+            ]
+            runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
+            return [r.record() for r in runs[:limit]]
+
+    def find_hook(self, token: str) -> HookRecord | None:
+        """The hook owning ``token``, or None."""
+        with self._lock:
+            return self._hooks.get(token)
+
+    # -- due work ---------------------------------------------------------------------------------
+
+    def lease_runs(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
+        builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
+        with self._lock:
+            due = [
+                (r.decide_at, r.order, r)
+                for r in self._runs.values()
+                if r.build_id in builds and r.decide_at is not None and r.decide_at <= now
+            ]
+            due.sort(key=lambda item: item[:2])
+            leased = [r for _, _, r in due[: max(limit, 0)]]
+            for run in leased:
+                run.decide_at, run.lease_owner = until, worker
+            if leased:
+                self._touched()
+            self.stats.scheduler_rows_read += len(leased)
+            return [r.run_id for r in leased]
+
+    def lease_steps(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
+        with self._lock:
+            ready = sorted(
+                (
+                    (task.available_at, key)
+                    for key, task in self._tasks.items()
+                    if task.build_id in builds and task.available_at <= now
+                ),
+            )[: max(limit, 0)]
+            leases = []
+            for _, (run_id, step_id) in ready:
+                task = self._tasks[(run_id, step_id)]
+                task.available_at, task.lease_owner = until, worker
+                leases.append(
+                    StepLease(
+                        run_id=run_id, step_id=step_id, attempt=task.attempt, lease_until=until
+                    )
+                )
+            if leases:
+                self._touched()
+            self.stats.scheduler_rows_read += len(leases)
+            return leases
+
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend the lease if ``worker`` still holds it."""
+        with self._lock:
+            task = self._tasks.get((run_id, step_id))
+            if task is None or task.lease_owner != worker:
+                return False
+            task.available_at = _utc(lease_until)
+            self._touched()
+            return True
+
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+        builds = set(build_ids)
+        with self._lock:
+            # One candidate per table, as the database stores read one row from each index.
+            found = [
+                min(times)
+                for times in (
+                    [
+                        r.decide_at
+                        for r in self._runs.values()
+                        if r.build_id in builds and r.decide_at
+                    ],
+                    [t.available_at for t in self._tasks.values() if t.build_id in builds],
+                )
+                if times
+            ]
+            self.stats.scheduler_rows_read += len(found)
+            return min(found) if found else None
+
+    # -- waiting and closing ----------------------------------------------------------------------
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds, returning as soon as any write commits."""
+        with self._changed:
+            seen = self._version
+            self._changed.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
+
+    def close(self) -> None:
+        """Nothing to release; the data goes away with the object."""

@@ -1,0 +1,717 @@
+"""The default store: one SQLite file shared by many threads and processes.
+
+Durability: the journal is WAL and ``synchronous=FULL`` by default, so an acknowledged event
+survives a power cut. ``synchronous="NORMAL"`` (``sqlite:///flow.db?synchronous=NORMAL``) is the
+documented speed trade-off: a power cut may lose the last commits, never consistency.
+
+Concurrency: each thread gets its own connection. Every write is one ``BEGIN IMMEDIATE``
+transaction, which takes the write lock up front: a writer that finds the lock taken waits in the
+busy handler (up to ``busy_timeout_ms``) instead of failing when another connection commits
+between its read and its write, as a deferred transaction would.
+
+Schema: ``flow_meta.schema_version`` records the version. Opening a database runs the missing
+``MIGRATIONS`` in order, in one transaction, and refuses a database written by a newer Flow.
+Every ``sqlite3`` error leaving a public method becomes a one-sentence ``StoreError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlite_utils import Database
+
+from flow_cli.errors import ConfigError, EventConflict, HookTokenInUse, RunNotFound, StoreError
+from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import (
+    KEEP,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    RunRecord,
+    StepLease,
+    StoreStats,
+    StreamWrite,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Migration = Callable[[Database], None]
+
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+_POLL_SECONDS = 0.05
+"""How often ``wait_for_change`` looks at ``PRAGMA data_version``."""
+
+
+def _v1_initial(db: Database) -> None:
+    """Event streams, plus the runs, step task and hook indexes derived from them."""
+    db.create_table("flow_meta", {"key": str, "value": str}, pk="key", not_null={"value"})
+    db.create_table(
+        "events",
+        {"run_id": str, "sequence": int, "event_key": str, "recorded_at": str, "data": str},
+        pk=("run_id", "sequence"),
+        not_null={"event_key", "recorded_at", "data"},
+    )
+    runs = db.create_table(
+        "runs",
+        {
+            "run_id": str,
+            "workflow": str,
+            "status": str,
+            "build_id": str,
+            "parent_run_id": str,
+            "created_at": str,
+            "updated_at": str,
+            "last_sequence": int,
+            "decide_at": str,
+            "lease_owner": str,
+            "failing": str,
+        },
+        pk="run_id",
+        not_null={"workflow", "status", "build_id", "created_at", "updated_at", "last_sequence"},
+    )
+    # decide_at serves the scheduler (cost follows the number due); the rest serve `flow runs`.
+    for column in ("decide_at", "status", "workflow", "created_at"):
+        runs.create_index([column], index_name=f"runs_{column}")
+    tasks = db.create_table(
+        "step_tasks",
+        {
+            "run_id": str,
+            "step_id": str,
+            "build_id": str,
+            "attempt": int,
+            "available_at": str,
+            "lease_owner": str,
+        },
+        pk=("run_id", "step_id"),
+        not_null={"build_id", "attempt", "available_at"},
+    )
+    tasks.create_index(["available_at"], index_name="step_tasks_available_at")
+    db.create_table(
+        "hooks",
+        {"token": str, "run_id": str, "hook_id": str, "resolved": int},
+        pk="token",
+        not_null={"run_id", "hook_id", "resolved"},
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial)]
+"""Every schema version in order; the last one is what this code reads and writes."""
+
+
+def _ts(value: datetime) -> str:
+    """Fixed-width UTC text, so string order is time order (a naive time is taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _ts_or_none(value: datetime | None) -> str | None:
+    return None if value is None else _ts(value)
+
+
+def _dt(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _dt_or_none(text: str | None) -> datetime | None:
+    return None if text is None else _dt(text)
+
+
+def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
+    return [(e.event_key(), json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
+
+
+def _guarded(
+    method: Callable[Concatenate[SQLiteStore, P], R],
+) -> Callable[Concatenate[SQLiteStore, P], R]:
+    """Turn any sqlite3 error escaping ``method`` into a ``StoreError``."""
+
+    @functools.wraps(method)
+    def wrapper(self: SQLiteStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
+
+    return wrapper
+
+
+class SQLiteStore:
+    """The ``EventStore`` on one SQLite file.
+
+    Args:
+        path: The database file.
+        synchronous: ``FULL`` (default, survives power loss) or ``NORMAL`` (faster), see module.
+        busy_timeout_ms: How long a writer waits for another connection's write lock before the
+            call fails with ``StoreError``.
+        create: Create the file and schema when missing. Read-only commands pass ``False`` so a
+            mistyped path is reported instead of silently creating an empty database.
+
+    Raises:
+        StoreError: the file is missing (with ``create=False``), unreadable, locked, not a Flow
+            database, or written by a newer Flow.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 5000,
+        create: bool = True,
+    ) -> None:
+        self.path = Path(path).expanduser()
+        self.synchronous = synchronous.upper()
+        if self.synchronous not in SYNCHRONOUS_MODES:
+            raise ConfigError(
+                f"SQLite synchronous={synchronous!r} is not one of {', '.join(SYNCHRONOUS_MODES)}."
+            )
+        self.busy_timeout_ms = int(busy_timeout_ms)
+        self.stats = StoreStats()
+        self._conns: dict[threading.Thread, sqlite3.Connection] = {}
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        # Commits by this process wake local waiters at once; other processes are seen by polling.
+        self._changed = threading.Condition()
+        self._changes = 0
+        self._check_path(create)
+        try:
+            self._ensure_schema(self._conn(), create)
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._store_error(exc) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connections, transactions, errors ------------------------------------------------------
+
+    def _check_path(self, create: bool) -> None:
+        if str(self.path) == ":memory:":
+            raise StoreError(
+                "An in-memory SQLite database cannot be shared; use memory:// instead."
+            )
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a Flow database file.")
+        if not self.path.exists():
+            if not create:
+                raise StoreError(
+                    f"No Flow database at {self.path}; run `flow start` to create one, "
+                    "or pass --db to point at an existing database."
+                )
+            if not self.path.parent.is_dir():
+                raise StoreError(
+                    f"Cannot create Flow database {self.path}: "
+                    f"directory {self.path.parent} does not exist."
+                )
+        elif not os.access(self.path, os.R_OK):
+            raise StoreError(f"Cannot read Flow database {self.path}: permission denied.")
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        thread = threading.current_thread()
+        conn = self._conns.get(thread)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError(f"The store for {self.path} is closed.")
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
+            check_same_thread=False,  # close() may run on another thread
+            timeout=self.busy_timeout_ms / 1000,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        with self._conns_lock:
+            # Pool threads come and go: close what threads that ended left behind.
+            for dead in [t for t in self._conns if not t.is_alive()]:
+                self._conns.pop(dead).close()
+            self._conns[thread] = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        with self._changed:
+            self._changes += 1
+            self._changed.notify_all()
+
+    def _store_error(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"Flow database {self.path} is locked by another connection; gave up after "
+                f"{self.busy_timeout_ms} ms (retry, or raise the busy timeout)."
+            )
+        if "not a database" in text:
+            return StoreError(f"{self.path} is not a Flow database (not an SQLite file).")
+        if "malformed" in text:
+            return StoreError(f"Flow database {self.path} is corrupt ({text}).")
+        if "readonly" in text or "unable to open" in text:
+            return StoreError(f"Cannot open Flow database {self.path} for writing ({text}).")
+        return StoreError(f"Flow database {self.path} failed: {text}.")
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    def _ensure_schema(self, conn: sqlite3.Connection, create: bool) -> None:
+        latest = MIGRATIONS[-1][0]
+        found = self._schema_version(conn)
+        if found is None:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables:
+                raise StoreError(
+                    f"{self.path} is an SQLite database but not a Flow database "
+                    "(it has no flow_meta table)."
+                )
+            if not create:
+                raise StoreError(
+                    f"No Flow database at {self.path}; run `flow start` to create one, "
+                    "or pass --db to point at an existing database."
+                )
+        self._refuse_newer(found, latest)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once per file
+        if found == latest:
+            return
+        with self._write():
+            found = self._schema_version(conn)  # another process may have upgraded meanwhile
+            self._refuse_newer(found, latest)
+            db = Database(conn, execute_plugins=False, recursive_triggers=False)
+            version = found or 0
+            for target, migrate in MIGRATIONS:
+                if target > version:
+                    migrate(db)
+                    version = target
+            conn.execute(
+                "INSERT INTO flow_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(version),),
+            )
+
+    def _schema_version(self, conn: sqlite3.Connection) -> int | None:
+        """The recorded version, or None when this is not (yet) a Flow database."""
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flow_meta'"
+        ).fetchone()
+        if exists is None:
+            return None
+        row = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'").fetchone()
+        try:
+            return int(row[0]) if row is not None else 0
+        except ValueError:
+            raise StoreError(
+                f"Flow database {self.path} has an unreadable schema version {row[0]!r}."
+            ) from None
+
+    def _refuse_newer(self, found: int | None, latest: int) -> None:
+        if found is not None and found > latest:
+            raise StoreError(
+                f"Flow database {self.path} has schema version {found}, newer than this Flow "
+                f"understands ({latest}); upgrade Flow to use it."
+            )
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        expected: int,
+        rows: list[tuple[str, str]],
+        stamp: str,
+    ) -> None:
+        """Append after ``expected``: the one place a lost race becomes ``EventConflict``."""
+        found = conn.execute(
+            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if found is None:
+            raise RunNotFound(run_id)
+        actual: int = found[0]
+        if actual == expected:
+            try:
+                conn.executemany(
+                    "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
+                )
+            except sqlite3.IntegrityError:
+                pass  # the primary key caught a writer the sequence check could not see
+            else:
+                conn.execute(
+                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
+                    (expected + len(rows), run_id),
+                )
+                return
+        raise EventConflict(run_id, expected, actual)
+
+    def _create(
+        self, conn: sqlite3.Connection, run: NewRun, stamp: str, *, must_create: bool
+    ) -> bool:
+        """Insert the run row and its ``run_started``; False if the id exists and may."""
+        spec = run.spec
+        inserted = conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+            "updated_at, last_sequence, decide_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                spec.workflow,
+                RunStatus.PENDING.value,
+                spec.runtime_build_id,
+                spec.parent_run_id,
+                stamp,
+                stamp,
+                _ts_or_none(run.decide_at),
+            ),
+        ).rowcount
+        if not inserted and not must_create:
+            return False
+        # Creating is appending after sequence 0, so an existing run id conflicts in _append.
+        self._append(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
+        return True
+
+    def _apply_index(
+        self, conn: sqlite3.Connection, run_id: str, index: RunIndex, stamp: str
+    ) -> None:
+        sets = ["status = ?", "updated_at = ?"]
+        params: list[Any] = [index.status.value, stamp]
+        if index.status.terminal:
+            sets.append("decide_at = NULL, lease_owner = NULL")
+        elif index.decide_at is not KEEP:
+            sets.append("decide_at = ?, lease_owner = NULL")
+            params.append(_ts_or_none(index.decide_at))
+        if index.failing is not KEEP:
+            sets.append("failing = ?")
+            params.append(index.failing)
+        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
+        if index.steps:
+            build_id = conn.execute(
+                "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+            for step_id, task in index.steps.items():
+                if task is None:
+                    conn.execute(
+                        "DELETE FROM step_tasks WHERE run_id = ? AND step_id = ?",
+                        (run_id, step_id),
+                    )
+                    continue
+                conn.execute(
+                    "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+                    "lease_owner) VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (run_id, step_id) "
+                    "DO UPDATE SET attempt = excluded.attempt, "
+                    "available_at = excluded.available_at, lease_owner = NULL",
+                    (run_id, step_id, build_id, task.attempt, _ts(task.available_at)),
+                )
+        if index.status.terminal:
+            # Defensive: the engine sends the deletes too, but a finished run must hold no work.
+            conn.execute("DELETE FROM step_tasks WHERE run_id = ?", (run_id,))
+        for hook in index.hooks:
+            owner = conn.execute(
+                "SELECT run_id, hook_id FROM hooks WHERE token = ?", (hook.token,)
+            ).fetchone()
+            if owner is not None and tuple(owner) != (run_id, hook.hook_id):
+                raise HookTokenInUse(hook.token, owner[0], owner[1])
+            conn.execute(
+                "INSERT INTO hooks (token, run_id, hook_id, resolved) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (token) DO UPDATE SET resolved = excluded.resolved",
+                (hook.token, run_id, hook.hook_id, int(hook.resolved)),
+            )
+
+    @_guarded
+    def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
+        """Create the run with ``run_started`` at sequence 1; None if the run id exists."""
+        with self._write() as conn:
+            if not self._create(conn, run, _ts(now), must_create=False):
+                return None
+        event = RunStarted(spec=run.spec, seed=run.seed)
+        return EventEnvelope(run_id=run.run_id, sequence=1, recorded_at=_dt(_ts(now)), event=event)
+
+    @_guarded
+    def append_if_sequence(
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        now: datetime,
+    ) -> list[EventEnvelope]:
+        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
+        write = StreamWrite(
+            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
+        )
+        return self.commit([write], [], now)[0]
+
+    @_guarded
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]:
+        """Apply the creations, then the writes, in one transaction (see ``EventStore``)."""
+        stamp = _ts(now)
+        encoded = [_encode(w.events) for w in writes]  # before BEGIN: bad JSON writes nothing
+        try:
+            with self._write() as conn:
+                for run in creates:
+                    self._create(conn, run, stamp, must_create=True)
+                for write, rows in zip(writes, encoded, strict=True):
+                    self._append(conn, write.run_id, write.expected_sequence, rows, stamp)
+                    self._apply_index(conn, write.run_id, write.index, stamp)
+        except EventConflict:
+            self.stats.conflicts += 1
+            raise
+        recorded_at = _dt(stamp)
+        return [
+            [
+                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=recorded_at, event=e)
+                for seq, e in enumerate(w.events, w.expected_sequence + 1)
+            ]
+            for w in writes
+        ]
+
+    @_guarded
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` if the run is still at ``expected_sequence``."""
+        with self._write() as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE runs SET decide_at = ?, lease_owner = NULL "
+                    "WHERE run_id = ? AND last_sequence = ?",
+                    (_ts_or_none(decide_at), run_id, expected_sequence),
+                ).rowcount
+            )
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    @_guarded
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT sequence, event_key, recorded_at, data FROM events "
+            "WHERE run_id = ? AND sequence > ? ORDER BY sequence",
+            (run_id, after_sequence),
+        ).fetchall()
+        if not rows and self.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        try:
+            return [
+                EventEnvelope(
+                    run_id=run_id,
+                    sequence=seq,
+                    recorded_at=_dt(at),
+                    event=event_from_data(key, json.loads(data)),
+                )
+                for seq, key, at, data in rows
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(
+                f"Run {run_id!r} in {self.path} has an event this Flow cannot decode ({exc!r})."
+            ) from exc
+
+    @_guarded
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or None."""
+        row = self._conn().execute(f"{_RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    @_guarded
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation order breaks ties)."""
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if workflow is not None:
+            where.append("workflow = ?")
+            params.append(workflow)
+        sql = _RUN_SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        rows = self._conn().execute(sql, [*params, -1 if limit is None else limit]).fetchall()
+        return [_record(row) for row in rows]
+
+    @_guarded
+    def find_hook(self, token: str) -> HookRecord | None:
+        """The hook owning ``token``, or None."""
+        row = (
+            self._conn()
+            .execute("SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = ?", (token,))
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=bool(row[3]))
+
+    # -- due work ---------------------------------------------------------------------------------
+
+    @_guarded
+    def lease_runs(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
+        if not build_ids or limit <= 0:
+            return []
+        marks = ", ".join("?" * len(build_ids))
+        with self._write() as conn:
+            run_ids = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
+                    "ORDER BY decide_at LIMIT ?",
+                    (_ts(now), *build_ids, limit),
+                )
+            ]
+            conn.executemany(
+                "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
+                [(_ts(lease_until), worker, run_id) for run_id in run_ids],
+            )
+        self.stats.scheduler_rows_read += len(run_ids)
+        return run_ids
+
+    @_guarded
+    def lease_steps(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        if not build_ids or limit <= 0:
+            return []
+        marks = ", ".join("?" * len(build_ids))
+        until = _ts(lease_until)
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT run_id, step_id, attempt FROM step_tasks "
+                f"WHERE available_at <= ? AND build_id IN ({marks}) "
+                "ORDER BY available_at LIMIT ?",
+                (_ts(now), *build_ids, limit),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
+                "WHERE run_id = ? AND step_id = ?",
+                [(until, worker, run_id, step_id) for run_id, step_id, _ in rows],
+            )
+        self.stats.scheduler_rows_read += len(rows)
+        until_dt = _dt(until)
+        return [StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a in rows]
+
+    @_guarded
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend the lease if ``worker`` still holds it."""
+        with self._write() as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE step_tasks SET available_at = ? "
+                    "WHERE run_id = ? AND step_id = ? AND lease_owner = ?",
+                    (_ts(lease_until), run_id, step_id, worker),
+                ).rowcount
+            )
+
+    @_guarded
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+        if not build_ids:
+            return None
+        marks = ", ".join("?" * len(build_ids))
+        conn = self._conn()
+        found = [
+            row[0]
+            for sql in (
+                "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
+                f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
+                f"SELECT available_at FROM step_tasks WHERE build_id IN ({marks}) "
+                "ORDER BY available_at LIMIT 1",
+            )
+            for row in conn.execute(sql, tuple(build_ids))
+        ]
+        self.stats.scheduler_rows_read += len(found)
+        return _dt(min(found)) if found else None
+
+    # -- waiting and closing ----------------------------------------------------------------------
+
+    @_guarded
+    def wait_for_change(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds; return early once any connection commits."""
+        conn = self._conn()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        seen = self._changes
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            with self._changed:
+                if self._changes == seen:
+                    self._changed.wait(min(_POLL_SECONDS, remaining))
+                if self._changes != seen:
+                    return  # this process committed
+            # data_version moves when another connection (thread or process) commits.
+            if conn.execute("PRAGMA data_version").fetchone()[0] != version:
+                return
+
+    def close(self) -> None:
+        """Close every thread's connection; further calls raise ``StoreError``."""
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):  # best effort: the data is committed
+                conn.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+
+_RUN_SELECT = (
+    "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
+    "last_sequence, decide_at, failing FROM runs"
+)
+
+
+def _record(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0],
+        workflow=row[1],
+        status=RunStatus(row[2]),
+        build_id=row[3],
+        parent_run_id=row[4],
+        created_at=_dt(row[5]),
+        updated_at=_dt(row[6]),
+        last_sequence=row[7],
+        decide_at=_dt_or_none(row[8]),
+        failing=row[9],
+    )

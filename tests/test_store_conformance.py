@@ -1,0 +1,806 @@
+"""One conformance suite for every ``EventStore``: each test runs once per ``store`` param."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.events import (
+    EVENT_TYPES,
+    CancelRequested,
+    ChildAbandoned,
+    ChildCancelled,
+    ChildCompleted,
+    ChildScheduled,
+    DecisionFailed,
+    Event,
+    HookCreated,
+    HookResolved,
+    RunCancelled,
+    RunCompleted,
+    RunContinuedAsNew,
+    RunFailed,
+    RunStarted,
+    SignalReceived,
+    SignalWaitStarted,
+    StepCancelled,
+    StepCompleted,
+    StepFailed,
+    StepScheduled,
+    StepStarted,
+    WaitCompleted,
+    WaitStarted,
+)
+from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import (
+    KEEP,
+    EventStore,
+    HookEntry,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    StepTask,
+    StreamWrite,
+)
+
+BUILD = "shop-1"
+RUNNING = RunStatus.RUNNING
+
+
+def make_spec(
+    workflow: str = "orders", build: str = BUILD, parent: str | None = None
+) -> WorkflowSpec:
+    return WorkflowSpec(
+        workflow=workflow,
+        input={"order": 1},
+        runtime_build_id=build,
+        patches=("p1",),
+        parent_run_id=parent,
+    )
+
+
+def new_run(
+    run_id: str,
+    *,
+    decide_at: datetime | None = None,
+    workflow: str = "orders",
+    build: str = BUILD,
+    parent: str | None = None,
+) -> NewRun:
+    return NewRun(
+        run_id=run_id,
+        spec=make_spec(workflow, build, parent),
+        seed=f"seed-{run_id}",
+        decide_at=decide_at,
+    )
+
+
+def create(store: EventStore, run_id: str, now: datetime, **kwargs: object) -> None:
+    created = store.create_run(new_run(run_id, **kwargs), now)  # type: ignore[arg-type]
+    assert created is not None
+
+
+def signal(n: int) -> SignalReceived:
+    return SignalReceived(signal_name="tick", payload=n)
+
+
+def idx(status: RunStatus = RUNNING, **kwargs: object) -> RunIndex:
+    return RunIndex(status=status, **kwargs)  # type: ignore[arg-type]
+
+
+def keys(store: EventStore, run_id: str) -> list[tuple[int, str]]:
+    return [(e.sequence, e.event_key) for e in store.read_history(run_id)]
+
+
+# -- create_run and read_history -----------------------------------------------------------------
+
+
+def test_create_run_records_run_started_at_sequence_1(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    run = new_run("r1", decide_at=now, parent="p0")
+    envelope = store.create_run(run, now)
+    assert envelope is not None
+    assert (envelope.sequence, envelope.recorded_at) == (1, now)
+    assert envelope.event == RunStarted(spec=run.spec, seed=run.seed)
+    [stored] = store.read_history("r1")
+    assert stored == envelope
+    record = store.get_run("r1")
+    assert record is not None
+    assert (record.workflow, record.status, record.build_id) == ("orders", RunStatus.PENDING, BUILD)
+    assert (record.parent_run_id, record.last_sequence, record.failing) == ("p0", 1, None)
+    assert record.created_at == record.updated_at == record.decide_at == now
+    assert store.get_run("missing") is None
+
+
+def test_create_run_twice_returns_none_and_writes_nothing(
+    store: EventStore, clock: ManualClock
+) -> None:
+    create(store, "r1", clock.now(), decide_at=clock.now())
+    later = clock.advance(5)
+    other = NewRun(run_id="r1", spec=make_spec("other"), seed="x", decide_at=later)
+    assert store.create_run(other, later) is None
+    [only] = store.read_history("r1")
+    assert isinstance(only.event, RunStarted) and only.event.spec.workflow == "orders"
+    record = store.get_run("r1")
+    assert record is not None and record.workflow == "orders" and record.decide_at != later
+
+
+def test_read_history_in_order_and_after_sequence(store: EventStore, clock: ManualClock) -> None:
+    create(store, "r1", clock.now())
+    store.append_if_sequence("r1", 1, [signal(1), signal(2)], idx(), clock.now())
+    store.append_if_sequence("r1", 3, [signal(3)], idx(), clock.now())
+    assert [e.sequence for e in store.read_history("r1")] == [1, 2, 3, 4]
+    tail = store.read_history("r1", after_sequence=2)
+    assert [(e.sequence, e.event) for e in tail] == [(3, signal(2)), (4, signal(3))]
+    assert store.read_history("r1", after_sequence=4) == []
+
+
+def test_read_history_of_unknown_run_raises(store: EventStore) -> None:
+    with pytest.raises(RunNotFound) as caught:
+        store.read_history("nope")
+    assert caught.value.run_id == "nope"
+
+
+# -- append_if_sequence --------------------------------------------------------------------------
+
+
+def test_append_gives_gapless_sequences_stamped_with_now(
+    store: EventStore, clock: ManualClock
+) -> None:
+    create(store, "r1", clock.now())
+    first_at = clock.advance(1)
+    first = store.append_if_sequence("r1", 1, [signal(1), signal(2)], idx(), first_at)
+    second_at = clock.advance(1)
+    second = store.append_if_sequence("r1", 3, [signal(3)], idx(), second_at)
+    assert [(e.sequence, e.recorded_at, e.event) for e in first] == [
+        (2, first_at, signal(1)),
+        (3, first_at, signal(2)),
+    ]
+    assert [(e.sequence, e.recorded_at) for e in second] == [(4, second_at)]
+    assert store.read_history("r1")[1:] == first + second
+    record = store.get_run("r1")
+    assert record is not None and (record.last_sequence, record.updated_at) == (4, second_at)
+
+
+def test_recorded_at_is_utc_whatever_zone_now_has(store: EventStore, clock: ManualClock) -> None:
+    create(store, "r1", clock.now())
+    local = clock.now().astimezone(__import__("datetime").timezone(timedelta(hours=8)))
+    [envelope] = store.append_if_sequence("r1", 1, [signal(1)], idx(), local)
+    [stored] = store.read_history("r1", after_sequence=1)
+    assert stored.recorded_at == envelope.recorded_at == clock.now()
+    assert stored.recorded_at.utcoffset() == timedelta(0)
+
+
+def test_stale_append_conflicts_and_writes_nothing(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now, decide_at=now)
+    store.append_if_sequence("r1", 1, [signal(1)], idx(), now)
+    before = store.get_run("r1")
+    stale = idx(
+        RunStatus.SUSPENDED,
+        decide_at=now + timedelta(hours=1),
+        failing="boom",
+        steps={"s1": StepTask(step_id="s1", attempt=1, available_at=now)},
+        hooks=[HookEntry(token="t1", hook_id="h1", resolved=False)],
+    )
+    with pytest.raises(EventConflict) as caught:
+        store.append_if_sequence("r1", 1, [signal(99)], stale, clock.advance(1))
+    assert (caught.value.expected_sequence, caught.value.actual_sequence) == (1, 2)
+    assert keys(store, "r1") == [(1, "run_started"), (2, "signal_received")]
+    assert store.get_run("r1") == before
+    assert store.find_hook("t1") is None
+    assert store.lease_steps("w", [BUILD], clock.now(), clock.now(), 10) == []
+    assert store.stats.conflicts == 1
+
+
+def test_append_ahead_of_history_conflicts(store: EventStore, clock: ManualClock) -> None:
+    create(store, "r1", clock.now())
+    with pytest.raises(EventConflict):
+        store.append_if_sequence("r1", 5, [signal(1)], idx(), clock.now())
+    assert len(store.read_history("r1")) == 1
+
+
+def test_append_to_unknown_run_raises_run_not_found(store: EventStore, clock: ManualClock) -> None:
+    with pytest.raises(RunNotFound):
+        store.append_if_sequence("ghost", 1, [signal(1)], idx(), clock.now())
+    assert store.get_run("ghost") is None
+
+
+def test_concurrent_appenders_leave_a_gapless_history(
+    store: EventStore, clock: ManualClock
+) -> None:
+    create(store, "r1", clock.now())
+    per_thread, threads = 15, 4
+    errors: list[BaseException] = []
+
+    def append_all(worker: int) -> None:
+        try:
+            for n in range(per_thread):
+                while True:
+                    last = store.read_history("r1")[-1].sequence
+                    try:
+                        store.append_if_sequence(
+                            "r1", last, [signal(worker * 100 + n)], idx(), clock.now()
+                        )
+                        break
+                    except EventConflict:
+                        continue  # someone else won this sequence: re-read and retry
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=append_all, args=(w,)) for w in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert errors == []
+    history = store.read_history("r1")
+    assert [e.sequence for e in history] == list(range(1, per_thread * threads + 2))
+    payloads = sorted(e.event.payload for e in history[1:])  # type: ignore[union-attr]
+    assert payloads == sorted(w * 100 + n for w in range(threads) for n in range(per_thread))
+
+
+# -- commit --------------------------------------------------------------------------------------
+
+
+def test_commit_is_atomic_across_streams(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "a", now, decide_at=now)
+    create(store, "b", now, decide_at=now)
+    store.append_if_sequence("b", 1, [signal(1)], idx(), now)
+    before = (store.get_run("a"), store.get_run("b"))
+    good = StreamWrite(
+        run_id="a",
+        expected_sequence=1,
+        events=[signal(2)],
+        index=idx(
+            RunStatus.SUSPENDED,
+            decide_at=None,
+            hooks=[HookEntry(token="t", hook_id="h", resolved=False)],
+        ),
+    )
+    stale = StreamWrite(run_id="b", expected_sequence=1, events=[signal(3)], index=idx())
+    with pytest.raises(EventConflict) as caught:
+        store.commit([good, stale], [new_run("c", decide_at=now)], clock.advance(1))
+    assert caught.value.run_id == "b"
+    assert len(store.read_history("a")) == 1 and len(store.read_history("b")) == 2
+    assert (store.get_run("a"), store.get_run("b")) == before
+    assert store.get_run("c") is None and store.find_hook("t") is None
+
+
+def test_commit_creates_runs_in_the_same_transaction(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "parent", now)
+    create(store, "other", now)
+    later = clock.advance(2)
+    writes = [
+        StreamWrite(
+            run_id="parent", expected_sequence=1, events=[signal(1), signal(2)], index=idx()
+        ),
+        StreamWrite(run_id="other", expected_sequence=1, events=[signal(3)], index=idx()),
+    ]
+    child = new_run("parent/kid", decide_at=later, parent="parent", workflow="kid")
+    result = store.commit(writes, [child], later)
+    assert [[e.sequence for e in part] for part in result] == [[2, 3], [2]]
+    assert result[0][1].event == signal(2) and result[1][0].run_id == "other"
+    [started] = store.read_history("parent/kid")
+    assert started.event == RunStarted(spec=child.spec, seed=child.seed)
+    assert started.recorded_at == later
+    record = store.get_run("parent/kid")
+    assert record is not None
+    assert (record.parent_run_id, record.workflow, record.status) == (
+        "parent",
+        "kid",
+        RunStatus.PENDING,
+    )
+    assert record.decide_at == later
+    assert store.commit([], [], later) == []
+
+
+def test_commit_with_existing_run_id_conflicts_and_writes_nothing(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "taken", now)
+    write = StreamWrite(run_id="a", expected_sequence=1, events=[signal(1)], index=idx())
+    with pytest.raises(EventConflict) as caught:
+        store.commit([write], [new_run("fresh"), new_run("taken")], now)
+    assert caught.value.run_id == "taken"
+    assert len(store.read_history("a")) == 1
+    assert store.get_run("fresh") is None
+    with pytest.raises(EventConflict):
+        store.commit([], [new_run("twin"), new_run("twin")], now)
+    assert store.get_run("twin") is None
+    assert store.stats.conflicts == 2
+
+
+def test_hook_token_of_another_hook_aborts_the_commit(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "b", now)
+    created = HookCreated(hook_id="approve", token="tok", metadata={"who": "ops"})
+    hooks = [HookEntry(token="tok", hook_id="approve", resolved=False)]
+    store.append_if_sequence("a", 1, [created], idx(RunStatus.SUSPENDED, hooks=hooks), now)
+    before = store.get_run("b")
+    for run_id, hook_id, expected in (("b", "approve", 1), ("a", "other-hook", 2)):
+        clash = [HookEntry(token="tok", hook_id=hook_id, resolved=False)]
+        with pytest.raises(HookTokenInUse) as caught:
+            store.append_if_sequence(run_id, expected, [signal(1)], idx(hooks=clash), now)
+        assert (caught.value.run_id, caught.value.hook_id) == ("a", "approve")
+    assert len(store.read_history("b")) == 1 and store.get_run("b") == before
+    assert len(store.read_history("a")) == 2
+    # Two writes of one commit claiming one token for different hooks clash too.
+    writes = [
+        StreamWrite(
+            run_id=run_id,
+            expected_sequence=1,
+            events=[signal(2)],
+            index=idx(hooks=[HookEntry(token="new", hook_id=run_id, resolved=False)]),
+        )
+        for run_id in ("b", "c")
+    ]
+    with pytest.raises(HookTokenInUse):
+        store.commit(writes, [new_run("c")], now)
+    assert store.find_hook("new") is None and store.get_run("c") is None
+
+
+def test_rewriting_a_token_for_its_own_hook_resolves_it(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "a", now)
+    entry = HookEntry(token="tok", hook_id="approve", resolved=False)
+    store.append_if_sequence("a", 1, [signal(1)], idx(hooks=[entry]), now)
+    assert store.find_hook("tok") == HookRecord(
+        token="tok", run_id="a", hook_id="approve", resolved=False
+    )
+    resolved = HookEntry(token="tok", hook_id="approve", resolved=True)
+    resolve = HookResolved(hook_id="approve", token="tok", payload={"ok": True})
+    store.append_if_sequence("a", 2, [resolve], idx(hooks=[resolved]), now)
+    assert store.find_hook("tok") == HookRecord(
+        token="tok", run_id="a", hook_id="approve", resolved=True
+    )
+    assert store.find_hook("unknown") is None
+
+
+# -- the runs index ------------------------------------------------------------------------------
+
+
+def test_index_status_decide_at_and_failing_with_keep(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "r1", now, decide_at=now)
+    soon = now + timedelta(minutes=5)
+    store.append_if_sequence(
+        "r1", 1, [signal(1)], idx(RunStatus.SUSPENDED, decide_at=soon, failing="E: bad"), now
+    )
+    record = store.get_run("r1")
+    assert record is not None
+    assert (record.status, record.decide_at, record.failing) == (
+        RunStatus.SUSPENDED,
+        soon,
+        "E: bad",
+    )
+    later = clock.advance(1)
+    store.append_if_sequence(
+        "r1", 2, [signal(2)], idx(RUNNING, decide_at=KEEP, failing=KEEP), later
+    )
+    record = store.get_run("r1")
+    assert record is not None
+    assert (record.status, record.decide_at, record.failing) == (RUNNING, soon, "E: bad")
+    assert (record.updated_at, record.created_at) == (later, now)
+    store.append_if_sequence(
+        "r1", 3, [signal(3)], idx(RUNNING, decide_at=None, failing=None), later
+    )
+    record = store.get_run("r1")
+    assert record is not None and (record.decide_at, record.failing) == (None, None)
+
+
+def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now)
+    steps = {
+        "s1": StepTask(step_id="s1", attempt=1, available_at=now),
+        "s2": StepTask(step_id="s2", attempt=1, available_at=now + timedelta(seconds=1)),
+    }
+    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=steps), now)
+    until = now + timedelta(seconds=30)
+    leases = store.lease_steps("w1", [BUILD], now, until, 10)
+    assert [(s.step_id, s.attempt, s.lease_until) for s in leases] == [("s1", 1, until)]
+    # Upsert: a new attempt replaces the task and ends w1's lease; None deletes s2.
+    retry = {"s1": StepTask(step_id="s1", attempt=2, available_at=now), "s2": None}
+    store.append_if_sequence("r1", 2, [signal(2)], idx(steps=retry), now)
+    assert not store.renew_step("r1", "s1", "w1", until)
+    later = clock.advance(10)
+    again = store.lease_steps("w2", [BUILD], later, later + timedelta(seconds=30), 10)
+    assert [(s.run_id, s.step_id, s.attempt) for s in again] == [("r1", "s1", 2)]
+
+
+def test_terminal_status_clears_due_work(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now, decide_at=now)
+    task = {"s1": StepTask(step_id="s1", attempt=1, available_at=now)}
+    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=task), now)
+    # The index "forgets" the step delete and asks for a decide time: a finished run gets neither.
+    store.append_if_sequence(
+        "r1", 2, [RunCompleted(result=1)], idx(RunStatus.COMPLETED, decide_at=now), now
+    )
+    record = store.get_run("r1")
+    assert record is not None and (record.status, record.decide_at) == (RunStatus.COMPLETED, None)
+    assert store.lease_steps("w", [BUILD], now, now, 10) == []
+    assert store.lease_runs("w", [BUILD], now, now, 10) == []
+    assert store.next_due([BUILD]) is None
+
+
+# -- leasing runs --------------------------------------------------------------------------------
+
+
+def test_lease_runs_takes_only_due_runs_of_hosted_builds(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "due-2", now, decide_at=now - timedelta(seconds=1))
+    create(store, "due-1", now, decide_at=now - timedelta(seconds=2))
+    create(store, "exactly-now", now, decide_at=now)
+    create(store, "future", now, decide_at=now + timedelta(hours=1))
+    create(store, "idle", now, decide_at=None)
+    create(store, "other-build", now, decide_at=now, build="shop-0")
+    until = now + timedelta(seconds=30)
+    assert store.lease_runs("w1", [BUILD], now, until, 10) == ["due-1", "due-2", "exactly-now"]
+    record = store.get_run("due-1")
+    assert record is not None and record.decide_at == until
+    # Leased runs are skipped until the lease expires, then any worker may take them again.
+    assert (
+        store.lease_runs("w2", [BUILD], clock.advance(29), until + timedelta(seconds=30), 10) == []
+    )
+    clock.advance(1)
+    assert set(store.lease_runs("w2", [BUILD, "shop-0"], clock.now(), until, 10)) == {
+        "due-1",
+        "due-2",
+        "exactly-now",
+        "other-build",
+    }
+
+
+def test_lease_runs_respects_limit_and_empty_builds(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    for n in range(5):
+        create(store, f"r{n}", now, decide_at=now - timedelta(seconds=10 - n))
+    until = now + timedelta(seconds=30)
+    assert store.lease_runs("w", [], now, until, 10) == []
+    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r0", "r1"]
+    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r2", "r3"]
+    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r4"]
+
+
+def test_park_run_only_at_the_current_sequence(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now, decide_at=now)
+    store.lease_runs("w", [BUILD], now, now + timedelta(seconds=30), 10)
+    wake = now + timedelta(hours=1)
+    assert store.park_run("r1", 1, wake)
+    record = store.get_run("r1")
+    assert record is not None and record.decide_at == wake
+    assert store.park_run("r1", 1, None)
+    record = store.get_run("r1")
+    assert record is not None and record.decide_at is None
+    store.append_if_sequence("r1", 1, [signal(1)], idx(decide_at=now), now)
+    assert not store.park_run("r1", 1, wake)
+    record = store.get_run("r1")
+    assert record is not None and record.decide_at == now
+    assert not store.park_run("ghost", 1, wake)
+
+
+# -- leasing steps -------------------------------------------------------------------------------
+
+
+def _schedule(store: EventStore, run_id: str, now: datetime, **tasks: datetime) -> None:
+    steps = {s: StepTask(step_id=s, attempt=1, available_at=at) for s, at in tasks.items()}
+    last = store.read_history(run_id)[-1].sequence
+    store.append_if_sequence(run_id, last, [signal(last)], idx(steps=steps), now)
+
+
+def test_lease_steps_semantics(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now)
+    create(store, "old", now, build="shop-0")
+    _schedule(store, "r1", now, a=now - timedelta(seconds=2), b=now, c=now + timedelta(seconds=5))
+    _schedule(store, "old", now, x=now - timedelta(seconds=9))
+    until = now + timedelta(seconds=30)
+    first = store.lease_steps("w1", [BUILD], now, until, 1)
+    assert [(s.run_id, s.step_id, s.attempt, s.lease_until) for s in first] == [
+        ("r1", "a", 1, until)
+    ]
+    assert [s.step_id for s in store.lease_steps("w1", [BUILD], now, until, 10)] == ["b"]
+    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
+    assert store.lease_steps("w2", [], now, until, 10) == []
+    # c becomes ready; a and b stay leased until their lease runs out.
+    later = clock.advance(29)
+    c_until = later + timedelta(seconds=30)
+    assert [s.step_id for s in store.lease_steps("w2", [BUILD], later, c_until, 10)] == ["c"]
+    expired = clock.advance(1)
+    again = store.lease_steps("w3", [BUILD, "shop-0"], expired, expired + timedelta(seconds=30), 10)
+    assert sorted((s.run_id, s.step_id) for s in again) == [("old", "x"), ("r1", "a"), ("r1", "b")]
+
+
+def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    create(store, "r1", now)
+    _schedule(store, "r1", now, a=now)
+    until = now + timedelta(seconds=30)
+    store.lease_steps("w1", [BUILD], now, until, 10)
+    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
+    assert not store.renew_step("r1", "missing", "w1", until + timedelta(seconds=60))
+    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
+    # The renewed lease outlives the first one: nobody can take the step at its old expiry.
+    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
+    clock.advance(45)
+    assert [s.step_id for s in store.lease_steps("w2", [BUILD], clock.now(), until, 10)] == ["a"]
+
+
+# -- next_due, list_runs, stats ------------------------------------------------------------------
+
+
+def test_next_due_is_the_earliest_run_or_step_time(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    assert store.next_due([BUILD]) is None
+    create(store, "r1", now, decide_at=now + timedelta(minutes=10))
+    create(store, "idle", now, decide_at=None)
+    create(store, "old", now, decide_at=now - timedelta(days=1), build="shop-0")
+    assert store.next_due([BUILD]) == now + timedelta(minutes=10)
+    _schedule(store, "r1", now, a=now + timedelta(minutes=3))
+    assert store.next_due([BUILD]) == now + timedelta(minutes=3)
+    assert store.next_due(["shop-0", BUILD]) == now - timedelta(days=1)
+    assert store.next_due([]) is None
+    assert store.next_due(["nobody"]) is None
+
+
+def test_list_runs_filters_newest_first_with_limit(store: EventStore, clock: ManualClock) -> None:
+    create(store, "first", clock.now())
+    create(store, "second", clock.advance(1), workflow="refunds")
+    create(store, "third", clock.advance(1))
+    create(store, "same-instant", clock.now())  # ties: creation order decides
+    store.append_if_sequence(
+        "first", 1, [RunCompleted(result=None)], idx(RunStatus.COMPLETED), clock.now()
+    )
+    assert [r.run_id for r in store.list_runs()] == ["same-instant", "third", "second", "first"]
+    assert [r.run_id for r in store.list_runs(limit=2)] == ["same-instant", "third"]
+    assert [r.run_id for r in store.list_runs(workflow="orders")] == [
+        "same-instant",
+        "third",
+        "first",
+    ]
+    assert [r.run_id for r in store.list_runs(status=RunStatus.COMPLETED)] == ["first"]
+    assert [r.run_id for r in store.list_runs(status=RunStatus.PENDING, workflow="refunds")] == [
+        "second"
+    ]
+    assert store.list_runs(status=RunStatus.FAILED) == []
+    [record] = store.list_runs(status=RunStatus.COMPLETED)
+    assert record == store.get_run("first")
+
+
+def test_scheduler_rows_read_counts_rows_returned(store: EventStore, clock: ManualClock) -> None:
+    now = clock.now()
+    for n in range(20):  # many waiting runs cost nothing: only the rows handed back count
+        create(store, f"waiting-{n}", now, decide_at=now + timedelta(days=1))
+    create(store, "due-a", now, decide_at=now)
+    create(store, "due-b", now, decide_at=now)
+    _schedule(store, "due-a", now, s1=now)
+    assert store.stats.scheduler_rows_read == 0
+    until = now + timedelta(seconds=30)
+    assert len(store.lease_runs("w", [BUILD], now, until, 10)) == 2
+    assert store.stats.scheduler_rows_read == 2
+    assert len(store.lease_steps("w", [BUILD], now, until, 10)) == 1
+    assert store.stats.scheduler_rows_read == 3
+    store.next_due([BUILD])  # one row from the runs index, one from the step tasks
+    assert store.stats.scheduler_rows_read == 5
+    store.next_due(["nobody"])
+    store.lease_runs("w", [BUILD], now, until, 10)
+    assert store.stats.scheduler_rows_read == 5
+
+
+# -- wait_for_change -----------------------------------------------------------------------------
+
+
+def test_wait_for_change_times_out_when_nothing_happens(store: EventStore) -> None:
+    started = time.monotonic()
+    store.wait_for_change(0.2)
+    assert 0.15 <= time.monotonic() - started < 5
+
+
+def test_wait_for_change_wakes_on_a_commit(store: EventStore, clock: ManualClock) -> None:
+    def later() -> None:
+        time.sleep(0.2)
+        store.create_run(new_run("woken", decide_at=clock.now()), clock.now())
+
+    writer = threading.Thread(target=later)
+    started = time.monotonic()
+    writer.start()
+    store.wait_for_change(20)
+    writer.join()
+    assert time.monotonic() - started < 10
+    assert store.get_run("woken") is not None
+
+
+# -- the event codec through the store -----------------------------------------------------------
+
+AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
+RETRY = RetryPolicy(max_attempts=5, initial_interval=0.5, non_retryable=("ValueError",))
+SAMPLES: list[Event] = [
+    RunStarted(spec=make_spec(parent="p"), seed="abc"),
+    StepScheduled(step_id="s", name="charge", input={"amount": 12.5}, retry=RETRY, batch_id="b1"),
+    StepStarted(step_id="s", attempt=1, worker="w1", lease_until=AT),
+    StepCompleted(step_id="s", attempt=1, output=["ok", 1, None]),
+    StepFailed(
+        step_id="s",
+        attempt=2,
+        error_type="IOError",
+        message="down",
+        next_attempt_at=AT,
+        exhausted=False,
+    ),
+    StepFailed(
+        step_id="s",
+        attempt=3,
+        error_type="IOError",
+        message="down",
+        next_attempt_at=None,
+        exhausted=True,
+    ),
+    StepCancelled(step_id="s", reason="run failed", outcome_unknown=True),
+    WaitStarted(wait_id="w", deadline=AT),
+    WaitCompleted(wait_id="w", deadline=AT),
+    SignalWaitStarted(wait_id="sw", signal_name="approve"),
+    SignalReceived(signal_name="approve", payload={"by": "ops", "nested": {"x": [1.5, True]}}),
+    HookCreated(hook_id="h", token="tok", metadata={"url": "https://example.test"}),
+    HookResolved(hook_id="h", token="tok", payload="yes"),
+    ChildScheduled(
+        child_id="c", child_run_id="r/c", workflow="kid", input=3, cancellation="abandon"
+    ),
+    ChildCompleted(child_id="c", child_run_id="r/c", outcome={"kind": "Completed", "result": 1}),
+    ChildCancelled(child_id="c", child_run_id="r/c", reason="parent ended"),
+    ChildAbandoned(child_id="c", child_run_id="r/c", reason="parent ended"),
+    CancelRequested(reason="operator"),
+    DecisionFailed(
+        error_type="NonDeterminismError",
+        message="step changed",
+        mismatches=[{"identity": "step 's'", "field": "input", "recorded": 1, "produced": 2}],
+    ),
+    RunCompleted(result={"total": 12.5}),
+    RunFailed(error={"type": "IOError", "message": "down", "step_id": "s"}),
+    RunCancelled(reason="operator"),
+    RunContinuedAsNew(
+        successor_run_id="r~2", input={"page": 2}, runtime_build_id=BUILD, patches=("p1",)
+    ),
+]
+
+
+def test_samples_cover_every_event_type() -> None:
+    assert {type(e).KEY for e in SAMPLES} == set(EVENT_TYPES)
+
+
+def test_every_event_type_round_trips(store: EventStore, clock: ManualClock) -> None:
+    create(store, "r1", clock.now())
+    appended = store.append_if_sequence("r1", 1, SAMPLES, idx(), clock.now())
+    stored = store.read_history("r1", after_sequence=1)
+    assert [e.event for e in stored] == SAMPLES
+    assert stored == appended
+
+
+_ids = itertools.count()
+_text = st.text(max_size=12)
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
+_times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+_retry = st.builds(
+    RetryPolicy,
+    max_attempts=st.integers(1, 10),
+    initial_interval=st.floats(0, 3600),
+    backoff_coefficient=st.floats(1, 10),
+    max_interval=st.floats(0, 86400),
+    non_retryable=st.lists(_text, max_size=2).map(tuple),
+    on_exhausted=st.sampled_from(["terminate", "surface"]),
+)
+_spec = st.builds(
+    WorkflowSpec,
+    workflow=_text,
+    input=_json,
+    runtime_build_id=_text,
+    patches=st.lists(_text, max_size=3).map(tuple),
+    parent_run_id=st.none() | _text,
+    parent_child_id=st.none() | _text,
+    predecessor_run_id=st.none() | _text,
+)
+_events: st.SearchStrategy[Event] = st.one_of(
+    st.builds(RunStarted, spec=_spec, seed=_text),
+    st.builds(
+        StepScheduled,
+        step_id=_text,
+        name=_text,
+        input=_json,
+        retry=_retry,
+        batch_id=st.none() | _text,
+    ),
+    st.builds(
+        StepStarted, step_id=_text, attempt=st.integers(1, 99), worker=_text, lease_until=_times
+    ),
+    st.builds(StepCompleted, step_id=_text, attempt=st.integers(1, 99), output=_json),
+    st.builds(
+        StepFailed,
+        step_id=_text,
+        attempt=st.integers(1, 99),
+        error_type=_text,
+        message=_text,
+        next_attempt_at=st.none() | _times,
+        exhausted=st.booleans(),
+    ),
+    st.builds(StepCancelled, step_id=_text, reason=_text, outcome_unknown=st.booleans()),
+    st.builds(WaitStarted, wait_id=_text, deadline=_times),
+    st.builds(WaitCompleted, wait_id=_text, deadline=_times),
+    st.builds(SignalWaitStarted, wait_id=_text, signal_name=_text),
+    st.builds(SignalReceived, signal_name=_text, payload=_json),
+    st.builds(HookCreated, hook_id=_text, token=_text, metadata=_json),
+    st.builds(HookResolved, hook_id=_text, token=_text, payload=_json),
+    st.builds(
+        ChildScheduled,
+        child_id=_text,
+        child_run_id=_text,
+        workflow=_text,
+        input=_json,
+        cancellation=st.sampled_from(["cancel", "abandon"]),
+        batch_id=st.none() | _text,
+    ),
+    st.builds(ChildCompleted, child_id=_text, child_run_id=_text, outcome=_json),
+    st.builds(ChildCancelled, child_id=_text, child_run_id=_text, reason=_text),
+    st.builds(ChildAbandoned, child_id=_text, child_run_id=_text, reason=_text),
+    st.builds(CancelRequested, reason=_text),
+    st.builds(DecisionFailed, error_type=_text, message=_text, mismatches=_json),
+    st.builds(RunCompleted, result=_json),
+    st.builds(RunFailed, error=_json),
+    st.builds(RunCancelled, reason=_text),
+    st.builds(
+        RunContinuedAsNew,
+        successor_run_id=_text,
+        input=_json,
+        runtime_build_id=_text,
+        patches=st.lists(_text, max_size=3).map(tuple),
+    ),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(events=st.lists(_events, min_size=1, max_size=5), now=_times)
+def test_generated_events_round_trip(store: EventStore, events: list[Event], now: datetime) -> None:
+    run_id = f"gen-{next(_ids)}"
+    assert store.create_run(new_run(run_id), now) is not None
+    store.append_if_sequence(run_id, 1, events, idx(), now)
+    stored = store.read_history(run_id, after_sequence=1)
+    assert [e.event for e in stored] == events
+    assert all(e.recorded_at == now for e in stored)
