@@ -194,9 +194,12 @@ class Decider:
         )
         retry_at = now + self.decision_retry
         previous = snap.decision_error
+        # A non-determinism message names the sequence it was found at, which moves with every
+        # decision_failed appended; the mismatches are what identify the error.
+        same = ("error_type", "mismatches") if mismatches else ("error_type", "message")
         if isinstance(previous, dict) and canonical(
-            {k: previous.get(k) for k in ("error_type", "message", "mismatches")}
-        ) == canonical(event.to_data()):
+            {k: previous.get(k) for k in same}
+        ) == canonical({k: event.to_data()[k] for k in same}):
             # The same error again: record it once, try again later (fixed code may be deployed).
             self.streams.store.park_run(snap.run_id, snap.last_sequence, retry_at)
             return
