@@ -656,8 +656,8 @@ class SQLiteStore:
             for sql in (
                 "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
                 f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
-                f"SELECT available_at FROM step_tasks WHERE build_id IN ({marks}) "
-                "ORDER BY available_at LIMIT 1",
+                "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
+                f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
             )
             for row in conn.execute(sql, tuple(build_ids))
         ]

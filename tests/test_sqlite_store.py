@@ -1,0 +1,439 @@
+"""What only the SQLite store promises: pragmas, schema versions, clear errors, indexed due-work
+queries, several processes on one file; and how ``open_store`` reads database URLs."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import types
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+import flow_cli.store.sqlite as sqlite_module
+from flow_cli.errors import ConfigError, StoreError
+from flow_cli.model.events import SignalReceived
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus
+from flow_cli.store import open_store
+from flow_cli.store.memory import MemoryStore
+from flow_cli.store.protocol import NewRun, RunIndex, StepTask
+from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+BUILD = "shop-1"
+
+
+def new_run(run_id: str, decide_at: datetime | None = NOW) -> NewRun:
+    spec = WorkflowSpec(workflow="orders", input={"n": 1}, runtime_build_id=BUILD)
+    return NewRun(run_id=run_id, spec=spec, seed="s", decide_at=decide_at)
+
+
+def running() -> RunIndex:
+    return RunIndex(status=RunStatus.RUNNING)
+
+
+def meta_version(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        return str(
+            conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'").fetchone()[0]
+        )
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "flow.db"
+
+
+# -- pragmas and schema --------------------------------------------------------------------------
+
+
+def test_wal_and_synchronous_full_by_default(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    conn = store._conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    store.close()
+    fast = SQLiteStore(db_path, synchronous="normal", busy_timeout_ms=250)
+    conn = fast._conn()
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 250
+    fast.close()
+    with pytest.raises(ConfigError):
+        SQLiteStore(db_path, synchronous="FAST")
+
+
+def test_schema_version_is_recorded(db_path: Path) -> None:
+    SQLiteStore(db_path).close()
+    assert meta_version(db_path) == str(MIGRATIONS[-1][0])
+    tables = set(Database(db_path).table_names())
+    assert {"flow_meta", "events", "runs", "step_tasks", "hooks"} <= tables
+
+
+def test_an_empty_sqlite_file_gets_the_schema(db_path: Path) -> None:
+    sqlite3.connect(db_path).close()
+    db_path.touch()
+    store = SQLiteStore(db_path)
+    assert store.create_run(new_run("r1"), NOW) is not None
+    store.close()
+    assert meta_version(db_path) == str(MIGRATIONS[-1][0])
+
+
+def _v2_add_note(db: Database) -> None:
+    db["runs"].add_column("note", str)  # type: ignore[union-attr]
+
+
+def test_older_schema_is_upgraded_in_place_keeping_events(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = SQLiteStore(db_path)
+    old.create_run(new_run("r1"), NOW)
+    old.append_if_sequence("r1", 1, [SignalReceived(signal_name="s", payload=[1])], running(), NOW)
+    before = old.read_history("r1")
+    old.close()
+    assert meta_version(db_path) == "1"
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (2, _v2_add_note)])
+    upgraded = SQLiteStore(db_path)
+    assert meta_version(db_path) == "2"
+    assert upgraded.read_history("r1") == before
+    assert "note" in Database(db_path)["runs"].columns_dict
+    upgraded.append_if_sequence(
+        "r1", 2, [SignalReceived(signal_name="s", payload=2)], running(), NOW
+    )
+    upgraded.close()
+    SQLiteStore(db_path).close()  # opening an up-to-date database migrates nothing
+    assert meta_version(db_path) == "2"
+
+
+def test_a_failing_migration_changes_nothing(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    SQLiteStore(db_path).close()
+
+    def broken(db: Database) -> None:
+        db.create_table("half_done", {"x": int})
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (2, broken)])
+    with pytest.raises(StoreError):
+        SQLiteStore(db_path)
+    assert meta_version(db_path) == "1"
+    assert "half_done" not in Database(db_path).table_names()
+
+
+def test_newer_schema_is_refused(db_path: Path) -> None:
+    SQLiteStore(db_path).close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE flow_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"schema version 99, newer than this Flow"):
+        SQLiteStore(db_path)
+
+
+# -- clear errors --------------------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_a_database(db_path: Path) -> None:
+    db_path.write_text("order_id,total\n1,12.50\n" * 200)
+    with pytest.raises(StoreError, match="is not a Flow database") as caught:
+        SQLiteStore(db_path)
+    assert not isinstance(caught.value, sqlite3.Error)
+
+
+def test_an_sqlite_database_of_something_else(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    with pytest.raises(StoreError, match="SQLite database but not a Flow database"):
+        SQLiteStore(db_path)
+
+
+def test_missing_directory_and_directory_paths(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        SQLiteStore(tmp_path / "nowhere" / "flow.db")
+    with pytest.raises(StoreError, match="is a directory"):
+        SQLiteStore(tmp_path)
+
+
+def test_create_false_refuses_a_missing_database(db_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"No Flow database at .*flow start.*--db"):
+        SQLiteStore(db_path, create=False)
+    assert not db_path.exists()
+    SQLiteStore(db_path).close()
+    SQLiteStore(db_path, create=False).close()  # an existing database opens fine
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_file(db_path: Path) -> None:
+    SQLiteStore(db_path).close()
+    db_path.chmod(0)
+    try:
+        with pytest.raises(StoreError, match="permission denied"):
+            SQLiteStore(db_path)
+    finally:
+        db_path.chmod(0o600)
+
+
+def _hold_exclusive_lock(path: Path) -> sqlite3.Connection:
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_a_locked_database_gives_store_error(db_path: Path) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=100)
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="is locked by another connection") as caught:
+            store.create_run(new_run("r1"), NOW)
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        assert time.monotonic() - started < 5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.create_run(new_run("r1"), NOW) is not None  # the lock is gone: works again
+    store.close()
+
+
+def test_a_locked_new_database_fails_to_open_with_store_error(db_path: Path) -> None:
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            SQLiteStore(db_path, busy_timeout_ms=100)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_closed_store_raises_store_error(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.get_run("r1")
+
+
+def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    store.create_run(new_run("r1"), NOW)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE events SET event_key = 'from_the_future' WHERE run_id = 'r1'")
+    with pytest.raises(StoreError, match="cannot decode"):
+        store.read_history("r1")
+    store.close()
+
+
+# -- indexed due work ----------------------------------------------------------------------------
+
+
+def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    store.create_run(new_run("r1"), NOW)
+    task = StepTask(step_id="s", attempt=1, available_at=NOW)
+    index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
+    store.append_if_sequence("r1", 1, [SignalReceived(signal_name="x", payload=1)], index, NOW)
+    statements: list[str] = []
+    store._conn().set_trace_callback(statements.append)  # the SQL the store really runs
+    until = NOW + timedelta(seconds=30)
+    store.lease_runs("w", [BUILD, "shop-0"], NOW, until, 10)
+    store.lease_steps("w", [BUILD], NOW, until, 10)
+    store.next_due([BUILD])
+    store._conn().set_trace_callback(None)
+    selects = [s for s in statements if s.startswith("SELECT")]
+    assert len(selects) == 4
+    with sqlite3.connect(db_path) as conn:
+        for sql in selects:
+            plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            table = "runs" if " FROM runs " in sql else "step_tasks"
+            wanted = "runs_decide_at" if table == "runs" else "step_tasks_available_at"
+            # Walking the due-time index (and no sort of the whole table) is what keeps the cost
+            # proportional to the work that is due, not to every run that is waiting.
+            assert f"USING INDEX {wanted}" in plan, (sql, plan)
+            assert "TEMP B-TREE" not in plan, (sql, plan)
+    store.close()
+
+
+# -- several connections, threads and processes --------------------------------------------------
+
+
+def test_wait_for_change_sees_commits_of_another_connection(db_path: Path) -> None:
+    waiter, writer = SQLiteStore(db_path), SQLiteStore(db_path)
+
+    def commit_soon() -> None:
+        time.sleep(0.2)
+        writer.create_run(new_run("r1"), NOW)
+
+    thread = threading.Thread(target=commit_soon)
+    started = time.monotonic()
+    thread.start()
+    waiter.wait_for_change(20)
+    thread.join()
+    assert time.monotonic() - started < 10
+    assert waiter.get_run("r1") is not None
+    waiter.close()
+    writer.close()
+
+
+APPENDER = """
+import os, sys, time
+from datetime import UTC, datetime
+from flow_cli.errors import EventConflict
+from flow_cli.model.events import SignalReceived
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import RunIndex
+from flow_cli.store.sqlite import SQLiteStore
+
+path, name, count, ready, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+store = SQLiteStore(path)
+open(ready, "w").close()
+while not os.path.exists(go):  # start together, so the appends really interleave
+    time.sleep(0.005)
+now = datetime(2026, 12, 1, tzinfo=UTC)
+index = RunIndex(status=RunStatus.RUNNING)
+conflicts = 0
+for n in range(count):
+    while True:
+        last = store.read_history("shared")[-1].sequence
+        time.sleep(0.0005)  # widen the read-to-write window, as a slow decision would
+        try:
+            event = SignalReceived(signal_name=name, payload=n)
+            store.append_if_sequence("shared", last, [event], index, now)
+            break
+        except EventConflict:
+            conflicts += 1  # the other process won this sequence: re-read and retry
+store.close()
+print(conflicts)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_appending_leave_a_gapless_history(tmp_path: Path, db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    store.create_run(new_run("shared"), NOW)
+    count, go = 120, tmp_path / "go"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                APPENDER,
+                str(db_path),
+                name,
+                str(count),
+                str(tmp_path / name),
+                str(go),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("alpha", "beta")
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / name).exists() for name in ("alpha", "beta")):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "appender processes did not start"
+            time.sleep(0.01)
+        go.touch()
+        outputs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    print("conflicts per process:", [out.strip() for out, _ in outputs])
+    history = store.read_history("shared")
+    assert [e.sequence for e in history] == list(range(1, 2 * count + 2))
+    seen = sorted((e.event.signal_name, e.event.payload) for e in history[1:])  # type: ignore[union-attr]
+    assert seen == sorted((name, n) for name in ("alpha", "beta") for n in range(count))
+    record = store.get_run("shared")
+    assert record is not None and record.last_sequence == 2 * count + 1
+    store.close()
+
+
+# -- open_store ----------------------------------------------------------------------------------
+
+
+def test_open_store_memory() -> None:
+    first, second = open_store("memory://"), open_store("memory://")
+    assert isinstance(first, MemoryStore) and first is not second
+
+
+def test_open_store_sqlite_urls_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///rel.db")
+    assert isinstance(relative, SQLiteStore) and relative.path == Path("rel.db")
+    relative.close()
+    assert (tmp_path / "rel.db").exists()
+    absolute = open_store(f"sqlite:///{tmp_path / 'abs.db'}")  # sqlite:////abs/path
+    assert isinstance(absolute, SQLiteStore) and absolute.path == tmp_path / "abs.db"
+    absolute.close()
+    bare = open_store(str(tmp_path / "bare.db"))
+    assert isinstance(bare, SQLiteStore) and bare.path == tmp_path / "bare.db"
+    bare.close()
+
+
+def test_open_store_sqlite_options_and_create(tmp_path: Path) -> None:
+    fast = open_store(f"sqlite:///{tmp_path}/fast.db?synchronous=NORMAL&busy_timeout_ms=900")
+    assert isinstance(fast, SQLiteStore)
+    assert fast._conn().execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert fast.busy_timeout_ms == 900
+    fast.close()
+    with pytest.raises(StoreError, match="No Flow database"):
+        open_store(f"sqlite:///{tmp_path}/missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://db/flow",
+        "sqlite://flow.db",
+        "sqlite:///",
+        "sqlite:///x.db?journal=off",
+        "sqlite:///x.db?busy_timeout_ms=soon",
+    ],
+)
+def test_open_store_rejects_bad_urls(url: str) -> None:
+    with pytest.raises(ConfigError):
+        open_store(url)
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:secret@db/flow", "postgres://db/flow"])
+def test_open_store_postgres_is_imported_lazily(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+
+    class FakePostgresStore:
+        def __init__(self, target: str) -> None:
+            opened.append(target)
+
+    fake = types.ModuleType("flow_cli.store.postgres")
+    fake.PostgresStore = FakePostgresStore  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flow_cli.store.postgres", fake)
+    assert isinstance(open_store(url), FakePostgresStore)
+    assert opened == [url]
+
+
+def test_importing_flow_cli_store_loads_no_backend() -> None:
+    code = (
+        "import sys, flow_cli.store; "
+        "print(sorted(m for m in ('sqlite_utils', 'psycopg', 'flow_cli.store.sqlite') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
