@@ -258,13 +258,7 @@ class PostgresStore:
             return []
         with self._transaction() as conn:
             rows = conn.execute(
-                "WITH due AS ("
-                " SELECT run_id, decide_at, created_order FROM runs"
-                " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
-                " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-                ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
-                " WHERE runs.run_id = due.run_id"
-                " RETURNING runs.run_id, due.decide_at, due.created_order",
+                tables.LEASE_RUNS,
                 _due_params(worker, build_ids, now, lease_until, limit),
             ).fetchall()
         self._count_rows(len(rows))
@@ -296,13 +290,7 @@ class PostgresStore:
             return []
         with self._transaction() as conn:
             rows = conn.execute(
-                "WITH due AS ("
-                " SELECT run_id, step_id, available_at FROM step_tasks"
-                " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-                " ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-                ") UPDATE step_tasks t SET available_at = %(until)s, lease_owner = %(worker)s"
-                " FROM due WHERE t.run_id = due.run_id AND t.step_id = due.step_id"
-                " RETURNING t.run_id, t.step_id, t.attempt, due.available_at",
+                tables.LEASE_STEPS,
                 _due_params(worker, build_ids, now, lease_until, limit),
             ).fetchall()
         self._count_rows(len(rows))
@@ -328,10 +316,7 @@ class PostgresStore:
             return None
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT (SELECT min(decide_at) FROM runs"
-                "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
-                "       (SELECT min(available_at) FROM step_tasks"
-                "        WHERE build_id = ANY(%(builds)s))",
+                tables.NEXT_DUE,
                 {"builds": list(build_ids)},
             ).fetchone()
         found = [tables.utc(value) for value in row or () if value is not None]
@@ -479,12 +464,11 @@ class PostgresStore:
 
     def _store_error(self, exc: psycopg.Error, *, lost: bool) -> StoreError:
         """One sentence naming the server (never the password) and what to do."""
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
         reason = (lines[0] if lines else type(exc).__name__).removeprefix("connection failed: ")
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
-        state = exc.sqlstate or ""
-        if lost and state.startswith(("28", "3D")):  # bad credentials or no such database
+        if lost and _REFUSED.search(reason):
             return StoreError(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
                 "user, password and database name."
@@ -495,6 +479,12 @@ class PostgresStore:
                 "is up, the next call reconnects."
             )
         return StoreError(f"PostgreSQL at {self._where} failed: {reason}.")
+
+
+_REFUSED = re.compile(
+    r"FATAL: .*(does not exist|authentication failed|pg_hba\.conf|permission denied)"
+)
+"""The server answered but will not let this user in: retrying will not help."""
 
 
 def _schedules_work(index: RunIndex) -> bool:

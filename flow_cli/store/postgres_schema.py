@@ -80,8 +80,11 @@ def _v1_base_tables(conn: Connection) -> None:
         """
     )
     # Due-work lookups read only runs that want a decision: the partial index keeps waiting and
-    # finished runs out of it, so its cost follows the number due, not the number stored.
-    conn.execute("CREATE INDEX runs_decide_at ON runs (decide_at) WHERE decide_at IS NOT NULL")
+    # finished runs out of it, so its cost follows the number due, not the number stored. Its
+    # second column is the lease order's tie-break, so LIMIT stops early instead of sorting.
+    conn.execute(
+        "CREATE INDEX runs_decide_at ON runs (decide_at, created_order) WHERE decide_at IS NOT NULL"
+    )
     conn.execute("CREATE INDEX runs_status_created ON runs (status, created_at, created_order)")
     conn.execute("CREATE INDEX runs_workflow_created ON runs (workflow, created_at, created_order)")
     conn.execute("CREATE INDEX runs_created ON runs (created_at, created_order)")
@@ -160,8 +163,9 @@ def ensure_schema(
 
 
 def _create_schema(conn: Connection, schema: str) -> None:
-    exists = conn.execute("SELECT to_regnamespace(quote_ident(%s)) IS NOT NULL", (schema,))
-    row = exists.fetchone()
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)", (schema,)
+    ).fetchone()
     if row is None or not row[0]:
         # Only when missing: CREATE SCHEMA needs a privilege that a Flow user of an existing,
         # DBA-made schema may not have, even with IF NOT EXISTS.
@@ -189,8 +193,13 @@ def read_version(conn: Connection, schema: str) -> int:
 
 
 def _read_version(conn: Connection, schema: str) -> int:
+    # Asked of the catalog tables, not to_regclass(): their lookups go through caches that a
+    # transaction which has just waited for the migration lock may not have refreshed yet, so
+    # they could miss the schema another opener committed meanwhile.
     table = conn.execute(
-        "SELECT to_regclass(format('%%I.flow_meta', %s::text)) IS NOT NULL", (schema,)
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_tables "
+        "WHERE schemaname = %s AND tablename = 'flow_meta')",
+        (schema,),
     ).fetchone()
     if table is None or not table[0]:
         return 0
@@ -234,6 +243,41 @@ RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
     "decide_at, failing"
 )
+
+
+# The due-work queries. Each reads the index on due time in order and stops after ``limit``
+# rows, so its cost follows the number of runs due, not the number waiting; SKIP LOCKED lets
+# concurrent workers pass over rows another one is leasing instead of queueing behind it.
+# Parameters: worker, builds, now, until, limit.
+
+LEASE_RUNS = (
+    "WITH due AS ("
+    " SELECT run_id, decide_at, created_order FROM runs"
+    " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
+    " WHERE runs.run_id = due.run_id"
+    " RETURNING runs.run_id, due.decide_at, due.created_order"
+)
+"""Lease due runs: rows of (run_id, old decide_at, created_order)."""
+
+LEASE_STEPS = (
+    "WITH due AS ("
+    " SELECT run_id, step_id, available_at FROM step_tasks"
+    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    ") UPDATE step_tasks t SET available_at = %(until)s, lease_owner = %(worker)s"
+    " FROM due WHERE t.run_id = due.run_id AND t.step_id = due.step_id"
+    " RETURNING t.run_id, t.step_id, t.attempt, due.available_at"
+)
+"""Lease ready step tasks: rows of (run_id, step_id, attempt, old available_at)."""
+
+NEXT_DUE = (
+    "SELECT (SELECT min(decide_at) FROM runs"
+    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
+    "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s))"
+)
+"""The earliest run and step due times of some builds: one row of two (maybe NULL) times."""
 
 
 @dataclass(slots=True)

@@ -1,0 +1,495 @@
+"""PostgreSQL-only behaviour of ``PostgresStore``: schema versions, real concurrency between
+connections and processes, LISTEN/NOTIFY wake-ups, outages and the due-work index.
+
+Runs when ``FLOW_TEST_POSTGRES`` names a server (each test in a schema of its own); skipped when
+it is unset, and failing, not skipped, when it is set but the server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+psycopg = pytest.importorskip("psycopg")
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
+
+from flow_cli.errors import EventConflict, StoreError  # noqa: E402
+from flow_cli.model.events import SignalReceived, StepScheduled  # noqa: E402
+from flow_cli.model.retry import RetryPolicy  # noqa: E402
+from flow_cli.model.spec import WorkflowSpec  # noqa: E402
+from flow_cli.model.status import RunStatus  # noqa: E402
+from flow_cli.store import postgres_schema  # noqa: E402
+from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
+from flow_cli.store.protocol import NewRun, RunIndex, StepTask  # noqa: E402
+
+BUILD = "shop-1"
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+RUNNING = RunIndex(status=RunStatus.RUNNING)
+
+
+@pytest.fixture
+def url() -> str:
+    value = os.environ.get("FLOW_TEST_POSTGRES")
+    if not value:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    return value
+
+
+@pytest.fixture
+def schema(url: str) -> Iterator[str]:
+    name = f"flow_pgtest_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def store(url: str, schema: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore(url, schema=schema)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def admin(url: str, schema: str) -> Any:
+    """A plain autocommit connection looking at the test's schema."""
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(f'SET search_path TO "{schema}"')
+    return conn
+
+
+def new_run(run_id: str, decide_at: datetime | None = NOW) -> NewRun:
+    spec = WorkflowSpec(workflow="orders", input={"order": run_id}, runtime_build_id=BUILD)
+    return NewRun(run_id=run_id, spec=spec, seed="seed", decide_at=decide_at)
+
+
+def signal(n: int, name: str = "s") -> SignalReceived:
+    return SignalReceived(signal_name=name, payload=n)
+
+
+# -- schema versions ---------------------------------------------------------------------------
+
+
+def test_schema_version_is_recorded_in_flow_meta(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    with admin(url, schema) as conn:
+        (version,) = conn.execute(
+            "SELECT value FROM flow_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+            )
+        }
+    assert version == str(postgres_schema.SCHEMA_VERSION)
+    assert {"flow_meta", "events", "runs", "step_tasks", "hooks"} <= tables
+
+
+def test_reopening_keeps_the_data(url: str, schema: str, store: PostgresStore) -> None:
+    store.create_run(new_run("r1"), NOW)
+    again = PostgresStore(url, schema=schema)
+    try:
+        assert [e.sequence for e in again.read_history("r1")] == [1]
+    finally:
+        again.close()
+
+
+def test_older_schema_is_upgraded_in_place(
+    url: str, schema: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    store.close()
+
+    def add_probe(conn: Any) -> None:
+        conn.execute("ALTER TABLE runs ADD COLUMN probe text NOT NULL DEFAULT 'upgraded'")
+
+    newer = (*postgres_schema.MIGRATIONS, postgres_schema.Migration(99, "probe", add_probe))
+    monkeypatch.setattr(postgres_schema, "MIGRATIONS", newer)
+    upgraded = PostgresStore(url, schema=schema)
+    try:
+        with admin(url, schema) as conn:
+            assert conn.execute("SELECT value FROM flow_meta").fetchone() == ("99",)
+            assert conn.execute("SELECT probe FROM runs").fetchall() == [("upgraded",)]
+        assert upgraded.get_run("r1") is not None
+    finally:
+        upgraded.close()
+
+
+def test_many_openers_of_a_fresh_schema_create_it_once(url: str, schema: str) -> None:
+    barrier = threading.Barrier(6)
+
+    def open_one(_: int) -> int:
+        barrier.wait()
+        opened = PostgresStore(url, schema=schema)
+        opened.close()
+        return 1
+
+    with ThreadPoolExecutor(6) as pool:
+        assert sum(pool.map(open_one, range(6))) == 6
+    with admin(url, schema) as conn:
+        rows = conn.execute("SELECT key, value FROM flow_meta").fetchall()
+    assert rows == [("schema_version", str(postgres_schema.SCHEMA_VERSION))]
+
+
+def test_newer_schema_version_is_refused(url: str, schema: str, store: PostgresStore) -> None:
+    with admin(url, schema) as conn:
+        conn.execute("UPDATE flow_meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"version 999, newer than") as caught:
+        PostgresStore(url, schema=schema)
+    assert "upgrade Flow" in str(caught.value)
+
+
+def test_a_schema_holding_other_tables_is_refused(url: str, schema: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".invoices (id int)')
+    with pytest.raises(StoreError, match=r"not Flow's \(invoices\)"):
+        PostgresStore(url, schema=schema)
+
+
+def test_connection_settings_fall_back_to_pg_environment(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    params = conninfo_to_dict(url)
+    for key, env in (
+        ("host", "PGHOST"),
+        ("port", "PGPORT"),
+        ("dbname", "PGDATABASE"),
+        ("user", "PGUSER"),
+        ("password", "PGPASSWORD"),
+    ):
+        if key in params:
+            monkeypatch.setenv(env, str(params[key]))
+    from_env = PostgresStore(None, schema=schema)
+    try:
+        assert from_env.create_run(new_run("r1"), NOW) is not None
+    finally:
+        from_env.close()
+
+
+# -- concurrency ---------------------------------------------------------------------------------
+
+
+def _lease_all(
+    stores: list[PostgresStore], lease: Callable[[PostgresStore], list[Any]]
+) -> list[Any]:
+    """Every store leases in its own thread until nothing is left; all leases, in one list."""
+    barrier = threading.Barrier(len(stores))
+
+    def drain(one: PostgresStore) -> list[Any]:
+        barrier.wait()
+        got: list[Any] = []
+        while batch := lease(one):
+            got.extend(batch)
+        return got
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        return [item for part in pool.map(drain, stores) for item in part]
+
+
+def test_concurrent_workers_never_lease_the_same_run(url: str, schema: str) -> None:
+    stores = [PostgresStore(url, schema=schema) for _ in range(4)]
+    try:
+        stores[0].commit([], [new_run(f"r{i:03}") for i in range(300)], NOW)
+        until = NOW + timedelta(minutes=5)
+        leased = _lease_all(stores, lambda s: s.lease_runs("w", [BUILD], NOW, until, 7))
+        assert sorted(leased) == [f"r{i:03}" for i in range(300)]  # each exactly once
+    finally:
+        for one in stores:
+            one.close()
+
+
+def test_concurrent_workers_never_lease_the_same_step(url: str, schema: str) -> None:
+    stores = [PostgresStore(url, schema=schema) for _ in range(4)]
+    try:
+        stores[0].create_run(new_run("r1", decide_at=None), NOW)
+        steps = {
+            f"s{i:03}": StepTask(step_id=f"s{i:03}", attempt=1, available_at=NOW)
+            for i in range(300)
+        }
+        scheduled = [
+            StepScheduled(step_id=step_id, name="work", input=None, retry=RetryPolicy())
+            for step_id in steps
+        ]
+        index = RunIndex(status=RunStatus.RUNNING, steps=steps)
+        stores[0].append_if_sequence("r1", 1, scheduled, index, NOW)
+        until = NOW + timedelta(minutes=5)
+        leased = _lease_all(stores, lambda s: s.lease_steps("w", [BUILD], NOW, until, 7))
+        assert sorted(lease.step_id for lease in leased) == sorted(steps)
+    finally:
+        for one in stores:
+            one.close()
+
+
+def _append_worker(url: str, schema: str, worker: int, count: int, start_at: float) -> int:
+    """Append ``count`` events to run r1 the way the engine does; return the conflicts seen."""
+    store = PostgresStore(url, schema=schema)
+    conflicts = 0
+    try:
+        time.sleep(max(start_at - time.time(), 0.0))
+        for i in range(count):
+            while True:
+                last = store.read_history("r1")[-1].sequence
+                try:
+                    store.append_if_sequence(
+                        "r1", last, [signal(i, name=f"w{worker}")], RUNNING, NOW
+                    )
+                    break
+                except EventConflict:
+                    conflicts += 1
+    finally:
+        store.close()
+    return conflicts
+
+
+@pytest.mark.slow
+def test_concurrent_appender_processes_leave_a_gapless_history(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    workers, count = 4, 25
+    start_at = time.time() + 3.0  # after every process has started and connected
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [
+            pool.submit(_append_worker, url, schema, w, count, start_at) for w in range(workers)
+        ]
+        conflicts = sum(f.result(timeout=120) for f in futures)
+    history = store.read_history("r1")
+    assert [e.sequence for e in history] == list(range(1, workers * count + 2))
+    appended = [(e.event.signal_name, e.event.payload) for e in history[1:]]  # type: ignore[union-attr]
+    assert sorted(appended) == sorted((f"w{w}", i) for w in range(workers) for i in range(count))
+    record = store.get_run("r1")
+    assert record is not None and record.last_sequence == workers * count + 1
+    assert conflicts > 0, "the processes never raced; the test proved nothing"
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+def _commit_later(url: str, schema: str, delay: float) -> threading.Thread:
+    def commit() -> None:
+        time.sleep(delay)
+        other = PostgresStore(url, schema=schema)
+        try:
+            other.create_run(new_run(f"late-{uuid.uuid4().hex[:6]}"), NOW)
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    return thread
+
+
+def test_wait_for_change_returns_promptly_after_another_connection_commits(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.wait_for_change(0)  # starts listening
+    thread = _commit_later(url, schema, 0.3)
+    started = time.monotonic()
+    store.wait_for_change(10)
+    waited = time.monotonic() - started
+    thread.join()
+    assert 0.2 < waited < 1.5
+
+
+def test_wait_for_change_ignores_other_schemas_and_failed_commits(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    store.wait_for_change(0)
+    other_schema = f"{schema}_other"
+    other = PostgresStore(url, schema=other_schema)
+    try:
+        other.create_run(new_run("elsewhere"), NOW)
+        with pytest.raises(EventConflict):
+            store.append_if_sequence(
+                "r1", 0, [signal(1)], RunIndex(status=RunStatus.RUNNING, decide_at=NOW), NOW
+            )
+        started = time.monotonic()
+        store.wait_for_change(0.5)
+        assert time.monotonic() - started >= 0.45
+    finally:
+        other.drop_schema()
+        other.close()
+
+
+def test_a_change_between_waits_is_not_lost(url: str, schema: str, store: PostgresStore) -> None:
+    store.wait_for_change(0)
+    _commit_later(url, schema, 0).join()
+    started = time.monotonic()
+    store.wait_for_change(5)
+    assert time.monotonic() - started < 0.5
+    # ...and it is reported once, not once per queued notification.
+    started = time.monotonic()
+    store.wait_for_change(0.3)
+    assert time.monotonic() - started >= 0.25
+
+
+# -- outages -------------------------------------------------------------------------------------
+
+
+def test_unreachable_server_is_a_store_error_without_the_password() -> None:
+    with pytest.raises(StoreError) as caught:
+        PostgresStore("postgresql://flow:s3cret-pa55@127.0.0.1:1/flowdb", connect_timeout=2)
+    message = str(caught.value)
+    assert message.startswith("PostgreSQL at 127.0.0.1:1/flowdb is unreachable (")
+    assert "s3cret-pa55" not in message and "s3cret-pa55" not in repr(caught.value.__cause__)
+    assert "\n" not in message
+
+
+def test_missing_database_is_refused_without_the_password(url: str) -> None:
+    params = conninfo_to_dict(url)
+    params.update(password="s3cret-pa55", dbname=f"flow_missing_{uuid.uuid4().hex[:8]}")
+    with pytest.raises(StoreError, match="refused the connection") as caught:
+        PostgresStore(make_conninfo(**params))
+    assert "s3cret-pa55" not in str(caught.value)
+
+
+def test_redact_url_hides_passwords() -> None:
+    assert redact_url("postgresql://flow:pw@db:5432/flow") == "postgresql://flow:***@db:5432/flow"
+    assert redact_url("postgresql://db/flow?password=pw&sslmode=require") == (
+        "postgresql://db/flow?password=***&sslmode=require"
+    )
+    assert redact_url("host=db password='p w' user=flow") == "host=db password=*** user=flow"
+    assert redact_url("postgresql://flow@db/flow") == "postgresql://flow@db/flow"
+
+
+def _kill_backends(url: str, application_name: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_store_reconnects_after_its_connections_are_killed(url: str, schema: str) -> None:
+    name = f"flow-kill-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(make_conninfo(url, application_name=name), schema=schema)
+    try:
+        store.create_run(new_run("r1"), NOW)
+        store.wait_for_change(0)  # the listening connection dies too
+        assert _kill_backends(url, name) >= 2
+        time.sleep(0.2)
+        try:
+            store.get_run("r1")
+        except StoreError as exc:
+            assert "unreachable" in str(exc)
+        assert store.get_run("r1") is not None
+        assert store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)[0].sequence == 2
+        with pytest.raises(StoreError, match="unreachable"):
+            store.wait_for_change(1)
+        store.wait_for_change(0)
+        thread = _commit_later(url, schema, 0.2)
+        started = time.monotonic()
+        store.wait_for_change(10)
+        thread.join()
+        assert time.monotonic() - started < 1.5
+    finally:
+        store.close()
+
+
+def test_killed_connection_mid_transaction_is_reported_then_recovered(
+    url: str, schema: str
+) -> None:
+    name = f"flow-kill-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(make_conninfo(url, application_name=name), schema=schema)
+    try:
+        store.create_run(new_run("r1"), NOW)
+        # Hold the run row locked elsewhere so the append blocks inside its transaction,
+        # then kill the store's backend while it waits.
+        with admin(url, schema) as blocker:
+            blocker.execute("BEGIN")
+            blocker.execute("SELECT * FROM runs WHERE run_id = 'r1' FOR UPDATE")
+            killer = threading.Timer(0.5, _kill_backends, (url, name))
+            killer.start()
+            with pytest.raises(StoreError, match="unreachable"):
+                store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)
+            killer.join()
+            blocker.execute("ROLLBACK")
+        assert [e.sequence for e in store.read_history("r1")] == [1]  # nothing half-written
+        assert store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)[0].sequence == 2
+    finally:
+        store.close()
+
+
+# -- the due-work index --------------------------------------------------------------------------
+
+
+def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(plan, dict):
+        if "Node Type" in plan:
+            yield plan
+        for value in plan.values():
+            yield from _plan_nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from _plan_nodes(value)
+
+
+def test_due_work_queries_use_the_due_time_indexes(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    with admin(url, schema) as conn:
+        conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, build_id, created_at, updated_at, "
+            "last_sequence, decide_at) SELECT 'future-' || i, 'orders', 'Suspended', %s, %s, "
+            "%s, 1, %s + i * interval '1 minute' FROM generate_series(1, 10000) AS i",
+            (BUILD, NOW, NOW, NOW),
+        )
+        conn.execute(
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at) "
+            "SELECT 'future-' || i, 's', %s, 1, %s + i * interval '1 minute' "
+            "FROM generate_series(1, 10000) AS i",
+            (BUILD, NOW),
+        )
+        conn.execute("ANALYZE runs")
+        conn.execute("ANALYZE step_tasks")
+        params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
+        for query, index in (
+            (postgres_schema.LEASE_RUNS, "runs_decide_at"),
+            (postgres_schema.LEASE_STEPS, "step_tasks_available_at"),
+            (postgres_schema.NEXT_DUE, "runs_decide_at"),
+        ):
+            (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+            used = {node.get("Index Name") for node in _plan_nodes(plan)}
+            assert index in used, f"{index} not used by:\n{query}\n{plan}"
+    # The cost follows what is due: three due runs among 10,000 waiting read three rows.
+    store.commit([], [new_run(f"due-{i}") for i in range(3)], NOW)
+    before = store.stats.scheduler_rows_read
+    leased = store.lease_runs("w", [BUILD], NOW, NOW + timedelta(seconds=30), 100)
+    assert sorted(leased) == ["due-0", "due-1", "due-2"]
+    assert store.stats.scheduler_rows_read - before == 3
+
+
+# -- storage fidelity ----------------------------------------------------------------------------
+
+
+def test_json_payloads_read_back_exactly(store: PostgresStore) -> None:
+    payload = {"z": 1, "a": [1e20, -0.0, 0.1, 10**30, "nul\u0000byte", "é"], "m": {"b": 2, "a": 1}}
+    store.create_run(new_run("r1"), NOW)
+    store.append_if_sequence(
+        "r1", 1, [SignalReceived(signal_name="s", payload=payload)], RUNNING, NOW
+    )
+    read = store.read_history("r1")[1].event
+    assert isinstance(read, SignalReceived)
+    assert read.payload == payload
+    assert list(read.payload) == ["z", "a", "m"]  # key order kept, as in the other stores
+    assert [type(v) for v in read.payload["a"]] == [float, float, float, int, str, str]
+    assert str(read.payload["a"][1]) == "-0.0"
