@@ -281,6 +281,31 @@ def test_wait_for_change_sees_commits_of_another_connection(db_path: Path) -> No
     writer.close()
 
 
+def test_many_openers_of_a_new_file_create_the_schema_once(db_path: Path) -> None:
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+    stores: list[SQLiteStore] = []
+
+    def open_at_once() -> None:
+        barrier.wait()
+        try:
+            stores.append(SQLiteStore(db_path))
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_at_once) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert stores[0].create_run(new_run("r1"), NOW) is not None
+    assert all(s.get_run("r1") is not None for s in stores)
+    assert meta_version(db_path) == str(MIGRATIONS[-1][0])
+    for store in stores:
+        store.close()
+
+
 APPENDER = """
 import os, sys, time
 from datetime import UTC, datetime
