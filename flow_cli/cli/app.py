@@ -1,0 +1,198 @@
+"""The ``flow`` command line: global options, the commands, and errors mapped to exit codes.
+
+Start-up cost matters (``flow --help``, ``flow show`` in scripts): this module and the command
+modules import only Typer and the standard library. The engine, the stores and Rich are imported
+inside the commands that use them.
+
+Every error leaves as one ``error: ...`` line on stderr and an exit code (see ``exits``), never
+a traceback. Set ``FLOW_DEBUG=1`` to get the traceback of an unexpected error instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from flow_cli.cli import cmd_drive, cmd_facts, cmd_init, cmd_read, cmd_replay, exits
+from flow_cli.cli.io import one_line
+from flow_cli.cli.state import CliState
+from flow_cli.errors import FlowError
+
+
+class FlowGroup(TyperGroup):
+    """The root command: runs the app and turns every failure into one line and an exit code."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if os.environ.get("_FLOW_COMPLETE"):
+            from flow_cli.cli.completion import enable
+
+            enable()
+
+        def invoke() -> Any:
+            return super(FlowGroup, self).main(
+                args,
+                prog_name or "flow",
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+
+        code = run_guarded(invoke)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def run_guarded(invoke: Callable[[], Any]) -> int:
+    """Call ``invoke`` and map what escapes it to an exit code, printing one line on stderr."""
+    try:
+        result = invoke()
+    except FlowError as error:
+        return _fail(str(error), exits.exit_code(error))
+    except typer.Exit as done:
+        return done.exit_code
+    except typer.Abort:
+        return _fail("aborted", exits.FAILED)
+    except typer.TyperException as error:  # usage errors from the argument parser
+        code = getattr(error, "exit_code", exits.USAGE)
+        if type(error).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(error.format_message() + "\n")
+            return exits.OK
+        hint = ""
+        context = getattr(error, "ctx", None)
+        if context is not None:
+            hint = f" (see '{context.command_path} --help')"
+        return _fail(error.format_message() + hint, code)
+    except KeyboardInterrupt:
+        return exits.INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return exits.FAILED
+    except Exception as error:
+        if os.environ.get("FLOW_DEBUG"):
+            raise
+        return _fail(
+            f"unexpected {type(error).__name__}: {error} (set FLOW_DEBUG=1 for the traceback)",
+            exits.FAILED,
+        )
+    if isinstance(result, int) and not isinstance(result, bool):
+        return result  # typer.Exit raised inside a command comes back as its code
+    return exits.OK
+
+
+def _fail(message: str, code: int) -> int:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    sys.stderr.write(f"error: {one_line(message)}\n")
+    sys.stderr.flush()
+    return code
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at devnull so the interpreter's final flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+app = typer.Typer(
+    name="flow",
+    cls=FlowGroup,
+    help="Flow: durable workflows on one SQLite file or PostgreSQL.\n\n"
+    "Runs are append-only event histories; `flow tick` or `flow worker` decides them with the "
+    "workflow code that flow.toml's runtimes name.",
+    epilog=exits.HELP,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from flow_cli import __version__
+
+        sys.stdout.write(f"flow {__version__}\n")
+        raise typer.Exit(exits.OK)
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            envvar="FLOW_DB",
+            metavar="URL",
+            help="Database: sqlite:///PATH, postgresql://..., or memory://. "
+            "Default: flow.toml's database, else sqlite:///<user data dir>/flow/flow.db.",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="FLOW_CONFIG",
+            metavar="PATH",
+            help="Config file (default: ./flow.toml; a missing default file is fine).",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="JSON output for every command that supports it.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Flow: durable workflows on one SQLite file or PostgreSQL."""
+    ctx.obj = CliState(db=db, config_option=config, json=json_output)
+
+
+app.command("init")(cmd_init.init)
+app.command("start")(cmd_facts.start)
+app.command("tick")(cmd_drive.tick)
+app.command("worker")(cmd_drive.worker)
+app.command("signal")(cmd_facts.signal_run)
+app.add_typer(cmd_facts.hook_app)
+app.command("cancel")(cmd_facts.cancel)
+app.command("runs")(cmd_read.runs)
+app.command("show")(cmd_read.show)
+app.command("history")(cmd_read.history)
+app.command("export")(cmd_read.export)
+app.command("replay-check")(cmd_replay.replay_check)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``flow`` console script. Returns the exit code when ``argv`` is given (tests)."""
+    command = typer.main.get_command(app)
+    code: int = command.main(
+        args=list(argv) if argv is not None else None, prog_name="flow", standalone_mode=False
+    )
+    if argv is None:
+        sys.exit(code)
+    return code

@@ -1,0 +1,199 @@
+"""Commands that drive runs forward: ``tick`` (one pass, or until idle) and ``worker``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from flow_cli.cli.io import emit_json, note, one_line, out
+from flow_cli.cli.options import JsonFlag, LeaseSeconds
+from flow_cli.cli.state import CliState
+
+if TYPE_CHECKING:
+    import logging
+
+    from flow_cli.engine.engine import Engine, TickReport
+    from flow_cli.errors import StoreError
+
+
+def tick(
+    ctx: typer.Context,
+    until_idle: Annotated[
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Repeat passes until nothing is runnable now (future timers stay pending).",
+        ),
+    ] = False,
+    lease_seconds: LeaseSeconds = 30.0,
+    json_output: JsonFlag = False,
+) -> None:
+    """Run one scheduler pass, or passes until idle.
+
+    A pass fires due timers and retries, decides runnable runs and runs ready steps. Prints a
+    one-line summary (or a JSON report with --json). With --until-idle on a terminal, progress
+    is shown on stderr while it works.
+    """
+    from flow_cli.cli import logs
+
+    logs.install()
+    state = CliState.of(ctx)
+    with state.open_engine(create=True, with_runtimes=True) as engine:
+        progress = _tick_progress() if until_idle and sys.stderr.isatty() else None
+        with progress or nullcontext():
+            report = engine.tick(
+                until_idle=until_idle,
+                lease_seconds=lease_seconds,
+                on_pass=progress.update if progress is not None else None,
+            )
+        next_due = engine.next_due()
+    if state.want_json(json_output):
+        emit_json(
+            {
+                "passes": report.passes,
+                "decisions": report.decisions,
+                "runs_decided": report.runs_decided,
+                "steps_run": report.steps_run,
+                "conflicts": report.conflicts,
+                "decision_failures": report.decision_failures,
+                "idle": report.idle,
+                "next_due": next_due.isoformat() if next_due is not None else None,
+            }
+        )
+        return
+    passes = "pass" if report.passes == 1 else "passes"
+    line = (
+        f"tick: {report.passes} {passes}, {report.runs_decided} runs decided, "
+        f"{report.steps_run} steps run"
+    )
+    if report.decision_failures:
+        line += f", {report.decision_failures} decision failures"
+    if next_due is not None:
+        line += f"; next due {next_due.isoformat(timespec='seconds')}"
+    out(line)
+
+
+class _TickProgress(AbstractContextManager["_TickProgress"]):
+    """A live status line on stderr: passes, runs decided, steps run."""
+
+    def __init__(self) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+
+        from flow_cli.cli import render
+
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            console=render.console(stderr=True),
+            transient=True,
+        )
+        self._task = self._progress.add_task("tick: starting", total=None)
+
+    def __enter__(self) -> _TickProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, report: TickReport) -> None:
+        from flow_cli.cli.render import tick_progress_text
+
+        self._progress.update(self._task, description=tick_progress_text(report))
+
+
+def _tick_progress() -> _TickProgress:
+    return _TickProgress()
+
+
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int,
+        typer.Option("--concurrency", metavar="N", min=1, help="Step attempts run at once."),
+    ] = 4,
+    lease_seconds: LeaseSeconds = 30.0,
+) -> None:
+    """Run runs continuously until interrupted.
+
+    Decides due runs, runs ready steps on N threads and sleeps until work arrives. SIGINT or
+    SIGTERM stops it cleanly: attempts in hand finish, then it exits 0 (a second Ctrl-C aborts
+    at once; the abandoned attempts are retried after their lease expires). Safe to run many
+    at once, on many machines sharing one database. Database outages are reported on stderr
+    and retried.
+    """
+    from flow_cli.cli import logs
+    from flow_cli.engine.worker import Worker
+
+    handler = logs.install()
+    state = CliState.of(ctx)
+    with state.open_engine(create=True, with_runtimes=True) as engine:
+        reporter = _OutageReporter()
+        runner = Worker(
+            engine,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            on_store_error=reporter,
+        )
+        handler.addFilter(reporter.already_reported)
+        note(_banner(engine, concurrency, lease_seconds))
+        previous = _install_stop_handlers(runner.stop, lambda: runner.stopping)
+        try:
+            stats = runner.run()
+        finally:
+            handler.removeFilter(reporter.already_reported)
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+    note(
+        f"worker stopped: {stats.runs_decided} runs decided, {stats.steps_run} steps run, "
+        f"{stats.store_errors} database errors"
+    )
+
+
+def _banner(engine: Engine, concurrency: int, lease_seconds: float) -> str:
+    builds = ", ".join(engine.build_ids)
+    return (
+        f"worker {engine.worker_id}: builds {builds}; {concurrency} step threads, "
+        f"leases {lease_seconds:g} s. Ctrl-C or SIGTERM to stop."
+    )
+
+
+class _OutageReporter:
+    """``on_store_error``: one clear line per database outage, then the worker retries."""
+
+    def __init__(self) -> None:
+        self._reported: set[int] = set()
+
+    def __call__(self, error: StoreError) -> None:
+        self._reported.add(id(error))
+        note(f"warning: database unavailable, retrying: {one_line(str(error))}")
+
+    def already_reported(self, record: logging.LogRecord) -> bool:
+        """Logging filter: drop the worker's own log line for an error printed above."""
+        args = record.args
+        first = args[0] if isinstance(args, tuple) and args else None
+        return first is None or id(first) not in self._reported
+
+
+def _install_stop_handlers(stop: Any, stopping: Any) -> dict[int, Any]:
+    """SIGINT/SIGTERM stop the worker cleanly; a second one aborts at once (exit 130)."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stopping():
+            note("aborted; unfinished step attempts are retried after their lease expires")
+            sys.stdout.flush()
+            os._exit(130)
+        name = signal.Signals(signum).name
+        note(f"{name}: stopping after the attempts in hand (again to abort)")
+        stop()
+
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, handle)
+    return previous

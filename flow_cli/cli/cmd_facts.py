@@ -1,0 +1,151 @@
+"""Commands that add facts to runs: ``start``, ``signal``, ``hook resolve``, ``cancel``.
+
+Every argument is parsed and checked before the database is opened, so a bad command line never
+creates or changes a database. Only ``start`` may create a missing SQLite file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flow_cli.cli.io import emit_json, out, parse_json_arg
+from flow_cli.cli.options import JsonFlag, Payload, RunArg
+from flow_cli.cli.state import CliState
+
+hook_app = typer.Typer(
+    name="hook",
+    help="Work with hooks: callbacks that a run waits for by token.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+def start(
+    ctx: typer.Context,
+    workflow: Annotated[
+        str, typer.Argument(help="The workflow name, as registered with @runtime.workflow.")
+    ],
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            metavar="ID",
+            help="Run id to use (default: WORKFLOW-<random>). Starting the same id with the "
+            "same workflow and input again is a no-op.",
+            show_default=False,
+        ),
+    ] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            metavar="JSON|@FILE|-",
+            help="The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
+            show_default=False,
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            "--build-id",
+            metavar="B",
+            help="Start under this loaded build instead of flow.toml's build_id.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Create a run of WORKFLOW and print its run id.
+
+    Starting again with the same --id, workflow and input prints the same id (created: false);
+    the same id with a different workflow or input is an error (exit 2). The run is decided by
+    the next `flow tick` or a running `flow worker`.
+    """
+    state = CliState.of(ctx)
+    value = parse_json_arg(input, "--input")
+    state.check_startable(workflow, build_id)
+    with state.open_engine(create=True, with_runtimes=True) as engine:
+        result = engine.start(workflow, value, run_id=run_id, build_id=build_id)
+    if state.want_json(json_output):
+        emit_json({"run_id": result.run_id, "created": result.created})
+    else:
+        out(result.run_id)
+
+
+def signal_run(
+    ctx: typer.Context,
+    run_id: RunArg,
+    name: Annotated[str, typer.Argument(help="The signal name the workflow waits for.")],
+    payload: Payload = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Deliver signal NAME to RUN.
+
+    A signal that arrives before the workflow waits for it is kept and matched later, in order.
+    Signalling a run that already ended fails (exit 1).
+    """
+    state = CliState.of(ctx)
+    value = parse_json_arg(payload, "--payload")
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        sequence = engine.signal(run_id, name, value)
+    if state.want_json(json_output):
+        emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
+    else:
+        out(f"signal {name!r} delivered to run {run_id} (event {sequence})")
+
+
+@hook_app.command("resolve")
+def hook_resolve(
+    ctx: typer.Context,
+    token: Annotated[str, typer.Argument(help="The hook's token (see the hooks of `flow show`).")],
+    payload: Payload = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="Only resolve the hook if it belongs to this run.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Deliver the callback of the hook with TOKEN.
+
+    A hook takes exactly one callback: an unknown token is exit 2, a token that was already
+    resolved (or whose run ended) is exit 1.
+    """
+    state = CliState.of(ctx)
+    value = parse_json_arg(payload, "--payload")
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        owner, hook_id = engine.resolve_hook(token, value, run_id=run_id)
+    if state.want_json(json_output):
+        emit_json({"run_id": owner, "hook_id": hook_id, "token": token})
+    else:
+        out(f"hook {hook_id!r} of run {owner} resolved")
+
+
+def cancel(
+    ctx: typer.Context,
+    run_id: RunArg,
+    reason: Annotated[
+        str, typer.Option("--reason", metavar="TEXT", help="Why; recorded in the history.")
+    ] = "cancelled by operator",
+    json_output: JsonFlag = False,
+) -> None:
+    """Request cancellation of RUN.
+
+    The run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled.
+    Asking twice is harmless. Cancelling a run that already ended fails (exit 1).
+    """
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        requested = engine.cancel(run_id, reason)
+    if state.want_json(json_output):
+        emit_json({"run_id": run_id, "requested": requested})
+    elif requested:
+        out(f"cancellation of run {run_id} requested")
+    else:
+        out(f"cancellation of run {run_id} was already requested")

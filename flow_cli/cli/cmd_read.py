@@ -1,0 +1,225 @@
+"""Read-only commands: ``runs``, ``show``, ``history``, ``export``.
+
+They open the database with ``create=False`` (a wrong path is reported, never created) and
+never import the runtimes, so they work on any machine that can reach the database.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from flow_cli.cli.io import dumps, emit_json, note
+from flow_cli.cli.options import JsonFlag, RunArg
+from flow_cli.cli.state import CliState
+from flow_cli.errors import InputError, RunNotFound
+from flow_cli.model.status import RunStatus
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
+
+FOLLOW_POLL_SECONDS = 1.0
+"""Upper bound of one ``wait_for_change``; the store returns sooner when something commits."""
+
+
+def runs(
+    ctx: typer.Context,
+    status: Annotated[
+        RunStatus | None,
+        typer.Option(
+            "--status",
+            metavar="S",
+            case_sensitive=False,
+            help="Only runs with this status.",
+            show_default=False,
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow", metavar="W", help="Only runs of this workflow.", show_default=False
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", metavar="N", min=1, help="At most N runs (newest first).", show_default=False
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """List runs, newest first.
+
+    A run whose last decision failed (workflow code raised, or was non-deterministic) is marked
+    failing: it is not terminal and resumes once fixed code is deployed.
+    """
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        records = engine.list_runs(status=status, workflow=workflow, limit=limit)
+    if state.want_json(json_output):
+        emit_json(
+            [
+                {
+                    "run_id": r.run_id,
+                    "workflow": r.workflow,
+                    "status": r.status.value,
+                    "build_id": r.build_id,
+                    "parent_run_id": r.parent_run_id,
+                    "created_at": r.created_at.isoformat(),
+                    "updated_at": r.updated_at.isoformat(),
+                    "last_sequence": r.last_sequence,
+                    "failing": r.failing,
+                }
+                for r in records
+            ]
+        )
+        return
+    from flow_cli.cli import render
+
+    render.console().print(render.runs_table(records))
+
+
+def show(ctx: typer.Context, run_id: RunArg, json_output: JsonFlag = False) -> None:
+    """Show the state of RUN.
+
+    Status, steps, timers, signals, hooks, children, progress and outcome. Everything is
+    projected from the run's history. A run stuck on a failed decision shows a "failing" line
+    with the error.
+    """
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        snap = engine.snapshot(run_id)
+        record = engine.get_run(run_id)
+        data: dict[str, Any] = snap.to_json()
+        data["failing"] = record.failing
+        if state.want_json(json_output):
+            emit_json(data)
+            return
+        child_status = _child_status(engine, data)
+    from flow_cli.cli import render
+
+    render.console().print(render.show_view(data, record.failing, child_status))
+
+
+def _child_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:
+    """Live status of children still running (the parent's history only knows they started)."""
+    found: dict[str, str] = {}
+    for child in data["children"].values():
+        if child["status"] != "Running":
+            continue
+        try:
+            found[child["run_id"]] = engine.get_run(child["run_id"]).status.value
+        except RunNotFound:
+            continue
+    return found
+
+
+def history(
+    ctx: typer.Context,
+    run_id: RunArg,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new events as they commit; exit 0 once the run's terminal event "
+            "is printed (NDJSON with --json).",
+        ),
+    ] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Print the events of RUN.
+
+    One row per event: sequence, time, event key and its key data.
+
+    With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
+    one such object per line.
+    """
+    from flow_cli.cli.render import TERMINAL_EVENTS
+
+    state = CliState.of(ctx)
+    as_json = state.want_json(json_output)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        events = [e.to_json() for e in engine.history(run_id)]
+        if not follow:
+            if as_json:
+                emit_json(events)
+            else:
+                from flow_cli.cli import render
+
+                render.console().print(render.history_table(events))
+            return
+        printer = _follow_printer(as_json)
+        last = 0
+        while True:
+            for event in events:
+                printer(event)
+                last = event["sequence"]
+                if event["event_key"] in TERMINAL_EVENTS:
+                    return
+            engine.store.wait_for_change(FOLLOW_POLL_SECONDS)
+            events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
+
+
+def _follow_printer(as_json: bool) -> Any:
+    if as_json:
+        return lambda event: emit_json(event, compact=True)
+    from flow_cli.cli import render
+
+    con = render.console()
+    return lambda event: con.print(render.event_line(event), soft_wrap=True)
+
+
+def export(
+    ctx: typer.Context,
+    run_id: RunArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write to FILE instead of stdout.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Write the history of RUN as JSON.
+
+    The document is for replay elsewhere.
+
+    The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI.
+    """
+    from flow_cli.engine.replay import export_document
+
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        document = export_document(run_id, engine.history(run_id))
+    text = dumps(document) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    _write_atomically(output, text)
+    note(f"wrote {len(document['events'])} events of run {run_id} to {output}")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so a failure leaves no half file."""
+    target = path.expanduser()
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}.") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, target)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}.") from None

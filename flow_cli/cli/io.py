@@ -1,0 +1,84 @@
+"""Plain input and output: JSON arguments in, JSON documents and text lines out.
+
+Nothing here imports Rich: ``--json`` output and error lines must stay plain and cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from flow_cli.errors import InputError
+
+
+def parse_json_arg(value: str | None, option: str) -> Any:
+    """Parse ``--input`` / ``--payload``: literal JSON, ``@file.json``, or ``-`` for stdin.
+
+    ``None`` (option not given) is the JSON ``null``. Raises ``InputError`` with one sentence.
+    """
+    if value is None:
+        return None
+    if value == "-":
+        text = sys.stdin.read()
+        source = f"{option} - (stdin)"
+    elif value.startswith("@"):
+        path = Path(value[1:]).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(f"{option} {value}: file {path} does not exist.") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InputError(f"{option} {value}: cannot read {path}: {reason}.") from None
+        source = f"{option} {value}"
+    else:
+        text = value
+        source = option
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{source} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}). "
+            "Quote strings as JSON, e.g. '\"text\"', or pass @file.json."
+        ) from None
+
+
+def dumps(value: Any, *, compact: bool = False) -> str:
+    """JSON text for stdout: indented documents, or one compact line for NDJSON."""
+    if compact:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def emit_json(value: Any, *, compact: bool = False) -> None:
+    """Write one JSON document (or NDJSON line) to stdout and flush it."""
+    sys.stdout.write(dumps(value, compact=compact) + "\n")
+    sys.stdout.flush()
+
+
+def out(line: str) -> None:
+    """A plain line of data on stdout."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def note(line: str) -> None:
+    """A status line on stderr (progress, warnings): never mixed into the data on stdout."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def one_line(text: str) -> str:
+    """Collapse a message to one line (error lines are exactly one line)."""
+    return " ".join(text.split())
+
+
+def short_json(value: Any, limit: int = 80) -> str:
+    """Compact JSON text of ``value``, cut to ``limit`` characters with an ellipsis."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

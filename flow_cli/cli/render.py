@@ -1,0 +1,452 @@
+"""Every Rich object the command line prints is built here.
+
+Rich decides colour: none when the stream is not a terminal or ``NO_COLOR`` is set. Values that
+come from runs (ids, payloads, error messages) are wrapped in ``Text`` so that square brackets in
+them are never read as markup. This module is imported only by commands that render tables, so
+``flow --help`` and ``--json`` output never pay for Rich.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from flow_cli.cli.io import short_json
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import TickReport
+    from flow_cli.engine.replay import ReplayResult
+    from flow_cli.store.protocol import RunRecord
+
+STATUS_STYLES = {
+    "Pending": "dim",
+    "Running": "cyan",
+    "Suspended": "blue",
+    "Cancelling": "yellow",
+    "Completed": "green",
+    "Failed": "bold red",
+    "Cancelled": "yellow",
+    "ContinuedAsNew": "magenta",
+}
+STEP_STYLES = {
+    "scheduled": "dim",
+    "running": "cyan",
+    "backoff": "yellow",
+    "completed": "green",
+    "failed": "bold red",
+    "cancelled": "yellow",
+}
+TERMINAL_EVENTS = frozenset(
+    {"run_completed", "run_failed", "run_cancelled", "run_continued_as_new"}
+)
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console on stdout (data) or stderr (progress); no automatic highlighting."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+# -- small pieces ----------------------------------------------------------------------------
+
+
+def when(value: datetime | str | None, *, millis: bool = False) -> str:
+    """A UTC time as ``2026-12-02 17:38:19Z`` (``.123`` with ``millis``); ``-`` for none."""
+    if value is None:
+        return "-"
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if millis:
+        text += f".{moment.microsecond // 1000:03d}"
+    return text + "Z"
+
+
+def duration(start: str | None, end: str | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def failing_text(error: Any) -> str:
+    """``ErrorType: message`` of a ``decision_failed`` (or the runs index's text)."""
+    if isinstance(error, Mapping):
+        kind = error.get("error_type") or error.get("type") or "error"
+        return f"{kind}: {error.get('message', '')}".strip()
+    return str(error)
+
+
+def _table(title: str | None = None) -> Table:
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+
+
+# -- flow runs -------------------------------------------------------------------------------
+
+
+def runs_table(records: Sequence[RunRecord]) -> RenderableType:
+    table = _table()
+    for column in ("run id", "workflow", "status", "build", "updated"):
+        table.add_column(column, no_wrap=column != "workflow")
+    table.add_column("failing", overflow="fold")
+    for record in records:
+        failing = (
+            Text("⚠ " + short_json(record.failing, 60).strip('"'), style="bold red")
+            if record.failing
+            else Text("")
+        )
+        table.add_row(
+            Text(record.run_id),
+            Text(record.workflow),
+            status_text(record.status.value),
+            Text(record.build_id),
+            when(record.updated_at),
+            failing,
+        )
+    noun = "run" if len(records) == 1 else "runs"
+    return Group(table, Text(f"{len(records)} {noun}", style="dim"))
+
+
+# -- flow show -------------------------------------------------------------------------------
+
+
+def show_view(
+    snap: Mapping[str, Any], failing: str | None, child_status: Mapping[str, str]
+) -> RenderableType:
+    """The ``flow show`` screen, built from the stable ``--json`` shape of the snapshot."""
+    parts: list[RenderableType] = [_header(snap, failing)]
+    if snap["steps"]:
+        parts.append(_steps(snap["steps"]))
+    if snap["waits"]:
+        parts.append(_timers(snap["waits"]))
+    signals = snap["signals"]
+    if signals["waits"] or signals["received"]:
+        parts.append(_signals(signals))
+    if snap["hooks"]:
+        parts.append(_hooks(snap["hooks"]))
+    if snap["children"]:
+        parts.append(_children(snap["children"], child_status))
+    parts.append(_progress(snap["progress"]))
+    return Group(*parts)
+
+
+def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("status", status_text(snap["status"]))
+    grid.add_row("workflow", Text(snap["workflow"]))
+    grid.add_row("build", Text(snap["build_id"]))
+    grid.add_row("patches", Text(", ".join(snap["patches"]) or "-"))
+    grid.add_row("started", when(snap.get("started_at")))
+    for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
+        if snap.get(key):
+            grid.add_row(label, Text(snap[key]))
+    grid.add_row("input", Text(short_json(snap["input"], 200)))
+    if snap.get("cancel_requested"):
+        grid.add_row("cancel", Text(f"requested: {snap.get('cancel_reason') or ''}", "yellow"))
+    outcome = snap.get("outcome")
+    if outcome is not None:
+        detail = {k: v for k, v in outcome.items() if k != "kind"}
+        value = next(iter(detail.values()), None)
+        grid.add_row(
+            "outcome", Text.assemble(status_text(outcome["kind"]), " ", short_json(value, 200))
+        )
+    if snap.get("decision_error") is not None or failing:
+        message = failing_text(snap["decision_error"]) if snap.get("decision_error") else failing
+        grid.add_row(Text("failing", "bold red"), Text(str(message), "bold red"))
+    return Panel(
+        grid, title=Text(f"run {snap['run_id']}", "bold"), title_align="left", expand=False
+    )
+
+
+def _steps(steps: Mapping[str, Mapping[str, Any]]) -> RenderableType:
+    table = _table("steps")
+    for column in ("id", "name", "state", "attempts", "timing"):
+        table.add_column(column, no_wrap=column != "timing")
+    table.add_column("output / error", overflow="fold")
+    for step_id, step in steps.items():
+        state = step["state"]
+        if step.get("finished_at"):
+            timing = f"took {duration(step.get('scheduled_at'), step['finished_at'])}"
+        elif step.get("next_attempt_at"):
+            timing = f"retry at {when(step['next_attempt_at'])}"
+        elif step.get("started_at"):
+            timing = f"started {when(step['started_at'])}"
+        else:
+            timing = f"scheduled {when(step.get('scheduled_at'))}"
+        if step.get("error") is not None and state != "completed":
+            error = step["error"]
+            detail = Text(
+                f"{error.get('type')}: {error.get('message')}"
+                if isinstance(error, dict)
+                else str(error),
+                "red",
+            )
+        elif state == "cancelled":
+            detail = Text(step.get("cancel_reason") or "", "yellow")
+        else:
+            detail = Text(short_json(step.get("output"), 80) if state == "completed" else "")
+        table.add_row(
+            Text(step_id),
+            Text(step["name"]),
+            Text(state, STEP_STYLES.get(state, "")),
+            str(step["attempts"]),
+            timing,
+            detail,
+        )
+    return table
+
+
+def _timers(waits: Mapping[str, Mapping[str, Any]]) -> RenderableType:
+    table = _table("timers")
+    for column in ("wait", "deadline", "state"):
+        table.add_column(column, no_wrap=True)
+    for wait_id, wait in waits.items():
+        state = (
+            Text(f"fired {when(wait.get('fired_at'))}", "green")
+            if wait["done"]
+            else Text("pending", "blue")
+        )
+        table.add_row(Text(wait_id), when(wait["deadline"]), state)
+    return table
+
+
+def _signals(signals: Mapping[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = []
+    if signals["waits"]:
+        table = _table("signal waits")
+        for column in ("wait", "signal", "state"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("payload", overflow="fold")
+        for wait_id, wait in signals["waits"].items():
+            state = Text("delivered", "green") if wait["delivered"] else Text("waiting", "blue")
+            payload = short_json(wait.get("payload"), 80) if wait["delivered"] else ""
+            table.add_row(Text(wait_id), Text(wait["signal_name"]), state, Text(payload))
+        parts.append(table)
+    if signals["received"]:
+        table = _table("signals received")
+        for column in ("seq", "signal", "consumed by"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("payload", overflow="fold")
+        for signal in signals["received"]:
+            table.add_row(
+                str(signal["sequence"]),
+                Text(signal["signal_name"]),
+                Text(signal.get("wait_id") or "buffered", "" if signal.get("wait_id") else "dim"),
+                Text(short_json(signal.get("payload"), 80)),
+            )
+        parts.append(table)
+    return Group(*parts)
+
+
+def _hooks(hooks: Mapping[str, Mapping[str, Any]]) -> RenderableType:
+    table = _table("hooks")
+    for column in ("hook", "token", "state"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("metadata / payload", overflow="fold")
+    for hook_id, hook in hooks.items():
+        resolved = bool(hook["resolved"])
+        table.add_row(
+            Text(hook_id),
+            Text(hook["token"]),
+            Text("resolved", "green") if resolved else Text("open", "blue"),
+            Text(short_json(hook.get("payload") if resolved else hook.get("metadata"), 80)),
+        )
+    return table
+
+
+def _children(
+    children: Mapping[str, Mapping[str, Any]], child_status: Mapping[str, str]
+) -> RenderableType:
+    table = _table("children")
+    for column in ("child", "run id", "workflow", "status"):
+        table.add_column(column, no_wrap=True)
+    for child_id, child in children.items():
+        status = child_status.get(child["run_id"], child["status"])
+        table.add_row(
+            Text(child_id), Text(child["run_id"]), Text(child["workflow"]), status_text(status)
+        )
+    return table
+
+
+def _progress(progress: Mapping[str, int]) -> RenderableType:
+    bits = [
+        f"steps {progress.get('steps_completed', 0)}/{progress.get('steps_total', 0)} completed",
+    ]
+    for key, label in (
+        ("steps_failed", "failed"),
+        ("steps_cancelled", "cancelled"),
+        ("waits_open", "waits open"),
+        ("hooks_open", "hooks open"),
+        ("children_open", "children open"),
+    ):
+        if progress.get(key):
+            bits.append(f"{progress[key]} {label}")
+    bits.append(f"{progress.get('events', 0)} events")
+    return Text("progress: " + " · ".join(bits), style="dim")
+
+
+# -- flow history ----------------------------------------------------------------------------
+
+
+def event_summary(key: str, data: Mapping[str, Any]) -> str:
+    """The key data of one event, in a few words."""
+    d = data
+    match key:
+        case "run_started":
+            spec = d.get("spec") or {}
+            text = f"workflow {spec.get('workflow')!r} build {spec.get('runtime_build_id')!r}"
+            if spec.get("patches"):
+                text += f" patches {', '.join(spec['patches'])}"
+            if spec.get("parent_run_id"):
+                text += f" parent {spec['parent_run_id']}"
+            if spec.get("predecessor_run_id"):
+                text += f" continues {spec['predecessor_run_id']}"
+            return f"{text} input {short_json(spec.get('input'), 60)}"
+        case "step_scheduled":
+            batch = f" batch {d['batch_id']!r}" if d.get("batch_id") else ""
+            call = f"{d.get('name')}({short_json(d.get('input'), 50)})"
+            return f"step {d.get('step_id')!r} → {call}{batch}"
+        case "step_started":
+            return f"step {d.get('step_id')!r} attempt {d.get('attempt')} on {d.get('worker')}"
+        case "step_completed":
+            return (
+                f"step {d.get('step_id')!r} attempt {d.get('attempt')} "
+                f"→ {short_json(d.get('output'), 60)}"
+            )
+        case "step_failed":
+            after = (
+                "exhausted" if d.get("exhausted") else f"retry at {when(d.get('next_attempt_at'))}"
+            )
+            return (
+                f"step {d.get('step_id')!r} attempt {d.get('attempt')} "
+                f"{d.get('error_type')}: {d.get('message')} ({after})"
+            )
+        case "step_cancelled":
+            unknown = " (outcome unknown)" if d.get("outcome_unknown") else ""
+            return f"step {d.get('step_id')!r}: {d.get('reason')}{unknown}"
+        case "wait_started":
+            return f"wait {d.get('wait_id')!r} until {when(d.get('deadline'))}"
+        case "wait_completed":
+            return f"wait {d.get('wait_id')!r} fired"
+        case "signal_wait_started":
+            return f"wait {d.get('wait_id')!r} for signal {d.get('signal_name')!r}"
+        case "signal_received":
+            return f"signal {d.get('signal_name')!r} {short_json(d.get('payload'), 60)}"
+        case "hook_created":
+            return (
+                f"hook {d.get('hook_id')!r} token {d.get('token')} "
+                f"{short_json(d.get('metadata'), 40)}"
+            )
+        case "hook_resolved":
+            return f"hook {d.get('hook_id')!r} {short_json(d.get('payload'), 60)}"
+        case "child_scheduled":
+            return (
+                f"child {d.get('child_id')!r} → run {d.get('child_run_id')} "
+                f"{d.get('workflow')}({short_json(d.get('input'), 40)})"
+            )
+        case "child_completed":
+            outcome = d.get("outcome")
+            kind = outcome.get("kind") if isinstance(outcome, dict) else outcome
+            return f"child {d.get('child_id')!r} (run {d.get('child_run_id')}) {kind}"
+        case "child_cancelled" | "child_abandoned":
+            return f"child {d.get('child_id')!r} (run {d.get('child_run_id')}): {d.get('reason')}"
+        case "cancel_requested" | "run_cancelled":
+            return str(d.get("reason", ""))
+        case "decision_failed":
+            return failing_text(d)
+        case "run_completed":
+            return f"result {short_json(d.get('result'), 70)}"
+        case "run_failed":
+            return f"error {short_json(d.get('error'), 70)}"
+        case "run_continued_as_new":
+            return f"successor {d.get('successor_run_id')} input {short_json(d.get('input'), 50)}"
+        case _:
+            return short_json(dict(d), 80)
+
+
+def _event_style(key: str) -> str:
+    if key in ("run_failed", "decision_failed", "step_failed"):
+        return "red"
+    if key in TERMINAL_EVENTS:
+        return "bold green" if key == "run_completed" else "bold"
+    return "cyan"
+
+
+def history_table(events: Iterable[Mapping[str, Any]]) -> RenderableType:
+    table = _table()
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("details", overflow="fold")
+    for event in events:
+        key = event["event_key"]
+        table.add_row(
+            str(event["sequence"]),
+            when(event["recorded_at"], millis=True),
+            Text(key, _event_style(key)),
+            Text(event_summary(key, event["data"])),
+        )
+    return table
+
+
+def event_line(event: Mapping[str, Any]) -> Text:
+    """One event as a line, for ``history --follow`` (a table cannot grow row by row)."""
+    key = event["event_key"]
+    return Text.assemble(
+        (f"{event['sequence']:>4}  ", ""),
+        (when(event["recorded_at"], millis=True) + "  ", "dim"),
+        (f"{key:<21} ", _event_style(key)),
+        event_summary(key, event["data"]),
+    )
+
+
+# -- flow tick -------------------------------------------------------------------------------
+
+
+def tick_progress_text(report: TickReport) -> str:
+    return (
+        f"tick: pass {report.passes} · {report.runs_decided} runs decided · "
+        f"{report.steps_run} steps run"
+    )
+
+
+# -- flow replay-check -----------------------------------------------------------------------
+
+
+def replay_table(results: Sequence[ReplayResult]) -> RenderableType:
+    table = _table("divergences")
+    table.add_column("run", no_wrap=True)
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("identity", no_wrap=True)
+    table.add_column("field", no_wrap=True)
+    table.add_column("recorded", overflow="fold", style="green")
+    table.add_column("produced", overflow="fold", style="red")
+    for result in results:
+        for d in result.divergences:
+            table.add_row(
+                Text(d.run_id),
+                str(d.sequence),
+                Text(d.identity),
+                Text(d.field),
+                Text(short_json(d.recorded, 160)),
+                Text(short_json(d.produced, 160)),
+            )
+    return table
