@@ -362,3 +362,79 @@ def scenario_runtime(
         return ctx.complete({"build": build_id, "fix": ctx.patched("fix")})
 
     return rt
+
+
+# -- random programs (property tests) --------------------------------------------------------------
+
+PROGRAM_BUILD = "prop-1"
+
+
+def program_runtime(build_id: str = PROGRAM_BUILD) -> Runtime:
+    """``program``: a workflow that interprets its input, a list of operations.
+
+    ``["step", handler]``, ``["batch", [handler, ...]]``, ``["wait", seconds]``,
+    ``["signal", name]``, ``["hook"]``, ``["child", policy, [op, ...]]``, ``["continue"]``,
+    ``["fail"]``; handlers are ``ok``, ``fail`` and ``flaky`` (fails its first attempt).
+    Under cancellation it runs a ``cleanup`` step first when ``input["cleanup"]`` is true.
+    """
+    rt = Runtime(build_id=build_id)
+    surface = RetryPolicy(max_attempts=2, initial_interval=5.0, on_exhausted="surface")
+    terminate = RetryPolicy(max_attempts=2, initial_interval=5.0)
+
+    @rt.step("ok")
+    def ok(input, info):
+        return input
+
+    @rt.step("fail")
+    def fail(input, info):
+        raise RuntimeError(f"failed attempt {info.attempt}")
+
+    @rt.step("flaky")
+    def flaky(input, info):
+        if info.attempt == 1:
+            raise ConnectionError("first attempt fails")
+        return {"attempt": info.attempt}
+
+    @rt.workflow("program")
+    def program(ctx):
+        if ctx.cancel_requested:
+            if ctx.input.get("cleanup"):
+                ctx.step("cleanup", "ok", None)
+            return ctx.cancelled()
+        results: list[Any] = []
+        for i, op in enumerate(ctx.input["ops"]):
+            oid = f"op{i}"
+            kind = op[0]
+            if kind == "step":
+                try:
+                    results.append(ctx.step(oid, op[1], {"i": i}, retry=surface))
+                except StepFailedError:
+                    results.append("failed")
+            elif kind == "batch":
+                members = [
+                    ctx.schedule_step(f"{oid}.{j}", name, {"j": j}, retry=terminate)
+                    for j, name in enumerate(op[1])
+                ]
+                if not all(ctx.step_state(m.step_id) is StepStatus.COMPLETED for m in members):
+                    return ctx.schedule_steps(members)
+                results.append(len(members))
+            elif kind == "wait":
+                ctx.sleep(oid, op[1])
+                results.append("woke")
+            elif kind == "signal":
+                results.append(ctx.receive(oid, op[1]))
+            elif kind == "hook":
+                if not ctx.hook_resolved(oid):
+                    return ctx.create_hook(oid, ctx.new_token(oid), {"i": i})
+                results.append(ctx.hook(oid))
+            elif kind == "child":
+                outcome = ctx.child(oid, "program", {"ops": op[2]}, op[1])
+                results.append(outcome.kind.value)
+            elif kind == "continue":
+                if ctx.input.get("gen", 0) < 1:
+                    return ctx.continue_as_new({**ctx.input, "gen": 1})
+            elif kind == "fail":
+                return ctx.fail({"at": i})
+        return ctx.complete(results)
+
+    return rt
