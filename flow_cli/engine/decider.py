@@ -270,6 +270,9 @@ class Decider:
     def _cancel_child(self, child_run_id: str, reason: str) -> Write | None:
         try:
             child = self.streams.load(child_run_id)
+            # A child that continued as new lives on in its successor: cancel the live run.
+            while child.outcome is not None and child.outcome.successor_run_id is not None:
+                child = self.streams.load(child.outcome.successor_run_id)
         except RunNotFound:
             return None
         if child.terminal or child.cancel_requested:
