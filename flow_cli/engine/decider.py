@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flow_cli.engine.streams import Streams, Write
-from flow_cli.errors import EventConflict, NonDeterminismError, RunNotFound
+from flow_cli.errors import EventConflict, HookTokenInUse, NonDeterminismError, RunNotFound
 from flow_cli.model.clock import Clock
 from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
@@ -125,7 +125,11 @@ class Decider:
 
         report.decisions += 1
         if result.events:
-            self._append_decision(snap, result, now)
+            try:
+                self._append_decision(snap, result, now)
+            except HookTokenInUse as exc:  # the code chose a token another hook owns
+                self._decision_failed(snap, exc, now, report)
+                return False
             return True
         if result.terminal is not None:
             self._terminate(snap, result.terminal, now, _reason(result.terminal))
