@@ -314,6 +314,13 @@ def scenario_runtime(
             return ctx.complete(ctx.hook("h"))
         return ctx.create_hook("h", ctx.new_token("approval"), {"kind": "approval"})
 
+    @rt.workflow("fixed-token-hook")
+    def fixed_token_hook(ctx):
+        # A literal token (not ctx.new_token): two runs of this workflow collide.
+        if ctx.hook_resolved("h"):
+            return ctx.complete(ctx.hook("h"))
+        return ctx.create_hook("h", ctx.input["token"], None)
+
     # -- children --
     @rt.workflow("parent")
     def parent(ctx):
@@ -335,6 +342,13 @@ def scenario_runtime(
     @rt.workflow("child-waits")
     def child_waits(ctx):
         return ctx.complete(ctx.receive("go", "finish"))
+
+    @rt.workflow("child-continues")
+    def child_continues(ctx):
+        # Continues as new once, then waits for "finish" in its successor.
+        if ctx.input is None:
+            return ctx.continue_as_new({"generation": 1})
+        return ctx.complete({"finished": ctx.receive("go", "finish")})
 
     # -- continue_as_new --
     @rt.workflow("counter")

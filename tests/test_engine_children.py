@@ -154,3 +154,50 @@ def test_cancelling_the_parent_abandons_a_child_under_policy_abandon(
     # The parent has ended: nothing is appended to it.
     assert keys(engine, "p")[-1] == "run_cancelled"
     assert engine.snapshot("p").children["c"].status == "Abandoned"
+
+
+def test_a_child_that_continued_as_new_reports_to_the_parent_from_its_successor(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("parent", {"child": "child-continues"}, run_id="p")
+    engine.tick(until_idle=True)
+    assert keys(engine, "p/c") == ["run_started", "run_continued_as_new"]
+    assert keys(engine, "p/c~1") == ["run_started", "signal_wait_started"]
+    successor = engine.snapshot("p/c~1").spec
+    assert (successor.parent_run_id, successor.parent_child_id) == ("p", "c")
+    assert keys(engine, "p") == ["run_started", "child_scheduled"]  # still waiting
+
+    engine.signal("p/c~1", "finish", "at last")
+    engine.tick(until_idle=True)
+    assert data(engine, "p", "child_completed") == [
+        {
+            "child_id": "c",
+            "child_run_id": "p/c~1",
+            "outcome": {"kind": "Completed", "result": {"finished": "at last"}},
+        }
+    ]
+    assert data(engine, "p", "run_completed") == [
+        {"result": {"child_result": {"finished": "at last"}}}
+    ]
+
+
+def test_cancelling_the_parent_cancels_the_successor_of_a_continued_child(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Policy "cancel" reaches the child's live run, not only its finished first generation."""
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("parent", {"child": "child-continues", "cancellation": "cancel"}, run_id="p")
+    engine.tick(until_idle=True)
+    assert keys(engine, "p/c~1") == ["run_started", "signal_wait_started"]
+
+    engine.cancel("p", "stop everything")
+    engine.tick(until_idle=True)
+    assert keys(engine, "p")[-2:] == ["child_cancelled", "run_cancelled"]
+    assert keys(engine, "p/c~1") == [
+        "run_started",
+        "signal_wait_started",
+        "cancel_requested",
+        "run_cancelled",
+    ]
+    assert engine.snapshot("p/c~1").status is RunStatus.CANCELLED

@@ -111,3 +111,32 @@ def test_hook_tokens_are_stable_across_replays_and_differ_between_runs(
     engine.tick(until_idle=True)
     result = replay_history(runtime, engine.history("tok-a"))
     assert result.ok, result.divergences
+
+
+def test_a_hook_token_taken_by_another_run_is_a_decision_failed_not_a_crash(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("fixed-token-hook", {"token": "same-token"}, run_id="first")
+    engine.tick(until_idle=True)
+    engine.start("fixed-token-hook", {"token": "same-token"}, run_id="second")
+
+    report = engine.tick(until_idle=True)  # must not raise out of the worker's loop
+
+    assert report.decision_failures == 1
+    assert keys(engine, "first") == ["run_started", "hook_created"]
+    assert keys(engine, "second") == ["run_started", "decision_failed"]
+    (failed,) = data(engine, "second", "decision_failed")
+    assert failed["error_type"] == "HookTokenInUse"
+    assert "same-token" in failed["message"]
+    assert not engine.snapshot("second").terminal
+    record = store.find_hook("same-token")
+    assert record is not None and record.run_id == "first"
+    for _ in range(3):
+        clock.advance(10)
+        engine.tick(until_idle=True)
+    assert keys(engine, "second") == ["run_started", "decision_failed"]
+    # The first run still owns its hook and completes normally.
+    assert engine.resolve_hook("same-token", "ok") == ("first", "h")
+    engine.tick(until_idle=True)
+    assert keys(engine, "first")[-1] == "run_completed"
