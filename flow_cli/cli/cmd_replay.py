@@ -150,7 +150,9 @@ def _report(results: Sequence[ReplayResult], diverged: Sequence[ReplayResult], b
 
     render.console().print(render.replay_table(diverged))
     count = sum(len(r.divergences) for r in diverged)
+    verb = "diverges" if len(diverged) == 1 else "diverge"
+    kinds = "divergence" if count == 1 else "divergences"
     out(
-        f"replay-check: {len(diverged)} of {len(results)} {noun} diverge from build {build} "
-        f"({count} divergences)"
+        f"replay-check: {len(diverged)} of {len(results)} {noun} {verb} from build {build} "
+        f"({count} {kinds})"
     )

@@ -10,7 +10,29 @@ JsonFlag = Annotated[
     bool,
     typer.Option("--json", help="Machine-readable JSON on stdout (stable field names, no colour)."),
 ]
-RunArg = Annotated[str, typer.Argument(metavar="RUN", help="The run id.", show_default=False)]
+
+
+def complete_run_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion for RUN: recent run ids from the database the options name."""
+    try:
+        from flow_cli.cli.state import CliState
+
+        params = ctx.find_root().params
+        state = CliState(db=params.get("db"), config_option=params.get("config"))
+        with state.open_engine(create=False, with_runtimes=False) as engine:
+            runs = engine.list_runs(limit=COMPLETION_LIMIT)
+        return [r.run_id for r in runs if r.run_id.startswith(incomplete)]
+    except Exception:  # completion must never print an error into the user's prompt
+        return []
+
+
+COMPLETION_LIMIT = 200
+RunArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN", help="The run id.", show_default=False, autocompletion=complete_run_id
+    ),
+]
 LeaseSeconds = Annotated[
     float,
     typer.Option(

@@ -8,6 +8,7 @@ them are never read as markup. This module is imported only by commands that ren
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -49,8 +50,14 @@ TERMINAL_EVENTS = frozenset(
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console on stdout (data) or stderr (progress); no automatic highlighting."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A console on stdout (data) or stderr (progress); no automatic highlighting.
+
+    Rich already drops colour off a terminal and under ``NO_COLOR``; with ``NO_COLOR`` we also
+    drop bold and the other styles, so the output carries no escape sequences at all.
+    """
+    if os.environ.get("NO_COLOR"):
+        return Console(stderr=stderr, highlight=False, color_system=None)
+    return Console(stderr=stderr, highlight=False)
 
 
 # -- small pieces ----------------------------------------------------------------------------
