@@ -340,6 +340,38 @@ def test_a_change_between_waits_is_not_lost(url: str, schema: str, store: Postgr
     assert time.monotonic() - started >= 0.25
 
 
+def test_close_does_not_wait_for_a_blocked_waiter(store: PostgresStore) -> None:
+    store.wait_for_change(0)
+    waiter = threading.Thread(target=store.wait_for_change, args=(1.0,))
+    waiter.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    store.close()
+    assert time.monotonic() - started < 0.5
+    waiter.join()
+    with pytest.raises(StoreError, match="closed"):
+        store.wait_for_change(0)
+    with pytest.raises(StoreError, match="closed"):
+        store.get_run("r1")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connections(store: PostgresStore) -> None:
+    store.create_run(new_run("r1"), NOW)
+
+    def child() -> None:
+        ok = store.get_run("r1") is not None and store.read_history("r1")[0].sequence == 1
+        store.close()  # must not close the parent's sessions, which share the sockets
+        os._exit(0 if ok else 1)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(30)
+    assert process.exitcode == 0
+    # The parent's store carries on.
+    assert store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)[0].sequence == 2
+
+
 # -- outages -------------------------------------------------------------------------------------
 
 
@@ -353,10 +385,11 @@ def test_unreachable_server_is_a_store_error_without_the_password() -> None:
 
 
 def test_missing_database_is_refused_without_the_password(url: str) -> None:
-    params = conninfo_to_dict(url)
-    params.update(password="s3cret-pa55", dbname=f"flow_missing_{uuid.uuid4().hex[:8]}")
+    missing = make_conninfo(
+        url, password="s3cret-pa55", dbname=f"flow_missing_{uuid.uuid4().hex[:8]}"
+    )
     with pytest.raises(StoreError, match="refused the connection") as caught:
-        PostgresStore(make_conninfo(**params))
+        PostgresStore(missing)
     assert "s3cret-pa55" not in str(caught.value)
 
 

@@ -95,6 +95,7 @@ class PostgresStore:
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
+        self._pid = os.getpid()
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -335,6 +336,9 @@ class PostgresStore:
         if not self._listen_lock.acquire(timeout=max(timeout, 0.0)):
             return  # another thread of this process is listening and will pick the work up
         try:
+            self._forget_inherited()
+            if self._closed:
+                raise StoreError(f"The PostgreSQL store for {self._where} is closed.")
             if self._listener is None:
                 self._listener = self._connect(autocommit=True)
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
@@ -353,19 +357,29 @@ class PostgresStore:
                 self._listener = None
             raise self._store_error(exc, lost=True) from exc
         finally:
+            if self._closed and self._listener is not None:  # close() ran while we waited
+                _close_quietly(self._listener)
+                self._listener = None
             self._listen_lock.release()
 
     def close(self) -> None:
-        """Close every connection; further calls raise ``StoreError``."""
+        """Close every connection; further calls raise ``StoreError``.
+
+        Does not wait for a thread blocked in ``wait_for_change``: that thread closes the
+        listening connection itself when its wait ends.
+        """
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             _close_quietly(conn)
-        with self._listen_lock:
-            if self._listener is not None:
-                _close_quietly(self._listener)
-                self._listener = None
+        if self._listen_lock.acquire(blocking=False):
+            try:
+                if self._listener is not None:
+                    _close_quietly(self._listener)
+                    self._listener = None
+            finally:
+                self._listen_lock.release()
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (for tests); works after ``close()``."""
@@ -403,6 +417,7 @@ class PostgresStore:
         self._checkin(conn)
 
     def _checkout(self) -> Connection:
+        self._forget_inherited()
         while True:
             with self._lock:
                 if self._closed:
@@ -413,6 +428,18 @@ class PostgresStore:
             if _alive(conn):
                 return conn
             self._drop_all(conn)
+
+    def _forget_inherited(self) -> None:
+        """In a forked child, let go of the parent's connections without closing them.
+
+        Their sockets are shared with the parent: using or closing them here would break the
+        parent's sessions. The child opens its own on first use.
+        """
+        if os.getpid() == self._pid:
+            return
+        with self._lock:
+            self._idle, self._pid = [], os.getpid()
+        self._listener = None
 
     def _connect(self, *, autocommit: bool = False) -> Connection:
         try:
