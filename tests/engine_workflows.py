@@ -290,6 +290,15 @@ def scenario_runtime(
             return ctx.complete({"caught": exc.error})
         return ctx.complete("unreachable")
 
+    @rt.workflow("complete-early")
+    def complete_early(ctx):
+        # Completes as soon as "fast" is done, leaving "slow" unsettled (rule 4 closes it).
+        if ctx.step_output("fast") is not None:
+            return ctx.complete("done early")
+        return ctx.schedule_steps(
+            [ctx.schedule_step("fast", "ok", 1), ctx.schedule_step("slow", "ok", 2)]
+        )
+
     # -- timers --
     @rt.workflow("timer")
     def timer(ctx):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine_workflows import StepLog, data, events, keys, make_engine, scenario_runtime
+from engine_workflows import StepLog, data, events, hang_step, keys, make_engine, scenario_runtime
 
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.clock import parse_utc as utc
@@ -257,3 +257,73 @@ def test_reissuing_a_surfaced_failed_step_is_workflow_stuck_not_a_hang(
         clock.advance(10)
         engine.tick(until_idle=True)
     assert keys(engine, "r") == history
+
+
+def test_any_terminal_transition_cancels_unsettled_steps_first(
+    store: EventStore, clock: ManualClock
+) -> None:
+    log = StepLog()
+    engine = make_engine(store, [scenario_runtime(log)], clock)
+    engine.start("complete-early", run_id="r")
+    engine.decide("r")
+    hang_step(engine, "r", "slow")  # "fast" completes, "slow" hangs
+    engine.tick(until_idle=True)
+    assert keys(engine, "r")[-2:] == ["step_cancelled", "run_completed"]
+    (cancelled,) = data(engine, "r", "step_cancelled")
+    assert (cancelled["step_id"], cancelled["outcome_unknown"]) == ("slow", True)
+    assert cancelled["reason"] == "run completed"
+    # The hung attempt's lease expires into nothing: the run has ended.
+    clock.advance(7200)
+    engine.tick(until_idle=True)
+    assert log.calls == [("r", "fast", 1)]
+    assert keys(engine, "r")[-1] == "run_completed"
+
+
+def test_an_attempt_whose_worker_died_runs_again_with_the_same_number(
+    store: EventStore, clock: ManualClock
+) -> None:
+    log = StepLog()
+    engine = make_engine(store, [scenario_runtime(log)], clock)
+    engine.start("retry-once", {"max_attempts": 3, "handler": "ok"}, run_id="r")
+    engine.decide("r")
+    hang_step(engine, "r", "s", lease_seconds=30)
+    assert data(engine, "r", "step_started")[0]["attempt"] == 1
+
+    clock.advance(29)  # the lease still holds: nobody runs it
+    assert engine.tick(until_idle=True).steps_run == 0
+    clock.advance(1)  # the lease expired
+    engine.tick(until_idle=True)
+    assert log.calls == [("r", "s", 1)]
+    assert keys(engine, "r") == [
+        "run_started",
+        "step_scheduled",
+        "step_started",  # the dead worker's
+        "step_started",  # the same attempt again
+        "step_completed",
+        "run_completed",
+    ]
+    assert [d["attempt"] for d in data(engine, "r", "step_started")] == [1, 1]
+    assert [d["worker"] for d in data(engine, "r", "step_started")] == ["hung-worker", "w1"]
+    assert data(engine, "r", "step_completed")[0]["attempt"] == 1
+
+
+def test_cancelling_a_run_with_a_running_step_marks_its_outcome_unknown(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("retry-once", {"max_attempts": 3, "handler": "ok"}, run_id="r")
+    engine.decide("r")
+    hang_step(engine, "r", "s")
+    engine.cancel("r", "stop")
+    engine.tick(until_idle=True)
+    assert keys(engine, "r") == [
+        "run_started",
+        "step_scheduled",
+        "step_started",
+        "cancel_requested",
+        "step_cancelled",
+        "run_cancelled",
+    ]
+    assert data(engine, "r", "step_cancelled") == [
+        {"step_id": "s", "reason": "stop", "outcome_unknown": True}
+    ]
