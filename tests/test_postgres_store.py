@@ -278,6 +278,21 @@ def test_concurrent_appender_processes_leave_a_gapless_history(
     assert conflicts > 0, "the processes never raced; the test proved nothing"
 
 
+def test_primary_key_stops_a_writer_the_sequence_check_missed(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)
+    with admin(url, schema) as conn:  # an index row lagging behind its history
+        conn.execute("UPDATE runs SET last_sequence = 1 WHERE run_id = 'r1'")
+    conflicts = store.stats.conflicts
+    with pytest.raises(EventConflict) as caught:
+        store.append_if_sequence("r1", 1, [signal(2), signal(3)], RUNNING, NOW)
+    assert caught.value.run_id == "r1" and caught.value.expected_sequence == 1
+    assert store.stats.conflicts == conflicts + 1
+    assert [e.sequence for e in store.read_history("r1")] == [1, 2]
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 

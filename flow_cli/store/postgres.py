@@ -503,7 +503,7 @@ class PostgresStore:
         if lost:
             return StoreError(
                 f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
-                "is up, the next call reconnects."
+                "is running (the next call reconnects)."
             )
         return StoreError(f"PostgreSQL at {self._where} failed: {reason}.")
 
