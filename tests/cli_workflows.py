@@ -34,6 +34,16 @@ def _register(runtime: Runtime, *, changed: bool = False) -> Runtime:
             return ctx.create_hook("callback", token, {"purpose": "test [not markup]"})
         return ctx.complete({"callback": ctx.hook("callback")})
 
+    @runtime.workflow("parent")
+    def parent(ctx: WorkflowContext) -> RuntimeCommand:
+        outcome = ctx.child("kid", "two-step", {"n": 1})
+        return ctx.complete({"child": outcome.result})
+
+    @runtime.workflow("sleepy")
+    def sleepy(ctx: WorkflowContext) -> RuntimeCommand:
+        ctx.sleep("nap", 3600)
+        return ctx.complete("rested")
+
     @runtime.workflow("broken")
     def broken(ctx: WorkflowContext) -> RuntimeCommand:
         raise ValueError("boom [red]not markup[/red]")

@@ -368,3 +368,32 @@ def test_python_m_flow_cli_help_documents_exit_codes(project: FlowProject) -> No
     for command in ("init", "start", "tick", "worker", "signal", "hook", "cancel", "runs",
                     "show", "history", "export", "replay-check"):  # fmt: skip
         assert f"  {command} " in shown.stdout
+
+
+def test_show_lists_children_and_timers(project: FlowProject) -> None:
+    project.ok("start", "parent", "--id", "p")
+    project.ok("start", "sleepy", "--id", "s")
+    project.ok("tick", "--until-idle")
+    parent = project.ok("show", "p", "--json").json()
+    assert parent["status"] == "Completed"
+    assert parent["children"]["kid"]["run_id"] == "p/kid"
+    assert parent["outcome"]["result"] == {"child": {"result": 4}}
+    text = project.ok("show", "p").stdout
+    assert "children" in text and "p/kid" in text and "kid" in text
+    history = project.ok("history", "p").stdout
+    assert "child_scheduled" in history and "child 'kid' → run p/kid" in history
+
+    sleepy = project.ok("show", "s", "--json").json()
+    assert sleepy["status"] == "Suspended"
+    assert sleepy["waits"]["nap"]["done"] is False
+    text = project.ok("show", "s").stdout
+    assert "timers" in text and "nap" in text and "pending" in text
+    assert "1 waits open" in text
+
+
+def test_global_json_option(project: FlowProject) -> None:
+    project.ok("start", "two-step", "--id", "g")
+    result = project.invoke("--json", "runs")
+    assert result.code == 0
+    assert [r["run_id"] for r in result.json()] == ["g"]
+    assert project.invoke("--json", "show", "g").json()["run_id"] == "g"

@@ -66,7 +66,7 @@ def test_unknown_workflow_is_exit_2_before_the_database_is_touched(project: Flow
     assert (result.code, result.stdout) == (2, "")
     assert result.error_line() == (
         "error: No runtime defines workflow 'nope'. "
-        "Known workflows: approval, broken, callback, two-step."
+        "Known workflows: approval, broken, callback, parent, sleepy, two-step."
     )
     unknown_build = project.invoke("start", "two-step", "--build-id", "cli-9")
     assert unknown_build.code == 2

@@ -7,6 +7,7 @@ never import the runtimes, so they work on any machine that can reach the databa
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -202,7 +203,7 @@ def export(
         document = export_document(run_id, engine.history(run_id))
     text = dumps(document) + "\n"
     if output is None:
-        typer.echo(text, nl=False)
+        sys.stdout.write(text)
         return
     _write_atomically(output, text)
     note(f"wrote {len(document['events'])} events of run {run_id} to {output}")
