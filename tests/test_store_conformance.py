@@ -554,6 +554,18 @@ def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualCl
     assert [s.step_id for s in store.lease_steps("w2", [BUILD], clock.now(), until, 10)] == ["a"]
 
 
+def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: ManualClock) -> None:
+    # A started attempt's task names its worker (StepTask.owner): that worker keeps renewing.
+    now = clock.now()
+    create(store, "r1", now)
+    until = now + timedelta(seconds=30)
+    started = {"a": StepTask(step_id="a", attempt=1, available_at=until, owner="w1")}
+    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=started), now)
+    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
+    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
+    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
+
+
 # -- next_due, list_runs, stats ------------------------------------------------------------------
 
 

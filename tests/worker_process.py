@@ -26,15 +26,22 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--lease-seconds", type=float, default=2.0)
     parser.add_argument("--ready-file")
+    parser.add_argument("--schema", help="PostgreSQL schema (tests isolate themselves)")
     args = parser.parse_args()
     runtimes = []
     for ref in args.runtimes:
         module, _, attr = ref.partition(":")
         runtimes.append(getattr(importlib.import_module(module), attr))
-    engine = Engine.open(args.db, runtimes)
+    if args.schema:
+        from flow_cli.store.postgres import PostgresStore
+
+        engine = Engine(PostgresStore(args.db, schema=args.schema), runtimes)
+    else:
+        engine = Engine.open(args.db, runtimes)
     worker = Worker(
         engine, concurrency=args.concurrency, lease_seconds=args.lease_seconds,
         max_idle_sleep=0.2,
+        on_store_error=lambda exc: print(f"flow worker: {exc}", file=sys.stderr, flush=True),
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())

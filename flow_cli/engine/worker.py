@@ -70,17 +70,17 @@ class Worker:
             while not self._stop.is_set():
                 try:
                     busy = self._pass(pool, in_flight)
+                    if not busy:
+                        self._idle(in_flight)
                     backoff = 0.5
                 except StoreError as exc:
                     self.stats.store_errors += 1
                     if self.on_store_error is not None:
                         self.on_store_error(exc)
-                    log.warning("%s", exc)
+                    else:
+                        log.warning("%s", exc)
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
-                    continue
-                if not busy:
-                    self._idle(in_flight)
         finally:
             pool.shutdown(wait=True)  # finish the attempts in hand before exiting
             self._stop.set()

@@ -222,7 +222,7 @@ class MemoryStore:
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
-                    run.build_id, task.attempt, _utc(task.available_at)
+                    run.build_id, task.attempt, _utc(task.available_at), task.owner
                 )
         if index.status.terminal:
             # Defensive: the engine sends the deletes too, but a finished run must hold no work.

@@ -422,10 +422,10 @@ class SQLiteStore:
                     continue
                 conn.execute(
                     "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                    "lease_owner) VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (run_id, step_id) "
+                    "lease_owner) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, step_id) "
                     "DO UPDATE SET attempt = excluded.attempt, "
-                    "available_at = excluded.available_at, lease_owner = NULL",
-                    (run_id, step_id, build_id, task.attempt, _ts(task.available_at)),
+                    "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
+                    (run_id, step_id, build_id, task.attempt, _ts(task.available_at), task.owner),
                 )
         if index.status.terminal:
             # Defensive: the engine sends the deletes too, but a finished run must hold no work.
