@@ -22,7 +22,7 @@ from engine_workflows import (
 
 from flow_cli.engine.engine import Engine
 from flow_cli.model.clock import ManualClock
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.runtime import Runtime
 from flow_cli.store.memory import MemoryStore
 from flow_cli.store.protocol import EventStore
@@ -96,6 +96,7 @@ def test_two_engines_deciding_one_run_converge_on_the_single_writer_history(
     report = engine_1.decide("race")
     assert raced[0] == 1
     assert report.conflicts == 1
+    assert report.decisions >= 2  # it decided again after the conflict
     assert engine_1.decider.conflicts == 1
     assert engine_1.conflicts >= 1
     assert store.stats.conflicts > conflicts_before
@@ -132,7 +133,7 @@ def test_a_signal_that_lands_mid_decision_is_not_lost(
     report = engine.decide("sig")
     assert sent == [2]
     assert report.conflicts == 1
-    engine.tick(until_idle=True)
+    # The same decide() call re-read the history, replayed, and saw the signal.
     assert keys(engine, "sig") == [
         "run_started",
         "signal_received",
@@ -157,3 +158,29 @@ def test_two_engines_ticking_one_store_run_each_step_once(
         check_history_invariants(engine_1.history(f"p{i}/c"))
     # One attempt per step: a leased step is not run by the other engine too.
     assert sorted(log.calls) == sorted({(f"p{i}/c", "work", 1) for i in range(5)})
+
+
+def test_after_a_lost_race_the_engine_snapshot_is_still_the_projection(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The losing engine had already folded its own decision (which consumed a buffered
+    signal) into a snapshot; after the conflict none of that may leak into what it reads."""
+    runtime_1 = scenario_runtime()
+    engine_1 = make_engine(store, [runtime_1], clock, "w1")
+    engine_2 = make_engine(store, [scenario_runtime()], clock, "w2")
+    engine_1.start("two-signals", run_id="buf")
+    engine_1.signal("buf", "item", "p1")
+    engine_1.signal("buf", "item", "p2")
+    engine_1.snapshot("buf")  # warm engine_1's snapshot cache
+    raced = _race(runtime_1, monkeypatch, engine_2, "buf", times=1)
+
+    report = engine_1.decide("buf")
+    assert raced == [3]
+    assert report.conflicts >= 1
+    history = engine_1.history("buf")
+    assert engine_1.snapshot("buf") == project(history)
+    assert engine_2.snapshot("buf") == project(history)
+    _drive([engine_1, engine_2], clock)
+    assert engine_1.history("buf")[-1].event.to_data() == {"result": ["p1", "p2"]}
+    assert engine_1.snapshot("buf") == project(engine_1.history("buf"))
+    check_history_invariants(engine_1.history("buf"))

@@ -37,10 +37,21 @@ def test_wait_until_fires_at_its_deadline_and_not_before(
     clock.advance(59.999)
     assert engine.tick(until_idle=True).idle
     assert keys(engine, "nap") == ["run_started", "wait_started"]
+    # Even when something wakes the run just before the deadline, the timer does not fire.
+    engine.signal("nap", "poke")
+    engine.tick(until_idle=True)
+    engine.decide("nap")
+    assert keys(engine, "nap") == ["run_started", "wait_started", "signal_received"]
 
     clock.advance(0.001)
     engine.tick(until_idle=True)
-    assert keys(engine, "nap") == ["run_started", "wait_started", "wait_completed", "run_completed"]
+    assert keys(engine, "nap") == [
+        "run_started",
+        "wait_started",
+        "signal_received",
+        "wait_completed",
+        "run_completed",
+    ]
     (fired,) = events(engine, "nap", "wait_completed")
     assert fired.event.to_data() == {"wait_id": "nap", "deadline": deadline.isoformat()}
     assert fired.recorded_at >= deadline

@@ -21,6 +21,9 @@ def test_a_run_waits_for_a_worker_that_hosts_its_build(
     for _ in range(3):
         assert only_b.tick(until_idle=True).runs_decided == 0
         clock.advance(60)
+    # Even asked directly, a worker does not decide a run of a build it does not host.
+    report = only_b.decide("pinned")
+    assert (report.decisions, report.decision_failures) == (0, 0)
     assert keys(only_b, "pinned") == ["run_started"]
     snapshot = only_b.snapshot("pinned")
     assert snapshot.status is RunStatus.PENDING
