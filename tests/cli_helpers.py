@@ -123,8 +123,15 @@ class FlowProject:
             raise AssertionError(f"flow {' '.join(args)} exited {result.code}: {result.stderr}")
         return result
 
+    def setup(self, *args: str, stdin: str | None = None) -> Result:
+        """Run a command in-process that must succeed (arranging a test, not testing it)."""
+        result = self.invoke(*args, stdin=stdin)
+        if result.code != 0:
+            raise AssertionError(f"flow {' '.join(args)} exited {result.code}: {result.stderr}")
+        return result
+
     def history_keys(self, run_id: str) -> list[str]:
-        return [e["event_key"] for e in self.ok("history", run_id, "--json").json()]
+        return [e["event_key"] for e in self.setup("history", run_id, "--json").json()]
 
     def dump(self) -> list[tuple[Any, ...]]:
         """Every event row in the database, read directly (to prove nothing was written)."""

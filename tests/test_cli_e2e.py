@@ -122,24 +122,24 @@ def test_start_reads_input_from_a_file_and_from_stdin(project: FlowProject) -> N
     project.ok("start", "two-step", "--id", "from-stdin", "--input", "-", stdin='{"n": 7}\n')
     generated = project.ok("start", "two-step").stdout.strip()
     assert generated.startswith("two-step-")
-    assert project.ok("show", "from-file", "--json").json()["input"] == {"n": 5}
-    assert project.ok("show", "from-stdin", "--json").json()["input"] == {"n": 7}
-    assert project.ok("show", generated, "--json").json()["input"] is None
+    assert project.setup("show", "from-file", "--json").json()["input"] == {"n": 5}
+    assert project.setup("show", "from-stdin", "--json").json()["input"] == {"n": 7}
+    assert project.setup("show", generated, "--json").json()["input"] is None
 
 
 def test_history_follow_prints_later_events_and_exits_at_the_terminal_event(
     project: FlowProject,
 ) -> None:
-    project.ok("start", "approval", "--id", "f")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "approval", "--id", "f")
+    project.setup("tick", "--until-idle")
     follower = project.popen("history", "f", "--follow", "--json")
     try:
         assert follower.stdout is not None
         first = json.loads(follower.stdout.readline())
         second = json.loads(follower.stdout.readline())
         assert [first["event_key"], second["event_key"]] == ["run_started", "signal_wait_started"]
-        project.ok("signal", "f", "approve", "--payload", '"yes"')
-        project.ok("tick", "--until-idle")
+        project.setup("signal", "f", "approve", "--payload", '"yes"')
+        project.setup("tick", "--until-idle")
         rest, errors = follower.communicate(timeout=30)
     finally:
         follower.kill()
@@ -153,8 +153,8 @@ def test_history_follow_prints_later_events_and_exits_at_the_terminal_event(
 
 
 def test_history_follow_of_a_finished_run_prints_it_and_exits(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "done")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "two-step", "--id", "done")
+    project.setup("tick", "--until-idle")
     followed = project.run("history", "done", "--follow", timeout=20)
     assert (followed.code, followed.stderr) == (0, "")
     lines = followed.stdout.splitlines()
@@ -163,7 +163,7 @@ def test_history_follow_of_a_finished_run_prints_it_and_exits(project: FlowProje
 
 
 def test_history_follow_interrupted_exits_130_without_traceback(project: FlowProject) -> None:
-    project.ok("start", "approval", "--id", "waiting")
+    project.setup("start", "approval", "--id", "waiting")
     follower = project.popen("history", "waiting", "--follow", "--json")
     try:
         assert follower.stdout is not None
@@ -178,7 +178,7 @@ def test_history_follow_interrupted_exits_130_without_traceback(project: FlowPro
 
 
 def test_worker_runs_until_sigterm_then_exits_0(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "w", "--input", '{"n": 2}')
+    project.setup("start", "two-step", "--id", "w", "--input", '{"n": 2}')
     worker = project.popen("worker", "--concurrency", "2", "--lease-seconds", "5")
     try:
         deadline = time.monotonic() + 30
@@ -204,9 +204,9 @@ def test_worker_runs_until_sigterm_then_exits_0(project: FlowProject) -> None:
 
 
 def test_runs_lists_and_filters_with_a_failing_marker(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "ok-run")
-    project.ok("start", "broken", "--id", "bad-run")
-    tick = project.ok("tick", "--until-idle", "--json").json()
+    project.setup("start", "two-step", "--id", "ok-run")
+    project.setup("start", "broken", "--id", "bad-run")
+    tick = project.setup("tick", "--until-idle", "--json").json()
     assert tick["decision_failures"] >= 1
 
     listed = project.run("runs")
@@ -226,24 +226,24 @@ def test_runs_lists_and_filters_with_a_failing_marker(project: FlowProject) -> N
     assert data[0]["failing"] and "boom" in data[0]["failing"]
     assert data[1]["failing"] is None and data[1]["last_sequence"] == 8
 
-    completed = project.ok("runs", "--status", "completed", "--json").json()
+    completed = project.setup("runs", "--status", "completed", "--json").json()
     assert [r["run_id"] for r in completed] == ["ok-run"]
-    assert [r["run_id"] for r in project.ok("runs", "--workflow", "broken", "--json").json()] == [
-        "bad-run"
-    ]
-    assert len(project.ok("runs", "--limit", "1", "--json").json()) == 1
+    assert [
+        r["run_id"] for r in project.setup("runs", "--workflow", "broken", "--json").json()
+    ] == ["bad-run"]
+    assert len(project.setup("runs", "--limit", "1", "--json").json()) == 1
 
     shown = project.run("show", "bad-run")
     assert shown.code == 0
     assert "failing   ValueError: boom [red]not markup[/red]" in shown.stdout
-    as_json = project.ok("show", "bad-run", "--json").json()
+    as_json = project.setup("show", "bad-run", "--json").json()
     assert as_json["decision_error"]["error_type"] == "ValueError"
     assert "boom" in as_json["failing"]
 
 
 def test_show_json_has_the_documented_fields(project: FlowProject) -> None:
-    project.ok("start", "callback", "--id", "h", "--input", '{"token": "t-1"}')
-    project.ok("tick", "--until-idle")
+    project.setup("start", "callback", "--id", "h", "--input", '{"token": "t-1"}')
+    project.setup("tick", "--until-idle")
     data = project.ok("show", "h", "--json").json()
     for field in (
         "run_id", "workflow", "status", "build_id", "patches", "input", "steps", "waits",
@@ -259,22 +259,22 @@ def test_show_json_has_the_documented_fields(project: FlowProject) -> None:
 
 
 def test_cancel_requests_cancellation(project: FlowProject) -> None:
-    project.ok("start", "approval", "--id", "c")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "approval", "--id", "c")
+    project.setup("tick", "--until-idle")
     cancelled = project.run("cancel", "c", "--reason", "customer left")
     assert (cancelled.code, cancelled.stderr) == (0, "")
     assert cancelled.stdout == "cancellation of run c requested\n"
     again = project.run("cancel", "c", "--json")
     assert again.json() == {"run_id": "c", "requested": False}
-    project.ok("tick", "--until-idle")
-    data = project.ok("show", "c", "--json").json()
+    project.setup("tick", "--until-idle")
+    data = project.setup("show", "c", "--json").json()
     assert data["status"] == "Cancelled"
     assert data["outcome"] == {"kind": "Cancelled", "reason": "customer left"}
 
 
 def test_plain_output_has_no_escape_sequences_off_a_terminal(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "p")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "two-step", "--id", "p")
+    project.setup("tick", "--until-idle")
     env = {k: v for k, v in project.env.items() if k != "NO_COLOR"}
     for args in (("runs",), ("show", "p"), ("history", "p"), ("tick",)):
         done = subprocess.run(
@@ -289,8 +289,8 @@ def test_plain_output_has_no_escape_sequences_off_a_terminal(project: FlowProjec
 def test_colour_on_a_terminal_but_never_with_no_color(project: FlowProject) -> None:
     import pty
 
-    project.ok("start", "two-step", "--id", "t")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "two-step", "--id", "t")
+    project.setup("tick", "--until-idle")
 
     def on_terminal(no_color: bool) -> str:
         env = {k: v for k, v in project.env.items() if k not in ("NO_COLOR", "COLUMNS")}
@@ -323,7 +323,7 @@ def test_colour_on_a_terminal_but_never_with_no_color(project: FlowProject) -> N
 
 
 def test_tick_json_report(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "j")
+    project.setup("start", "two-step", "--id", "j")
     once = project.run("tick", "--json")
     assert (once.code, once.stderr) == (0, "")
     report = once.json()
@@ -332,20 +332,20 @@ def test_tick_json_report(project: FlowProject) -> None:
         "idle", "next_due",
     }  # fmt: skip
     assert report["passes"] == 1
-    project.ok("tick", "--until-idle")
-    idle = project.ok("tick", "--json").json()
+    project.setup("tick", "--until-idle")
+    idle = project.setup("tick", "--json").json()
     assert idle["idle"] is True and idle["runs_decided"] == 0 and idle["steps_run"] == 0
 
 
 def test_export_writes_the_history_document(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "e")
-    project.ok("tick", "--until-idle")
+    project.setup("start", "two-step", "--id", "e")
+    project.setup("tick", "--until-idle")
     printed = project.run("export", "e")
     assert (printed.code, printed.stderr) == (0, "")
     document = printed.json()
     assert document["run_id"] == "e"
     assert [event["event_key"] for event in document["events"]] == TWO_STEP_KEYS
-    assert document["events"] == project.ok("history", "e", "--json").json()
+    assert document["events"] == project.setup("history", "e", "--json").json()
 
     written = project.run("export", "e", "-o", "e.json")
     assert (written.code, written.stdout) == (0, "")
@@ -371,19 +371,19 @@ def test_python_m_flow_cli_help_documents_exit_codes(project: FlowProject) -> No
 
 
 def test_show_lists_children_and_timers(project: FlowProject) -> None:
-    project.ok("start", "parent", "--id", "p")
-    project.ok("start", "sleepy", "--id", "s")
-    project.ok("tick", "--until-idle")
-    parent = project.ok("show", "p", "--json").json()
+    project.setup("start", "parent", "--id", "p")
+    project.setup("start", "sleepy", "--id", "s")
+    project.setup("tick", "--until-idle")
+    parent = project.setup("show", "p", "--json").json()
     assert parent["status"] == "Completed"
     assert parent["children"]["kid"]["run_id"] == "p/kid"
     assert parent["outcome"]["result"] == {"child": {"result": 4}}
     text = project.ok("show", "p").stdout
     assert "children" in text and "p/kid" in text and "kid" in text
-    history = project.ok("history", "p").stdout
+    history = project.setup("history", "p").stdout
     assert "child_scheduled" in history and "child 'kid' → run p/kid" in history
 
-    sleepy = project.ok("show", "s", "--json").json()
+    sleepy = project.setup("show", "s", "--json").json()
     assert sleepy["status"] == "Suspended"
     assert sleepy["waits"]["nap"]["done"] is False
     text = project.ok("show", "s").stdout
@@ -392,7 +392,7 @@ def test_show_lists_children_and_timers(project: FlowProject) -> None:
 
 
 def test_global_json_option(project: FlowProject) -> None:
-    project.ok("start", "two-step", "--id", "g")
+    project.setup("start", "two-step", "--id", "g")
     result = project.invoke("--json", "runs")
     assert result.code == 0
     assert [r["run_id"] for r in result.json()] == ["g"]
