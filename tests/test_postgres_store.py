@@ -541,3 +541,20 @@ def test_json_payloads_read_back_exactly(store: PostgresStore) -> None:
     assert list(read.payload) == ["z", "a", "m"]  # key order kept, as in the other stores
     assert [type(v) for v in read.payload["a"]] == [float, float, float, int, str, str]
     assert str(read.payload["a"][1]) == "-0.0"
+
+
+def test_open_store_takes_the_schema_from_the_url(url: str, schema: str) -> None:
+    from flow_cli.store import open_store
+
+    sep = "&" if "?" in url else "?"
+    opened = open_store(f"{url}{sep}schema={schema}")
+    try:
+        assert getattr(opened, "schema", None) == schema
+        assert opened.create_run(new_run("via-url"), NOW) is not None
+    finally:
+        opened.close()
+    direct = PostgresStore(url, schema=schema)
+    try:
+        assert [e.sequence for e in direct.read_history("via-url")] == [1]
+    finally:
+        direct.close()

@@ -30,7 +30,8 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
       (absolute, as in SQLAlchemy), or a bare path such as ``/abs/flow.db`` or ``~/flow.db``.
       Query options: ``?synchronous=NORMAL`` (faster, may lose the last commits on power loss)
       and ``?busy_timeout_ms=5000``.
-    - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs the ``postgres`` extra).
+    - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs the ``postgres`` extra);
+      ``?schema=NAME`` keeps Flow's tables in that schema (default ``flow``).
 
     Args:
         url: The database URL (``--db`` / ``FLOW_DB`` / ``flow.toml``).
@@ -57,7 +58,8 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
                     "PostgreSQL support needs psycopg: pip install 'flow-cli[postgres]'."
                 ) from None
             raise
-        return PostgresStore(text)
+        url_without, schema = _pop_schema(text)
+        return PostgresStore(url_without, schema=schema)
     if scheme == "sqlite":
         if not rest.startswith("/"):
             raise ConfigError(f"SQLite URL {text!r} must look like sqlite:///PATH.")
@@ -68,6 +70,17 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
             "use sqlite:///PATH, postgresql://... or memory://."
         )
     return _sqlite(text, create)
+
+
+def _pop_schema(url: str) -> tuple[str, str | None]:
+    """Take Flow's own ``schema=`` query option out of a PostgreSQL URL (libpq rejects it)."""
+    from urllib.parse import urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in pairs if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in pairs if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema or None
 
 
 def _sqlite(location: str, create: bool) -> SQLiteStore:
