@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -144,9 +146,11 @@ def worker(
         handler.addFilter(reporter.already_reported)
         note(_banner(engine, concurrency, lease_seconds))
         previous = _install_stop_handlers(runner.stop, lambda: runner.stopping)
+        hook, threading.excepthook = threading.excepthook, _thread_crashed
         try:
             stats = runner.run()
         finally:
+            threading.excepthook = hook
             handler.removeFilter(reporter.already_reported)
             for signum, old in previous.items():
                 signal.signal(signum, old)
@@ -154,6 +158,12 @@ def worker(
         f"worker stopped: {stats.runs_decided} runs decided, {stats.steps_run} steps run, "
         f"{stats.store_errors} database errors"
     )
+
+
+def _thread_crashed(args: threading.ExceptHookArgs) -> None:
+    """A crashed helper thread is one line on stderr, not a traceback."""
+    name = args.thread.name if args.thread is not None else "a worker thread"
+    note(f"error: {name} crashed: {args.exc_type.__name__}: {one_line(str(args.exc_value))}")
 
 
 def _banner(engine: Engine, concurrency: int, lease_seconds: float) -> str:
@@ -181,7 +191,9 @@ class _OutageReporter:
         return first is None or id(first) not in self._reported
 
 
-def _install_stop_handlers(stop: Any, stopping: Any) -> dict[int, Any]:
+def _install_stop_handlers(
+    stop: Callable[[], None], stopping: Callable[[], bool]
+) -> dict[int, Any]:
     """SIGINT/SIGTERM stop the worker cleanly; a second one aborts at once (exit 130)."""
 
     def handle(signum: int, frame: FrameType | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -166,7 +167,7 @@ def history(
             events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
 
 
-def _follow_printer(as_json: bool) -> Any:
+def _follow_printer(as_json: bool) -> Callable[[dict[str, Any]], None]:
     if as_json:
         return lambda event: emit_json(event, compact=True)
     from flow_cli.cli import render

@@ -82,3 +82,9 @@ def short_json(value: Any, limit: int = 80) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_text(text: str, limit: int = 80) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    flat = one_line(text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from flow_cli.cli.io import short_json
+from flow_cli.cli.io import short_json, short_text
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import TickReport
@@ -114,7 +114,7 @@ def runs_table(records: Sequence[RunRecord]) -> RenderableType:
     table.add_column("failing", overflow="fold")
     for record in records:
         failing = (
-            Text("⚠ " + short_json(record.failing, 60).strip('"'), style="bold red")
+            Text("⚠ " + short_text(record.failing, 60), style="bold red")
             if record.failing
             else Text("")
         )
