@@ -47,7 +47,7 @@ def tick(
     logs.install()
     state = CliState.of(ctx)
     with state.open_engine(create=True, with_runtimes=True) as engine:
-        progress = _tick_progress() if until_idle and sys.stderr.isatty() else None
+        progress = _TickProgress() if until_idle and sys.stderr.isatty() else None
         with progress or nullcontext():
             report = engine.tick(
                 until_idle=until_idle,
@@ -64,7 +64,7 @@ def tick(
                 "steps_run": report.steps_run,
                 "conflicts": report.conflicts,
                 "decision_failures": report.decision_failures,
-                "idle": report.idle,
+                "idle": report.idle,  # nothing was runnable: no run decided, no step run
                 "next_due": next_due.isoformat() if next_due is not None else None,
             }
         )
@@ -108,10 +108,6 @@ class _TickProgress(AbstractContextManager["_TickProgress"]):
         from flow_cli.cli.render import tick_progress_text
 
         self._progress.update(self._task, description=tick_progress_text(report))
-
-
-def _tick_progress() -> _TickProgress:
-    return _TickProgress()
 
 
 def worker(
