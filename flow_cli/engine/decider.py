@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flow_cli.engine.streams import Streams, Write
-from flow_cli.errors import EventConflict, HookTokenInUse, NonDeterminismError, RunNotFound
+from flow_cli.errors import (
+    EventConflict,
+    FlowError,
+    HookTokenInUse,
+    NonDeterminismError,
+    RunNotFound,
+)
 from flow_cli.model.clock import Clock
 from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
@@ -130,9 +136,15 @@ class Decider:
             except HookTokenInUse as exc:  # the code chose a token another hook owns
                 self._decision_failed(snap, exc, now, report)
                 return False
+            except RunIdTaken as exc:
+                self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
+                return False
             return True
         if result.terminal is not None:
-            self._terminate(snap, result.terminal, now, _reason(result.terminal))
+            try:
+                self._terminate(snap, result.terminal, now, _reason(result.terminal))
+            except RunIdTaken as exc:
+                self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
             return False
         if snap.cancel_requested and not self._cleanup_open(snap, result):
             reason = snap.cancel_reason or "cancelled"
@@ -175,7 +187,15 @@ class Decider:
                         decide_at=now,
                     )
                 )
+        self._check_free(creates)
         self.streams.commit([Write(snap, result.events, failing=None)], now, creates)
+
+    def _check_free(self, creates: list[NewRun]) -> None:
+        """Run ids the engine derives (children, successors) must be free, or the append would
+        conflict forever. A stale snapshot makes the decision_failed append conflict instead."""
+        for new in creates:
+            if self.streams.store.get_run(new.run_id) is not None:
+                raise RunIdTaken(new.run_id)
 
     def _decision_failed(
         self,
@@ -267,6 +287,7 @@ class Decider:
             parent_write = self._notify_parent(snap, outcome, now)
             if parent_write is not None:
                 extra.append(parent_write)
+        self._check_free(creates)
         self.streams.commit(
             [Write(snap, events, decide_at=None, failing=None), *extra], now, creates
         )
@@ -299,6 +320,18 @@ class Decider:
             return None
         event = ChildCompleted(child_id=child_id, child_run_id=snap.run_id, outcome=outcome)
         return Write(parent, [event], decide_at=now)
+
+
+class RunIdTaken(FlowError):
+    """A run id the engine derives for a child or a successor belongs to another run."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"Run id {run_id!r}, which the engine derives for a child or a continuation, "
+            "already belongs to another run; choose another child id, or start this run "
+            "under another id."
+        )
+        self.run_id = run_id
 
 
 def successor_run_id(run_id: str) -> str:
