@@ -201,3 +201,25 @@ def test_cancelling_the_parent_cancels_the_successor_of_a_continued_child(
         "run_cancelled",
     ]
     assert engine.snapshot("p/c~1").status is RunStatus.CANCELLED
+
+
+def test_a_child_run_id_taken_by_another_run_is_a_decision_failed(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """The engine derives the child's run id; if a run already has it, the parent's decision
+    can never be appended. It must say so once, not retry the append forever."""
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("child-waits", run_id="p/c")  # someone took the id "p/c"
+    engine.start("parent", {"child": "child-ok"}, run_id="p")
+
+    report = engine.tick(until_idle=True)
+
+    assert report.conflicts == 0
+    assert keys(engine, "p") == ["run_started", "decision_failed"]
+    (failed,) = data(engine, "p", "decision_failed")
+    assert failed["error_type"] == "RunIdTaken"
+    assert "p/c" in failed["message"]
+    assert keys(engine, "p/c") == ["run_started", "signal_wait_started"]  # untouched
+    clock.advance(60)
+    assert engine.tick(until_idle=True).conflicts == 0
+    assert keys(engine, "p") == ["run_started", "decision_failed"]

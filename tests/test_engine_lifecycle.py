@@ -123,3 +123,21 @@ def test_the_run_stays_cancelling_while_its_cleanup_step_is_open(
     engine.tick(until_idle=True)
     assert keys(engine, "r")[-1] == "run_cancelled"
     assert log.calls == [("r", "cleanup", 1)]
+
+
+def test_a_successor_run_id_taken_by_another_run_is_a_decision_failed(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [scenario_runtime()], clock)
+    engine.start("cancel-plain", run_id="loop~1")  # someone took the successor's id
+    engine.start("counter", {"n": 0, "until": 1}, run_id="loop")
+
+    report = engine.tick(until_idle=True)
+
+    assert report.conflicts == 0
+    assert keys(engine, "loop") == ["run_started", "decision_failed"]
+    (failed,) = data(engine, "loop", "decision_failed")
+    assert failed["error_type"] == "RunIdTaken"
+    assert "loop~1" in failed["message"]
+    assert not engine.snapshot("loop").terminal
+    assert engine.snapshot("loop~1").spec.workflow == "cancel-plain"
