@@ -189,6 +189,10 @@ def test_live_non_determinism_is_one_decision_failed_and_resumes_with_fixed_code
     assert history.count("decision_failed") == 1
     assert fixed.snapshot(RUN).status is RunStatus.COMPLETED
     assert fixed.get_run(RUN).failing is None
+    # The history, decision_failed included, replays cleanly against the fixed code ...
+    assert replay_history(determinism_runtime(), fixed.history(RUN)).ok
+    # ... and shows the divergence against the changed code.
+    assert not replay_history(determinism_runtime(**kind.changes), fixed.history(RUN)).ok
 
 
 @pytest.mark.parametrize("kind_name", list(KINDS))
