@@ -25,3 +25,8 @@ def five_steps(ctx: WorkflowContext) -> RuntimeCommand:
         out = ctx.step(f"s{index}", "work", {"n": value, "effects": ctx.input.get("effects", False)})
         value = out["n"]
     return ctx.complete({"value": value})
+
+
+@runtime.workflow("wait-signal")
+def wait_signal(ctx: WorkflowContext) -> RuntimeCommand:
+    return ctx.complete(ctx.receive("go", "go"))

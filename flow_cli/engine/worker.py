@@ -51,6 +51,7 @@ class Worker:
         self._stop = threading.Event()
         self._held: dict[tuple[str, str], StepLease] = {}
         self._held_lock = threading.Lock()
+        self._step_done = threading.Event()
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,16 +118,19 @@ class Worker:
         finally:
             with self._held_lock:
                 self._held.pop((lease.run_id, lease.step_id), None)
+            self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _idle(self, in_flight: set[Future[None]]) -> None:
+        if in_flight:
+            # Our own attempts finish soon; their completion wakes us without a store round trip.
+            self._step_done.wait(min(self.max_idle_sleep, 0.25))
+            self._step_done.clear()
+            return
         timeout = self.max_idle_sleep
-        if not in_flight:
-            due = self.engine.next_due()
-            if due is not None:
-                seconds = (due - self.engine.clock.now()).total_seconds()
-                timeout = max(0.0, min(timeout, seconds))
-        else:
-            timeout = min(timeout, 0.05)
+        due = self.engine.next_due()
+        if due is not None:
+            seconds = (due - self.engine.clock.now()).total_seconds()
+            timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
             self.engine.store.wait_for_change(timeout)
 
