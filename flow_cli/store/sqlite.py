@@ -280,9 +280,14 @@ class SQLiteStore:
 
     def _ensure_schema(self, conn: sqlite3.Connection, create: bool) -> None:
         latest = MIGRATIONS[-1][0]
-        found = self._schema_version(conn)
-        if found is None:
+        # Both reads in one read transaction: another opener may create the schema between them.
+        conn.execute("BEGIN")
+        try:
+            found = self._schema_version(conn)
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+        if found is None:
             if tables:
                 raise StoreError(
                     f"{self.path} is an SQLite database but not a Flow database "
