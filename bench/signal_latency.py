@@ -58,8 +58,11 @@ def main() -> None:
     for backend in args.backends.split(","):
         values = sorted(measure(backend, args.signals, args.pg))
         p90 = values[int(len(values) * 0.9) - 1]
-        print(f"{backend:9} {len(values):7d} {statistics.median(values):10.1f} {p90:8.1f} "
-              f"{values[-1]:8.1f}", flush=True)
+        print(
+            f"{backend:9} {len(values):7d} {statistics.median(values):10.1f} {p90:8.1f} "
+            f"{values[-1]:8.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -50,16 +50,21 @@ def main() -> None:
     parser.add_argument("--pg", default=DEFAULT_PG)
     args = parser.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
-    print(f"{'backend':9} {'workers':>7} {'runs':>6} {'steps':>6} {'seconds':>8} "
-          f"{'runs/s':>8} {'steps/s':>8} {'vs 1 worker':>11}")
+    print(
+        f"{'backend':9} {'workers':>7} {'runs':>6} {'steps':>6} {'seconds':>8} "
+        f"{'runs/s':>8} {'steps/s':>8} {'vs 1 worker':>11}"
+    )
     for backend in args.backends.split(","):
         baseline: float | None = None
         for workers in counts:
             seconds = measure(backend, workers, args.runs, args.pg)
             rate = args.runs / seconds
             baseline = baseline or rate
-            print(f"{backend:9} {workers:7d} {args.runs:6d} {args.runs * 5:6d} {seconds:8.2f} "
-                  f"{rate:8.1f} {rate * 5:8.1f} {rate / baseline:10.2f}x", flush=True)
+            print(
+                f"{backend:9} {workers:7d} {args.runs:6d} {args.runs * 5:6d} {seconds:8.2f} "
+                f"{rate:8.1f} {rate * 5:8.1f} {rate / baseline:10.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ def work(input: dict[str, Any], info: StepInfo) -> dict[str, Any]:
 def five_steps(ctx: WorkflowContext) -> RuntimeCommand:
     value = 0
     for index in range(5):
-        out = ctx.step(f"s{index}", "work", {"n": value, "effects": ctx.input.get("effects", False)})
+        out = ctx.step(
+            f"s{index}", "work", {"n": value, "effects": ctx.input.get("effects", False)}
+        )
         value = out["n"]
     return ctx.complete({"value": value})
 

@@ -76,9 +76,7 @@ def test_sigkill_during_step_attempt_reruns_same_attempt_and_effect_applies_once
         _wait_for(lambda: "approval" in engine.snapshot(run_id).hooks, 30, "the approval hook")
         token = engine.snapshot(run_id).hooks["approval"].token
         engine.resolve_hook(token, {"approved": True})
-        _wait_for(
-            lambda: "shipped" in engine.snapshot(run_id).signal_waits, 30, "the shipped wait"
-        )
+        _wait_for(lambda: "shipped" in engine.snapshot(run_id).signal_waits, 30, "the shipped wait")
         engine.signal(run_id, "shipped", {"tracking": "TRK-1"})
         _wait_for(lambda: engine.snapshot(run_id).terminal, 30, "the run to end")
     finally:
@@ -113,8 +111,7 @@ def test_two_worker_processes_drive_200_runs_of_five_steps(tmp_path: Path) -> No
         engine.start("five-steps", {"effects": False}, run_id=run_id)
     workers = [
         subprocess.Popen(
-            [*WORKER, db, "load_workflows:runtime", "--lease-seconds", "10",
-             "--concurrency", "2"],
+            [*WORKER, db, "load_workflows:runtime", "--lease-seconds", "10", "--concurrency", "2"],
             env=_env(tmp_path),
         )
         for _ in range(2)
@@ -137,9 +134,7 @@ def test_two_worker_processes_drive_200_runs_of_five_steps(tmp_path: Path) -> No
         keys = Counter(e.event_key for e in history)
         assert keys["run_completed"] == 1, run_id
         assert keys["step_scheduled"] == 5, run_id
-        completed = Counter(
-            e.event.step_id for e in history if isinstance(e.event, StepCompleted)
-        )
+        completed = Counter(e.event.step_id for e in history if isinstance(e.event, StepCompleted))
         assert completed == {f"s{i}": 1 for i in range(5)}, run_id
         decisions = [
             (e.event_key, getattr(e.event, "step_id", None))

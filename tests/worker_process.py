@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flow_cli.engine.engine import Engine  # noqa: E402
-from flow_cli.engine.worker import Worker  # noqa: E402
+from flow_cli.engine.engine import Engine
+from flow_cli.engine.worker import Worker
 
 
 def main() -> int:
@@ -39,7 +39,9 @@ def main() -> int:
     else:
         engine = Engine.open(args.db, runtimes)
     worker = Worker(
-        engine, concurrency=args.concurrency, lease_seconds=args.lease_seconds,
+        engine,
+        concurrency=args.concurrency,
+        lease_seconds=args.lease_seconds,
         max_idle_sleep=0.2,
         on_store_error=lambda exc: print(f"flow worker: {exc}", file=sys.stderr, flush=True),
     )

@@ -63,8 +63,13 @@ def run_order(ctx: WorkflowContext, amount: float) -> RuntimeCommand:
     shipment = ctx.receive("shipped", "shipped")
     labels = [ctx.child_result(f"parcel-{p}")["label"] for p in parcels]
     return ctx.complete(
-        {"order": ctx.run_id, "charge": payment["charge_id"], "amount": amount,
-         "labels": labels, "tracking": (shipment or {}).get("tracking")}
+        {
+            "order": ctx.run_id,
+            "charge": payment["charge_id"],
+            "amount": amount,
+            "labels": labels,
+            "tracking": (shipment or {}).get("tracking"),
+        }
     )
 
 

@@ -27,8 +27,15 @@ def register_shared(runtime: Runtime) -> None:
         # e.g. order-2026-0001:reserve-stock:sku-8842
         key = info.idempotency_key(input["sku"])
         record_call(key, info.attempt)
-        applied = apply_once(key, {"effect": "reserve", "sku": input["sku"],
-                                   "quantity": input["quantity"], "attempt": info.attempt})
+        applied = apply_once(
+            key,
+            {
+                "effect": "reserve",
+                "sku": input["sku"],
+                "quantity": input["quantity"],
+                "attempt": info.attempt,
+            },
+        )
         # The window the seed warns about: the external call succeeded, the event is not yet
         # committed. FLOW_EXAMPLE_STEP_DELAY widens it so crash tests can kill a worker here.
         time.sleep(float(os.environ.get("FLOW_EXAMPLE_STEP_DELAY", "0")))
@@ -90,9 +97,7 @@ def register_shared(runtime: Runtime) -> None:
             polled = ctx.step(f"poll-{current}", "pollInbox", {"round": current})
             total += polled["messages"]
             ctx.sleep_until(f"pause-{current}", ctx.started_at + _pause(offset))
-        return ctx.continue_as_new(
-            {**state, "round": round_no + rounds_per_run, "total": total}
-        )
+        return ctx.continue_as_new({**state, "round": round_no + rounds_per_run, "total": total})
 
 
 def _pause(offset: int) -> Any:

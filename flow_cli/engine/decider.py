@@ -151,9 +151,10 @@ class Decider:
             self._terminate(snap, Cancelled(reason=reason), now, reason)
             return False
         if result.waits_on_open:
-            if not self.streams.store.park_run(run_id, snap.last_sequence, snap.next_deadline()):
-                return True  # a fact arrived meanwhile: decide again
-            return False
+            # park_run fails when a fact arrived meanwhile: then decide again.
+            return not self.streams.store.park_run(
+                run_id, snap.last_sequence, snap.next_deadline()
+            )
         stuck = RuntimeError(
             "the workflow re-issued only identities that are already settled; read their "
             "results (ctx.step_output, ctx.step_error, ctx.signal ...) and return the next "
@@ -209,8 +210,12 @@ class Decider:
         mismatches = None
         if isinstance(exc, NonDeterminismError):
             mismatches = [
-                {"identity": m.identity, "field": m.field, "recorded": m.recorded,
-                 "produced": m.produced}
+                {
+                    "identity": m.identity,
+                    "field": m.field,
+                    "recorded": m.recorded,
+                    "produced": m.produced,
+                }
                 for m in exc.mismatches
             ]
         event = DecisionFailed(

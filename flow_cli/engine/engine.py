@@ -188,7 +188,9 @@ class Engine:
         run_id = run_id or f"{workflow}-{uuid.uuid4().hex[:12]}"
         _check_run_id(run_id)
         spec = WorkflowSpec(
-            workflow=workflow, input=value, runtime_build_id=runtime.build_id,
+            workflow=workflow,
+            input=value,
+            runtime_build_id=runtime.build_id,
             patches=runtime.patches,
         )
         now = self.clock.now()

@@ -27,7 +27,11 @@ def is_wake(event: Event) -> bool:
         return event.exhausted
     return isinstance(
         event,
-        StepCompleted | WaitCompleted | SignalReceived | HookResolved | ChildCompleted
+        StepCompleted
+        | WaitCompleted
+        | SignalReceived
+        | HookResolved
+        | ChildCompleted
         | CancelRequested,
     )
 
@@ -38,7 +42,9 @@ def step_task(step: StepState) -> StepTask | None:
         return StepTask(step_id=step.step_id, attempt=step.attempt, available_at=step.scheduled_at)
     if step.status is StepStatus.RUNNING and step.lease_until is not None:
         return StepTask(
-            step_id=step.step_id, attempt=step.attempt, available_at=step.lease_until,
+            step_id=step.step_id,
+            attempt=step.attempt,
+            available_at=step.lease_until,
             owner=step.worker,
         )
     if step.status is StepStatus.BACKOFF and step.next_attempt_at is not None:
@@ -52,8 +58,8 @@ def index_for(
     after: WorkflowRunSnapshot,
     events: Sequence[Event],
     *,
-    decide_at: datetime | None | Keep = KEEP,
-    failing: str | None | Keep = KEEP,
+    decide_at: datetime | Keep | None = KEEP,
+    failing: str | Keep | None = KEEP,
 ) -> RunIndex:
     """The index changes of appending ``events``, given the snapshot after them."""
     steps: dict[str, StepTask | None] = {}

@@ -102,8 +102,12 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
     def diverge(sequence: int, identity: str, field: str, recorded: Any, produced: Any) -> None:
         found.append(
             Divergence(
-                run_id=run_id, sequence=sequence, identity=identity, field=field,
-                recorded=recorded, produced=produced,
+                run_id=run_id,
+                sequence=sequence,
+                identity=identity,
+                field=field,
+                recorded=recorded,
+                produced=produced,
             )
         )
 
@@ -135,7 +139,10 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
             _check_open_end(runtime, snap, diverge)
     except ValueError as exc:  # a malformed history (gap, unknown identity)
         return ReplayResult(
-            run_id=run_id, ok=False, divergences=tuple(found), error=str(exc),
+            run_id=run_id,
+            ok=False,
+            divergences=tuple(found),
+            error=str(exc),
             decision_points=points,
         )
     return ReplayResult(
@@ -203,8 +210,9 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-def _check_point(runtime: Runtime, snap: WorkflowRunSnapshot, chunk: list[EventEnvelope],
-                 diverge: Any) -> None:
+def _check_point(
+    runtime: Runtime, snap: WorkflowRunSnapshot, chunk: list[EventEnvelope], diverge: Any
+) -> None:
     sequence = chunk[0].sequence
     terminal = chunk[-1].event
     if isinstance(terminal, RunFailed) and _engine_failed(snap, terminal):
@@ -229,8 +237,11 @@ def _check_point(runtime: Runtime, snap: WorkflowRunSnapshot, chunk: list[EventE
         other = produced[index] if index < len(produced) else None
         if other is None or type(other) is not type(event) or _identity(other) != _identity(event):
             diverge(
-                chunk[index].sequence, _identity(event), "command",
-                {event.event_key(): event.to_data()}, _describe(command),
+                chunk[index].sequence,
+                _identity(event),
+                "command",
+                {event.event_key(): event.to_data()},
+                _describe(command),
             )
             return
         mine, theirs = event.to_data(), other.to_data()
@@ -278,7 +289,10 @@ def _compare_terminal(
                 diverge(sequence, identity, "input", terminal.input, command.input)
         case _:
             diverge(
-                sequence, identity, "command", {terminal.event_key(): terminal.to_data()},
+                sequence,
+                identity,
+                "command",
+                {terminal.event_key(): terminal.to_data()},
                 _describe(command),
             )
 

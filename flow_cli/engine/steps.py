@@ -57,7 +57,10 @@ class StepExecutor:
         snap, step = started
         runtime = self.runtimes[snap.spec.runtime_build_id]
         info = StepInfo(
-            run_id=snap.run_id, step_id=step.step_id, name=step.name, attempt=step.attempt,
+            run_id=snap.run_id,
+            step_id=step.step_id,
+            name=step.name,
+            attempt=step.attempt,
             worker=worker,
         )
         if before_call is not None:
@@ -104,9 +107,7 @@ class StepExecutor:
     ) -> StepOutcome:
         policy = started.retry
         now = self.clock.now()
-        exhausted = (
-            error_type in policy.non_retryable or started.attempt >= policy.max_attempts
-        )
+        exhausted = error_type in policy.non_retryable or started.attempt >= policy.max_attempts
         next_at: datetime | None = None
         if not exhausted:
             next_at = now + timedelta(seconds=policy.delay_after(started.attempt))

@@ -26,8 +26,8 @@ class Write:
 
     before: WorkflowRunSnapshot
     events: Sequence[Event]
-    decide_at: datetime | None | Keep = KEEP
-    failing: str | None | Keep = KEEP
+    decide_at: datetime | Keep | None = KEEP
+    failing: str | Keep | None = KEEP
 
 
 class Streams:

@@ -9,7 +9,6 @@ from typing import Literal, TypeAlias
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
 
-
 CancellationPolicy = Literal["cancel", "abandon"]
 
 

@@ -15,8 +15,8 @@ from typing import NoReturn
 
 from flow_cli.errors import InputError
 from flow_cli.model.commands import (
-    Cancelled,
     CancellationPolicy,
+    Cancelled,
     Complete,
     ContinueAsNew,
     CreateHook,
@@ -37,7 +37,7 @@ from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 DEFAULT_RETRY = RetryPolicy()
 
 
-class Suspend(BaseException):  # noqa: N818 - control flow, not an error
+class Suspend(BaseException):
     """Raised by the sequential helpers (``ctx.step`` ...) to end this decision with a command.
 
     A BaseException so that a workflow's ``except Exception`` cannot swallow it.
@@ -49,7 +49,7 @@ class Suspend(BaseException):  # noqa: N818 - control flow, not an error
 
 
 class StepFailedError(Exception):
-    """Raised by ``ctx.step`` when the step exhausted its retries under ``on_exhausted="surface"``."""
+    """Raised by ``ctx.step`` when the step failed for good under ``on_exhausted="surface"``."""
 
     def __init__(self, step_id: str, error: JsonValue) -> None:
         message = error.get("message") if isinstance(error, dict) else error
@@ -178,7 +178,9 @@ class WorkflowContext:
     ) -> ScheduleStep:
         """Run step handler ``name`` under identity ``step_id`` (at least once)."""
         return ScheduleStep(
-            step_id=step_id, name=name, input=_json(input, "step input"),
+            step_id=step_id,
+            name=name,
+            input=_json(input, "step input"),
             retry=retry or DEFAULT_RETRY,
         )
 
@@ -218,7 +220,9 @@ class WorkflowContext:
         if cancellation not in ("cancel", "abandon"):
             raise InputError("child cancellation must be 'cancel' or 'abandon'")
         return StartChild(
-            child_id=child_id, workflow=workflow, input=_json(input, "child input"),
+            child_id=child_id,
+            workflow=workflow,
+            input=_json(input, "child input"),
             cancellation=cancellation,
         )
 

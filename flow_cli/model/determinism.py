@@ -120,7 +120,9 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
 def _compare(identity: str, pairs: dict[str, tuple[Any, Any]], out: list[Mismatch]) -> None:
     for name, (recorded, produced) in pairs.items():
         if canonical(recorded) != canonical(produced):
-            out.append(Mismatch(identity=identity, field=name, recorded=recorded, produced=produced))
+            out.append(
+                Mismatch(identity=identity, field=name, recorded=recorded, produced=produced)
+            )
 
 
 def _unique(ids: list[str], kind: str, out: list[Mismatch]) -> None:
@@ -129,7 +131,9 @@ def _unique(ids: list[str], kind: str, out: list[Mismatch]) -> None:
         if ident in seen:
             out.append(
                 Mismatch(
-                    identity=f"{kind} {ident!r}", field="batch", recorded=None,
+                    identity=f"{kind} {ident!r}",
+                    field="batch",
+                    recorded=None,
                     produced="the same id twice in one batch",
                 )
             )
@@ -147,7 +151,10 @@ def _step(
     if recorded is None:
         result.events.append(
             StepScheduled(
-                step_id=cmd.step_id, name=cmd.name, input=cmd.input, retry=cmd.retry,
+                step_id=cmd.step_id,
+                name=cmd.name,
+                input=cmd.input,
+                retry=cmd.retry,
                 batch_id=batch_id,
             )
         )
@@ -169,8 +176,9 @@ def _step(
 def _wait(snap: WorkflowRunSnapshot, cmd: WaitUntil, result: Plan, out: list[Mismatch]) -> None:
     identity = f"wait {cmd.wait_id!r}"
     if cmd.wait_id in snap.signal_waits:
-        out.append(Mismatch(identity=identity, field="kind", recorded="signal wait",
-                            produced="timer"))
+        out.append(
+            Mismatch(identity=identity, field="kind", recorded="signal wait", produced="timer")
+        )
         return
     recorded = snap.waits.get(cmd.wait_id)
     if recorded is None:
@@ -190,8 +198,9 @@ def _signal_wait(
 ) -> None:
     identity = f"signal wait {cmd.wait_id!r}"
     if cmd.wait_id in snap.waits:
-        out.append(Mismatch(identity=identity, field="kind", recorded="timer",
-                            produced="signal wait"))
+        out.append(
+            Mismatch(identity=identity, field="kind", recorded="timer", produced="signal wait")
+        )
         return
     recorded = snap.signal_waits.get(cmd.wait_id)
     if recorded is None:

@@ -16,7 +16,6 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.spec import WorkflowSpec
 
 
-
 class _EventBase:
     KEY: ClassVar[str]
 

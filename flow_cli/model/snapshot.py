@@ -44,7 +44,6 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepState:
     step_id: str
@@ -320,7 +319,8 @@ class WorkflowRunSnapshot:
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
-                    wait_id=event.wait_id, signal_name=event.signal_name,
+                    wait_id=event.wait_id,
+                    signal_name=event.signal_name,
                     sequence=envelope.sequence,
                 )
                 for index, signal in enumerate(self.signals):
@@ -342,7 +342,9 @@ class WorkflowRunSnapshot:
             case HookCreated():
                 self._decision()
                 self.hooks[event.hook_id] = HookState(
-                    hook_id=event.hook_id, token=event.token, metadata=event.metadata,
+                    hook_id=event.hook_id,
+                    token=event.token,
+                    metadata=event.metadata,
                     sequence=envelope.sequence,
                 )
             case HookResolved():
@@ -380,13 +382,17 @@ class WorkflowRunSnapshot:
                 self.decision_error = event.to_data()
             case RunCompleted():
                 self._decision()
-                self.outcome = WorkflowTerminalOutcome(kind=RunStatus.COMPLETED, result=event.result)
+                self.outcome = WorkflowTerminalOutcome(
+                    kind=RunStatus.COMPLETED, result=event.result
+                )
             case RunFailed():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(kind=RunStatus.FAILED, error=event.error)
             case RunCancelled():
                 self._decision()
-                self.outcome = WorkflowTerminalOutcome(kind=RunStatus.CANCELLED, reason=event.reason)
+                self.outcome = WorkflowTerminalOutcome(
+                    kind=RunStatus.CANCELLED, reason=event.reason
+                )
             case RunContinuedAsNew():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -437,30 +443,48 @@ class WorkflowRunSnapshot:
                 for s in self.steps.values()
             },
             "waits": {
-                w.wait_id: {"deadline": w.deadline.isoformat(), "done": w.done,
-                            "fired_at": _iso(w.fired_at)}
+                w.wait_id: {
+                    "deadline": w.deadline.isoformat(),
+                    "done": w.done,
+                    "fired_at": _iso(w.fired_at),
+                }
                 for w in self.waits.values()
             },
             "signals": {
                 "waits": {
-                    w.wait_id: {"signal_name": w.signal_name, "delivered": w.delivered,
-                                "payload": w.payload}
+                    w.wait_id: {
+                        "signal_name": w.signal_name,
+                        "delivered": w.delivered,
+                        "payload": w.payload,
+                    }
                     for w in self.signal_waits.values()
                 },
                 "received": [
-                    {"signal_name": s.signal_name, "payload": s.payload, "sequence": s.sequence,
-                     "wait_id": s.wait_id}
+                    {
+                        "signal_name": s.signal_name,
+                        "payload": s.payload,
+                        "sequence": s.sequence,
+                        "wait_id": s.wait_id,
+                    }
                     for s in self.signals
                 ],
             },
             "hooks": {
-                h.hook_id: {"token": h.token, "metadata": h.metadata, "resolved": h.resolved,
-                            "payload": h.payload}
+                h.hook_id: {
+                    "token": h.token,
+                    "metadata": h.metadata,
+                    "resolved": h.resolved,
+                    "payload": h.payload,
+                }
                 for h in self.hooks.values()
             },
             "children": {
-                c.child_id: {"run_id": c.run_id, "workflow": c.workflow, "status": c.status,
-                             "cancellation": c.cancellation}
+                c.child_id: {
+                    "run_id": c.run_id,
+                    "workflow": c.workflow,
+                    "status": c.status,
+                    "cancellation": c.cancellation,
+                }
                 for c in self.children.values()
             },
             "cancel_requested": self.cancel_requested,

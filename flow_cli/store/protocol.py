@@ -55,9 +55,9 @@ class RunIndex:
     """Index changes that go with one append to one run."""
 
     status: RunStatus
-    decide_at: datetime | None | Keep = KEEP
+    decide_at: datetime | Keep | None = KEEP
     """When a worker should next decide the run; ``None``: only when a new fact arrives."""
-    failing: str | None | Keep = KEEP
+    failing: str | Keep | None = KEEP
     """The last decision error while the run is stuck on it; ``None`` clears it."""
     steps: Mapping[str, StepTask | None] = field(default_factory=dict)
     """Step tasks of steps these events touched: upsert, or ``None`` to delete."""
@@ -148,7 +148,11 @@ class EventStore(Protocol):
         ...
 
     def append_if_sequence(
-        self, run_id: str, expected_sequence: int, events: Sequence[Event], index: RunIndex,
+        self,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
         now: datetime,
     ) -> list[EventEnvelope]:
         """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
@@ -178,7 +182,11 @@ class EventStore(Protocol):
         ...
 
     def lease_runs(
-        self, worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime,
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
         limit: int,
     ) -> list[str]:
         """Lease up to ``limit`` runs of the given builds whose ``decide_at <= now``.
@@ -195,7 +203,11 @@ class EventStore(Protocol):
         ...
 
     def lease_steps(
-        self, worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime,
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
         limit: int,
     ) -> list[StepLease]:
         """Lease up to ``limit`` step tasks whose ``available_at <= now``."""
