@@ -152,9 +152,7 @@ class Decider:
             return False
         if result.waits_on_open:
             # park_run fails when a fact arrived meanwhile: then decide again.
-            return not self.streams.store.park_run(
-                run_id, snap.last_sequence, snap.next_deadline()
-            )
+            return not self.streams.store.park_run(run_id, snap.last_sequence, snap.next_deadline())
         stuck = RuntimeError(
             "the workflow re-issued only identities that are already settled; read their "
             "results (ctx.step_output, ctx.step_error, ctx.signal ...) and return the next "
