@@ -439,3 +439,40 @@ def test_replay_history_of_a_batch_reports_the_member_and_the_extra_step(
         (seq_b - 1, "step 'c'", "command", None, result.divergences[1].produced),
     ]
     assert result.divergences[1].produced["step_scheduled"]["step_id"] == "c"
+
+
+def test_replay_check_does_not_blame_a_build_for_an_error_the_run_already_has() -> None:
+    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.replay import replay_history
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.runtime import Runtime
+    from flow_cli.store.memory import MemoryStore
+
+    def build(raises: str | None) -> Runtime:
+        runtime = Runtime(build_id="err-1")
+
+        @runtime.workflow("w")
+        def w(ctx):  # type: ignore[no-untyped-def]
+            if raises == "key":
+                return ctx.complete(ctx.input["missing"])
+            if raises == "zero":
+                return ctx.complete(1 / 0)
+            return ctx.wait_for_signal("s", "go")
+
+        return runtime
+
+    engine = Engine(MemoryStore(), [build("key")], clock=ManualClock())
+    engine.start("w", {}, run_id="stuck")
+    engine.tick(until_idle=True)
+    history = engine.history("stuck")
+    assert history[-1].event_key == "decision_failed"
+    assert replay_history(build("key"), history).ok
+    result = replay_history(build("zero"), history)
+    assert not result.ok and result.divergences[0].field == "error"
+
+    healthy = Engine(MemoryStore(), [build(None)], clock=ManualClock())
+    healthy.start("w", {}, run_id="waiting")
+    healthy.tick(until_idle=True)
+    regressed = replay_history(build("key"), healthy.history("waiting"))
+    assert not regressed.ok
+    assert regressed.divergences[-1].produced.startswith("KeyError")

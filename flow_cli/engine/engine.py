@@ -110,7 +110,7 @@ class Engine:
     def open(
         cls,
         url: str,
-        runtimes: Iterable[Runtime] = (),
+        runtimes: Sequence[Runtime] = (),
         *,
         clock: Clock | None = None,
         worker_id: str | None = None,
@@ -120,6 +120,10 @@ class Engine:
         """Open the store at ``url`` (``sqlite:///flow.db``, ``postgresql://...``, ``memory://``)."""
         from flow_cli.store import open_store
 
+        hosted = {r.build_id for r in runtimes}
+        if default_build is not None and default_build not in hosted:
+            # Checked before the store opens, so a bad build id never creates a database.
+            raise BuildNotHosted(default_build, sorted(hosted))
         return cls(
             open_store(url, create=create),
             runtimes,
@@ -378,4 +382,4 @@ def _check_run_id(run_id: str) -> None:
         raise InputError(f"run id {run_id!r} must be non-empty text without surrounding spaces")
 
 
-__all__ = ["Engine", "Sequence", "StartResult", "TickReport"]
+__all__ = ["Engine", "StartResult", "TickReport"]

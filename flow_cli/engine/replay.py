@@ -305,6 +305,9 @@ def _check_open_end(runtime: Runtime, snap: WorkflowRunSnapshot, diverge: Any) -
         for m in exc.mismatches:
             diverge(snap.last_sequence, m.identity, m.field, m.recorded, m.produced)
     except Exception as exc:
+        recorded = snap.decision_error if isinstance(snap.decision_error, dict) else {}
+        if recorded.get("error_type") == type(exc).__name__:
+            return  # the run is already stuck on this error; this build does not make it worse
         diverge(snap.last_sequence, "workflow", "error", None, f"{type(exc).__name__}: {exc}")
 
 

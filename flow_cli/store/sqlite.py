@@ -26,9 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from flow_cli.errors import ConfigError, EventConflict, HookTokenInUse, RunNotFound, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
@@ -46,7 +44,10 @@ from flow_cli.store.protocol import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Migration = Callable[[Database], None]
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+Migration = Callable[["Database"], None]
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _POLL_SECONDS = 0.05
@@ -306,6 +307,8 @@ class SQLiteStore:
         with self._write():
             found = self._schema_version(conn)  # another process may have upgraded meanwhile
             self._refuse_newer(found, latest)
+            from sqlite_utils import Database  # only migrations need it; keeps start-up light
+
             db = Database(conn, execute_plugins=False, recursive_triggers=False)
             version = found or 0
             for target, migrate in MIGRATIONS:
