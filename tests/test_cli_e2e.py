@@ -48,7 +48,7 @@ def test_start_tick_signal_hook_to_completed(project: FlowProject) -> None:
     tick = project.run("tick", "--until-idle")
     assert tick.code == 0, tick.stderr
     assert tick.stderr == ""
-    assert tick.stdout.startswith("tick: ") and "steps run" in tick.stdout
+    assert tick.stdout.startswith("tick: ") and " run" in tick.stdout
     assert len(tick.stdout.splitlines()) == 1
 
     signalled = project.run("signal", "appr-1", "approve", "--payload", '{"by": "alice"}')

@@ -70,9 +70,11 @@ def tick(
         )
         return
     passes = "pass" if report.passes == 1 else "passes"
+    runs = "run" if report.runs_decided == 1 else "runs"
+    steps = "step" if report.steps_run == 1 else "steps"
     line = (
-        f"tick: {report.passes} {passes}, {report.runs_decided} runs decided, "
-        f"{report.steps_run} steps run"
+        f"tick: {report.passes} {passes}, {report.runs_decided} {runs} decided, "
+        f"{report.steps_run} {steps} run"
     )
     if report.decision_failures:
         line += f", {report.decision_failures} decision failures"

@@ -144,7 +144,8 @@ def _report(results: Sequence[ReplayResult], diverged: Sequence[ReplayResult], b
     noun = "history" if len(results) == 1 else "histories"
     if not diverged:
         clean = sum(r.error is None for r in results)
-        out(f"replay-check: {clean} of {len(results)} {noun} replay cleanly against build {build}")
+        verb = "replays" if len(results) == 1 else "replay"
+        out(f"replay-check: {clean} of {len(results)} {noun} {verb} cleanly against build {build}")
         return
     from flow_cli.cli import render
 

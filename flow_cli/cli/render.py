@@ -226,11 +226,12 @@ def _timers(waits: Mapping[str, Mapping[str, Any]]) -> RenderableType:
     for column in ("wait", "deadline", "state"):
         table.add_column(column, no_wrap=True)
     for wait_id, wait in waits.items():
-        state = (
-            Text(f"fired {when(wait.get('fired_at'))}", "green")
-            if wait["done"]
-            else Text("pending", "blue")
-        )
+        if wait["done"]:
+            state = Text(f"fired {when(wait.get('fired_at'))}", "green")
+        elif wait.get("state") == "closed":
+            state = Text("closed (run ended)", "dim")
+        else:
+            state = Text("pending", "blue")
         table.add_row(Text(wait_id), when(wait["deadline"]), state)
     return table
 

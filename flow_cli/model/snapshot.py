@@ -212,16 +212,21 @@ class WorkflowRunSnapshot:
         )
 
     def progress(self) -> dict[str, int]:
+        """Counts for display; nothing is open once the run has ended."""
         steps = self.steps.values()
+        live = not self.terminal
         return {
             "steps_total": len(self.steps),
             "steps_completed": sum(s.status is StepStatus.COMPLETED for s in steps),
             "steps_failed": sum(s.status is StepStatus.FAILED for s in steps),
             "steps_cancelled": sum(s.status is StepStatus.CANCELLED for s in steps),
-            "waits_open": sum(not w.done for w in self.waits.values())
-            + sum(not w.delivered for w in self.signal_waits.values()),
-            "hooks_open": sum(not h.resolved for h in self.hooks.values()),
-            "children_open": sum(c.open for c in self.children.values()),
+            "waits_open": live
+            * (
+                sum(not w.done for w in self.waits.values())
+                + sum(not w.delivered for w in self.signal_waits.values())
+            ),
+            "hooks_open": live * sum(not h.resolved for h in self.hooks.values()),
+            "children_open": live * sum(c.open for c in self.children.values()),
             "events": self.last_sequence,
         }
 
@@ -447,6 +452,7 @@ class WorkflowRunSnapshot:
                     "deadline": w.deadline.isoformat(),
                     "done": w.done,
                     "fired_at": _iso(w.fired_at),
+                    "state": "fired" if w.done else ("closed" if self.terminal else "pending"),
                 }
                 for w in self.waits.values()
             },
