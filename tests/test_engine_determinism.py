@@ -476,3 +476,31 @@ def test_replay_check_does_not_blame_a_build_for_an_error_the_run_already_has() 
     regressed = replay_history(build("key"), healthy.history("waiting"))
     assert not regressed.ok
     assert regressed.divergences[-1].produced.startswith("KeyError")
+
+
+def test_replay_reports_a_repeated_mismatch_once() -> None:
+    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.replay import replay_history
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.runtime import Runtime
+    from flow_cli.store.memory import MemoryStore
+
+    def build(token: str) -> Runtime:
+        runtime = Runtime(build_id="dup-1")
+
+        @runtime.workflow("w")
+        def w(ctx):  # type: ignore[no-untyped-def]
+            # Under cancellation it re-issues the open hook: the engine cancels for it.
+            return ctx.create_hook("h", token, {})
+
+        return runtime
+
+    engine = Engine(MemoryStore(), [build("t-1")], clock=ManualClock())
+    engine.start("w", {}, run_id="r")
+    engine.tick(until_idle=True)
+    engine.cancel("r", "stop")
+    engine.tick(until_idle=True)
+    assert engine.snapshot("r").status.value == "Cancelled"
+    result = replay_history(build("t-2"), engine.history("r"))
+    # Checked at the hook's creation and again at the cancellation: reported once.
+    assert [(d.identity, d.field) for d in result.divergences] == [("hook 'h'", "token")]

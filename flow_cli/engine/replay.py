@@ -99,7 +99,14 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
     run_id = history[0].run_id
     found: list[Divergence] = []
 
+    seen: set[str] = set()
+
     def diverge(sequence: int, identity: str, field: str, recorded: Any, produced: Any) -> None:
+        # A recorded identity is re-checked at every later decision point; report it once.
+        key = canonical([identity, field, recorded, produced])
+        if key in seen:
+            return
+        seen.add(key)
         found.append(
             Divergence(
                 run_id=run_id,
