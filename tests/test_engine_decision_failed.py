@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine_workflows import data, determinism_runtime, keys, make_engine, runtime
 
 from flow_cli import Runtime
@@ -108,3 +110,48 @@ def test_new_engine_with_fixed_code_resumes_a_raising_run(
     assert keys(fixed, "r") == ["run_started", "decision_failed", "run_completed"]
     assert fixed.snapshot("r").outcome is not None
     assert fixed.snapshot("r").outcome.result == "fixed"
+
+
+def test_fixed_code_that_only_keeps_waiting_records_decision_recovered(tmp_path: Path) -> None:
+    from flow_cli import Runtime
+    from flow_cli.engine.engine import Engine
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.store.sqlite import SQLiteStore
+
+    def build(buggy: bool) -> Runtime:
+        runtime = Runtime(build_id="recover-1")
+
+        @runtime.workflow("w")
+        def w(ctx):  # type: ignore[no-untyped-def]
+            if buggy and ctx.signal("s") is None and len(ctx.input["items"]) > 0:
+                raise KeyError("discount")
+            if ctx.signal("s") is not None:
+                return ctx.complete(ctx.signal("s"))
+            return ctx.wait_for_signal("s", "go")
+
+        return runtime
+
+    store = SQLiteStore(tmp_path / "flow.db")
+    clock = ManualClock()
+    first = Engine(store, [build(False)], clock=clock)
+    first.start("w", {"items": [1]}, run_id="r")
+    first.tick(until_idle=True)
+    # A buggy deploy: the next wake-up (a cancel-free, unrelated signal) makes the code raise.
+    buggy = Engine(store, [build(True)], clock=clock)
+    buggy.signal("r", "unrelated", {})
+    buggy.tick(until_idle=True)
+    assert buggy.snapshot("r").decision_error is not None
+    assert buggy.get_run("r").failing is not None
+
+    fixed = Engine(store, [build(False)], clock=clock)
+    clock.advance(10)
+    fixed.tick(until_idle=True)
+    snap = fixed.snapshot("r")
+    keys = [e.event_key for e in fixed.history("r")]
+    assert keys[-2:] == ["decision_failed", "decision_recovered"]
+    assert snap.decision_error is None
+    assert fixed.get_run("r").failing is None
+    assert snap.status.value == "Suspended"
+    fixed.signal("r", "go", {"ok": True})
+    fixed.tick(until_idle=True)
+    assert fixed.snapshot("r").outcome is not None

@@ -21,6 +21,7 @@ from flow_cli.model.events import (
     ChildCompleted,
     ChildScheduled,
     DecisionFailed,
+    DecisionRecovered,
     Event,
     HookCreated,
     HookResolved,
@@ -689,6 +690,7 @@ SAMPLES: list[Event] = [
     ChildCancelled(child_id="c", child_run_id="r/c", reason="parent ended"),
     ChildAbandoned(child_id="c", child_run_id="r/c", reason="parent ended"),
     CancelRequested(reason="operator"),
+    DecisionRecovered(error_type="KeyError"),
     DecisionFailed(
         error_type="NonDeterminismError",
         message="step changed",
@@ -792,6 +794,7 @@ _events: st.SearchStrategy[Event] = st.one_of(
     st.builds(ChildAbandoned, child_id=_text, child_run_id=_text, reason=_text),
     st.builds(CancelRequested, reason=_text),
     st.builds(DecisionFailed, error_type=_text, message=_text, mismatches=_json),
+    st.builds(DecisionRecovered, error_type=_text),
     st.builds(RunCompleted, result=_json),
     st.builds(RunFailed, error=_json),
     st.builds(RunCancelled, reason=_text),

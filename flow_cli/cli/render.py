@@ -380,6 +380,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
             return str(d.get("reason", ""))
         case "decision_failed":
             return failing_text(d)
+        case "decision_recovered":
+            return f"decided cleanly again after {d.get('error_type')}"
         case "run_completed":
             return f"result {short_json(d.get('result'), 70)}"
         case "run_failed":

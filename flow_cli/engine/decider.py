@@ -30,6 +30,7 @@ from flow_cli.model.events import (
     CancelRequested,
     ChildCompleted,
     DecisionFailed,
+    DecisionRecovered,
     Event,
     RunCancelled,
     RunCompleted,
@@ -150,6 +151,13 @@ class Decider:
             reason = snap.cancel_reason or "cancelled"
             self._terminate(snap, Cancelled(reason=reason), now, reason)
             return False
+        if result.waits_on_open and isinstance(snap.decision_error, dict):
+            # Fixed code decided cleanly but had nothing new to record: say so in history,
+            # so that the run stops showing as failing.
+            error_type = str(snap.decision_error.get("error_type"))
+            recovered = DecisionRecovered(error_type=error_type)
+            self.streams.commit([Write(snap, [recovered], failing=None)], now)
+            return True
         if result.waits_on_open:
             # park_run fails when a fact arrived meanwhile: then decide again.
             return not self.streams.store.park_run(run_id, snap.last_sequence, snap.next_deadline())

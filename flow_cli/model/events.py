@@ -198,6 +198,15 @@ class DecisionFailed(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRecovered(_EventBase):
+    """After a ``decision_failed``, the workflow code decided without error again."""
+
+    KEY = "decision_recovered"
+    error_type: str
+    """The error type of the failure it recovered from."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -244,6 +253,7 @@ Event: TypeAlias = (
     | ChildAbandoned
     | CancelRequested
     | DecisionFailed
+    | DecisionRecovered
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -271,6 +281,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildAbandoned,
         CancelRequested,
         DecisionFailed,
+        DecisionRecovered,
         RunCompleted,
         RunFailed,
         RunCancelled,

@@ -20,6 +20,7 @@ from flow_cli.model.events import (
     ChildCompleted,
     ChildScheduled,
     DecisionFailed,
+    DecisionRecovered,
     EventEnvelope,
     HookCreated,
     HookResolved,
@@ -385,6 +386,8 @@ class WorkflowRunSnapshot:
                     self.cancel_sequence = envelope.sequence
             case DecisionFailed():
                 self.decision_error = event.to_data()
+            case DecisionRecovered():
+                self.decision_error = None
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
