@@ -120,14 +120,18 @@ class PostgresStore:
 
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
-        with self._transaction() as conn:
+        # One autocommit statement: the row at after_sequence (present for any existing run that
+        # far along) tells an up-to-date run from a missing one without a second query.
+        start = max(after_sequence, 1)
+        with self._reading() as conn:
             rows = conn.execute(
                 "SELECT sequence, event_key, recorded_at, data FROM events "
-                "WHERE run_id = %s AND sequence > %s ORDER BY sequence",
-                (run_id, after_sequence),
+                "WHERE run_id = %s AND sequence >= %s ORDER BY sequence",
+                (run_id, start),
             ).fetchall()
-            if not rows and tables.last_sequence(conn, run_id) is None:
-                raise RunNotFound(run_id)
+        if not rows:
+            raise RunNotFound(run_id)
+        rows = [row for row in rows if row[0] > after_sequence]
         try:
             return [
                 EventEnvelope(
@@ -173,27 +177,39 @@ class PostgresStore:
                     if tables.insert_run(conn, run, now) is None:
                         raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
                 locked = tables.lock_runs(conn, (write.run_id for write in writes))
-                results = []
+                expected: dict[str, int] = {}
                 for write in writes:
                     target = locked.get(write.run_id)
                     if target is None:
                         raise RunNotFound(write.run_id)
-                    if target.last_sequence != write.expected_sequence:
-                        raise EventConflict(
-                            write.run_id, write.expected_sequence, target.last_sequence
-                        )
-                    results.append(
-                        tables.insert_events(
-                            conn, write.run_id, target.last_sequence, write.events, now
-                        )
-                    )
-                    # A second write to the same run in this commit continues from this one.
-                    target.last_sequence += len(write.events)
-                    tables.apply_index(conn, target, write.run_id, write.index, now)
-                if any(_schedules_work(w.index) for w in writes) or any(
-                    r.decide_at is not None for r in creates
+                    # A second write to the same run in this commit continues from the first.
+                    current = expected.get(write.run_id, target.last_sequence)
+                    if current != write.expected_sequence:
+                        raise EventConflict(write.run_id, write.expected_sequence, current)
+                    expected[write.run_id] = current + len(write.events)
+                results = []
+                # Everything past the sequence check is sent as one pipeline: no waiting for
+                # each statement's answer (errors still surface before the commit).
+                first = writes[0] if writes else None
+                with (
+                    tables.unique_violations_as_conflict(
+                        first.run_id if first else "?", first.expected_sequence if first else 0
+                    ),
+                    conn.pipeline(),
                 ):
-                    self._notify(conn)
+                    for write in writes:
+                        target = locked[write.run_id]
+                        results.append(
+                            tables.insert_events(
+                                conn, write.run_id, target.last_sequence, write.events, now
+                            )
+                        )
+                        target.last_sequence += len(write.events)
+                        tables.apply_index(conn, target, write.run_id, write.index, now)
+                    if any(_schedules_work(w.index) for w in writes) or any(
+                        r.decide_at is not None for r in creates
+                    ):
+                        self._notify(conn)
                 return results
         except EventConflict:
             with self._lock:
@@ -392,6 +408,16 @@ class PostgresStore:
             raise self._store_error(exc, lost=True) from exc
 
     # -- connections, transactions, errors ---------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A pooled connection in autocommit mode for one read: no BEGIN/COMMIT round trips."""
+        with self._transaction() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                conn.autocommit = False
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
