@@ -273,7 +273,7 @@ class PostgresStore:
         """
         if not build_ids or limit <= 0:
             return []
-        with self._transaction() as conn:
+        with self._transaction(durable=False) as conn:
             rows = conn.execute(
                 tables.LEASE_RUNS,
                 _due_params(worker, build_ids, now, lease_until, limit),
@@ -284,7 +284,7 @@ class PostgresStore:
 
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
         """Set ``decide_at`` if the run is still at ``expected_sequence``; else False."""
-        with self._transaction() as conn:
+        with self._transaction(durable=False) as conn:
             parked = conn.execute(
                 "UPDATE runs SET decide_at = %s, lease_owner = NULL "
                 "WHERE run_id = %s AND last_sequence = %s RETURNING run_id",
@@ -305,7 +305,7 @@ class PostgresStore:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
         if not build_ids or limit <= 0:
             return []
-        with self._transaction() as conn:
+        with self._transaction(durable=False) as conn:
             rows = conn.execute(
                 tables.LEASE_STEPS,
                 _due_params(worker, build_ids, now, lease_until, limit),
@@ -319,7 +319,7 @@ class PostgresStore:
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
-        with self._transaction() as conn:
+        with self._transaction(durable=False) as conn:
             renewed = conn.execute(
                 "UPDATE step_tasks SET available_at = %s "
                 "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
@@ -420,14 +420,21 @@ class PostgresStore:
                 conn.autocommit = False
 
     @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
+    def _transaction(self, *, durable: bool = True) -> Iterator[Connection]:
         """A pooled connection inside a transaction: committed on success, else rolled back.
+
+        ``durable=False`` is for index-only writes (leases, parking): their commit does not
+        wait for the WAL flush. Losing one in a crash is harmless — a lease that was never
+        recorded lets another worker decide the run, which ``append_if_sequence`` makes safe —
+        and every later durable commit flushes it anyway. Events are always durable.
 
         Any psycopg error becomes ``StoreError``; a connection that broke is dropped together
         with the idle ones (they most likely died with it), so the next call reconnects.
         """
         conn = self._checkout()
         try:
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
             yield conn
             conn.commit()
         except psycopg.Error as exc:
