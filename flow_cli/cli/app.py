@@ -77,7 +77,9 @@ def run_guarded(invoke: Callable[[], Any]) -> int:
         context = getattr(error, "ctx", None)
         if context is not None:
             hint = f" (see '{context.command_path} --help')"
-        return _fail(error.format_message() + hint, code)
+        # Typer validates through pydantic, whose messages start with "Value error, ".
+        message = error.format_message().replace("Value error, ", "")
+        return _fail(message + hint, code)
     except KeyboardInterrupt:
         return exits.INTERRUPTED
     except BrokenPipeError:

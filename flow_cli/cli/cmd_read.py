@@ -36,7 +36,8 @@ def runs(
             "--status",
             metavar="S",
             case_sensitive=False,
-            help="Only runs with this status.",
+            help="Only runs with this status: Pending, Running, Suspended, Cancelling, "
+            "Completed, Failed, Cancelled or ContinuedAsNew (any case).",
             show_default=False,
         ),
     ] = None,
