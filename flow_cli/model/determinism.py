@@ -9,6 +9,7 @@ differing field; a batch is checked whole, so nothing of it is appended if any m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, assert_never
 
 from flow_cli.errors import Mismatch, NonDeterminismError
@@ -181,12 +182,14 @@ def _wait(snap: WorkflowRunSnapshot, cmd: WaitUntil, result: Plan, out: list[Mis
         )
         return
     recorded = snap.waits.get(cmd.wait_id)
+    # The deadline is an instant: compared and recorded in UTC, whatever offset the code used.
+    deadline = cmd.deadline.astimezone(UTC)
     if recorded is None:
-        result.events.append(WaitStarted(wait_id=cmd.wait_id, deadline=cmd.deadline))
+        result.events.append(WaitStarted(wait_id=cmd.wait_id, deadline=deadline))
         return
     _compare(
         identity,
-        {"deadline": (recorded.deadline.isoformat(), cmd.deadline.isoformat())},
+        {"deadline": (recorded.deadline.astimezone(UTC).isoformat(), deadline.isoformat())},
         out,
     )
     if not recorded.done:

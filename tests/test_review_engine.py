@@ -1,0 +1,59 @@
+"""Adversarial review of the engine: each test pins a rule of the execution model that an
+earlier build got wrong (races, determinism checks, replay checking)."""
+
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+from engine_workflows import keys, make_engine
+
+from flow_cli import Runtime
+from flow_cli.engine.replay import replay_history
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import EventStore
+
+BERLIN_WINTER = timezone(timedelta(hours=1))
+
+
+def _tz_wait_runtime() -> Runtime:
+    rt = Runtime(build_id="review-1")
+
+    @rt.workflow("tz-wait")
+    def tz_wait(ctx):
+        # A perfectly valid aware deadline, written in local time rather than UTC.
+        deadline = ctx.started_at.astimezone(BERLIN_WINTER) + timedelta(seconds=60)
+        if not ctx.wait_done("w"):
+            return ctx.wait_until("w", deadline)
+        return ctx.complete("woke")
+
+    return rt
+
+
+def test_a_deadline_given_in_another_zone_is_the_same_instant_on_every_worker(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Rule 2 compares the UTC deadline: the same instant written with another offset is not a
+    non-determinism, whether the worker replays from its cache or from the store."""
+    rt = _tz_wait_runtime()
+    first = make_engine(store, [rt], clock, "w1")
+    first.start("tz-wait", run_id="r")
+    first.tick(until_idle=True)
+    # A second worker (another process: no snapshot cache) decides the run next.
+    second = make_engine(store, [rt], clock, "w2")
+    second.signal("r", "poke")  # wakes the run: the code re-issues the open timer
+    second.tick(until_idle=True)
+    assert second.snapshot("r").decision_error is None
+    clock.advance(61)
+    second.tick(until_idle=True)
+    assert keys(second, "r") == [
+        "run_started",
+        "wait_started",
+        "signal_received",
+        "wait_completed",
+        "run_completed",
+    ]
+    assert second.snapshot("r").status is RunStatus.COMPLETED
+    recorded = second.history("r")[1].event.to_data()["deadline"]
+    assert recorded.endswith("+00:00"), recorded  # history holds the UTC deadline
+    assert replay_history(rt, second.history("r")).ok
