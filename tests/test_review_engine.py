@@ -57,3 +57,43 @@ def test_a_deadline_given_in_another_zone_is_the_same_instant_on_every_worker(
     recorded = second.history("r")[1].event.to_data()["deadline"]
     assert recorded.endswith("+00:00"), recorded  # history holds the UTC deadline
     assert replay_history(rt, second.history("r")).ok
+
+
+def _cancel_runtime(on_cancel: str) -> Runtime:
+    rt = Runtime(build_id="review-cancel")
+
+    @rt.workflow("ignores-cancel")
+    def ignores_cancel(ctx):
+        if ctx.cancel_requested and on_cancel == "complete":
+            return ctx.complete("finished anyway")
+        cleanup = ctx.cancel_requested and on_cancel == "cleanup-wait"
+        if cleanup and not ctx.wait_done("cleanup"):
+            return ctx.wait_for_signal("cleanup", "cleaned")
+        payload = ctx.receive("go", "go")
+        return ctx.complete(payload)
+
+    return rt
+
+
+def test_replay_check_reports_new_code_that_would_not_let_the_engine_cancel(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Rule 12 + replay-check: a ``run_cancelled`` the engine wrote because the code only
+    re-issued what was open is matched only by code that again starts nothing new. Code that
+    would complete (or fail, or continue) at that point diverges, and replay-check must say so."""
+    recorded_build = _cancel_runtime("ignore")
+    engine = make_engine(store, [recorded_build], clock)
+    engine.start("ignores-cancel", run_id="r")
+    engine.tick(until_idle=True)
+    engine.cancel("r", "stop")
+    engine.tick(until_idle=True)
+    history = engine.history("r")
+    assert keys(engine, "r")[-1] == "run_cancelled"
+    assert replay_history(recorded_build, history).ok
+
+    completes = replay_history(_cancel_runtime("complete"), history)
+    assert not completes.ok
+    assert [(d.identity, d.field) for d in completes.divergences] == [("run outcome", "command")]
+    # Code that opens cleanup work at that point (the engine would have waited) diverges too.
+    cleans_up = replay_history(_cancel_runtime("cleanup-wait"), history)
+    assert not cleans_up.ok

@@ -236,7 +236,15 @@ def _check_point(
         return
 
     if isinstance(terminal, _TERMINAL):
-        _compare_terminal(snap, terminal, command, result.events, sequence, diverge)
+        # The engine cancels on the workflow's behalf only when the command ends nothing and
+        # starts nothing new, and waits on nothing opened since the cancellation (rule 12).
+        engine_cancel = (
+            snap.cancel_requested
+            and result.terminal is None
+            and not result.events
+            and not any(seq > (snap.cancel_sequence or 0) for seq in result.open_since)
+        )
+        _compare_terminal(snap, terminal, command, engine_cancel, sequence, diverge)
         return
     recorded = [e.event for e in chunk]
     produced = result.events
@@ -274,7 +282,7 @@ def _compare_terminal(
     snap: WorkflowRunSnapshot,
     terminal: Event,
     command: RuntimeCommand,
-    produced_events: list[Event],
+    engine_cancel: bool,
     sequence: int,
     diverge: Any,
 ) -> None:
@@ -289,7 +297,7 @@ def _compare_terminal(
         case RunCancelled(), Cancelled():
             if terminal.reason != command.reason:
                 diverge(sequence, identity, "reason", terminal.reason, command.reason)
-        case RunCancelled(), _ if snap.cancel_requested and not produced_events:
+        case RunCancelled(), _ if engine_cancel:
             pass  # no cleanup: the engine cancelled on the workflow's behalf
         case RunContinuedAsNew(), ContinueAsNew():
             if canonical(terminal.input) != canonical(command.input):
