@@ -97,3 +97,46 @@ def test_replay_check_reports_new_code_that_would_not_let_the_engine_cancel(
     # Code that opens cleanup work at that point (the engine would have waited) diverges too.
     cleans_up = replay_history(_cancel_runtime("cleanup-wait"), history)
     assert not cleans_up.ok
+
+
+def _one_step_runtime(calls: list[str]) -> Runtime:
+    rt = Runtime(build_id="review-step")
+
+    @rt.workflow("one-step")
+    def one_step(ctx):
+        return ctx.complete(ctx.step("s", "work"))
+
+    @rt.step("work")
+    def work(input, info):
+        calls.append(info.worker)
+        return "done"
+
+    return rt
+
+
+def test_a_worker_with_a_stale_lease_does_not_run_an_attempt_another_worker_holds(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Rule 6: an attempt runs again only after its lease expired. Worker A leased the step and
+    stalled past its lease; worker B leased it again. Whichever starts first holds the attempt:
+    the other must not run it concurrently while that lease is live."""
+    calls: list[str] = []
+    rt = _one_step_runtime(calls)
+    a = make_engine(store, [rt], clock, "A")
+    b = make_engine(store, [rt], clock, "B")
+    a.start("one-step", run_id="r")
+    a.decide("r")  # the first decision schedules the step
+    (lease_a,) = a.lease_steps(30, 10)
+    clock.advance(31)  # A stalls (GC pause, slow network) past its lease
+    (lease_b,) = b.lease_steps(30, 10)
+    seen = []
+    # A starts its attempt; while its handler would run, B tries its own lease of the same attempt.
+    a.executor.execute(
+        lease_a, "A", 30, before_call=lambda: seen.append(b.execute_step(lease_b, 30))
+    )
+    if not seen:
+        seen.append(b.execute_step(lease_b, 30))
+    assert len(calls) == 1, calls
+    a.tick(until_idle=True)
+    assert len(calls) == 1, calls
+    assert keys(a, "r")[-2:] == ["step_completed", "run_completed"]

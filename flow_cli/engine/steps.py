@@ -82,6 +82,12 @@ class StepExecutor:
             if snap.spec.runtime_build_id not in self.runtimes:
                 return None
             now = self.clock.now()
+            if lease.lease_until <= now:
+                return None  # our lease ran out before we began: another worker may hold it
+            if step.status is StepStatus.RUNNING and (
+                step.lease_until is not None and step.lease_until > now
+            ):
+                return None  # another worker started this attempt and its lease is live
             if step.status is StepStatus.BACKOFF and (
                 step.next_attempt_at is not None and step.next_attempt_at > now
             ):
