@@ -10,6 +10,7 @@ from engine_workflows import keys, make_engine
 from flow_cli import Runtime
 from flow_cli.engine.replay import replay_history
 from flow_cli.model.clock import ManualClock
+from flow_cli.model.snapshot import project
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import EventStore
 
@@ -140,3 +141,41 @@ def test_a_worker_with_a_stale_lease_does_not_run_an_attempt_another_worker_hold
     a.tick(until_idle=True)
     assert len(calls) == 1, calls
     assert keys(a, "r")[-2:] == ["step_completed", "run_completed"]
+
+
+def _mutating_parent_runtime() -> Runtime:
+    rt = Runtime(build_id="review-child")
+
+    @rt.workflow("child")
+    def child(ctx):
+        return ctx.complete({"items": [1]})
+
+    @rt.workflow("mutating-parent")
+    def mutating_parent(ctx):
+        outcome = ctx.child("c", "child")
+        # Careless but legal code: it edits the value it was handed.
+        outcome.result["items"].append(len(outcome.result["items"]) + 1)
+        if ctx.step_output("s") is None:
+            return ctx.schedule_step("s", "echo", outcome.result)
+        return ctx.complete(outcome.result)
+
+    @rt.step("echo")
+    def echo(input, info):
+        return input
+
+    return rt
+
+
+def test_workflow_code_cannot_change_a_child_outcome_in_the_snapshot(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """The snapshot is a projection of history: mutating what ``ctx.child_outcome`` returns must
+    not change the (cached) snapshot, or the next decision sees another input than history."""
+    engine = make_engine(store, [_mutating_parent_runtime()], clock)
+    engine.start("mutating-parent", run_id="p")
+    engine.tick(until_idle=True)
+    snapshot = engine.snapshot("p")
+    assert snapshot.decision_error is None
+    assert snapshot.outcome is not None and snapshot.outcome.result == {"items": [1, 2]}
+    assert snapshot.to_json() == project(engine.history("p")).to_json()
+    assert snapshot.children["c"].outcome == {"kind": "Completed", "result": {"items": [1]}}

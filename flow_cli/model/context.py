@@ -147,7 +147,7 @@ class WorkflowContext:
         child = self._snap.children.get(child_id)
         if child is None or not isinstance(child.outcome, dict):
             return None
-        return WorkflowTerminalOutcome.from_json(child.outcome)
+        return WorkflowTerminalOutcome.from_json(self._snap.json_payload(child.outcome))
 
     def child_result(self, child_id: str) -> JsonValue:
         """The result of a child that completed, else ``None``."""
