@@ -405,7 +405,13 @@ def test_a_batch_with_one_differing_member_appends_nothing_of_the_batch(
     assert keys(changed, RUN) == [*before, "decision_failed"]
     (failed,) = data(changed, RUN, "decision_failed")
     assert failed["mismatches"] == [
-        {"identity": "step 'b'", "field": "input", "recorded": {"n": 2}, "produced": {"n": 20}}
+        {"identity": "step 'b'", "field": "input", "recorded": {"n": 2}, "produced": {"n": 20}},
+        {
+            "identity": "batch 'pay'",
+            "field": "steps",
+            "recorded": ["a", "b"],
+            "produced": ["a", "b", "c"],
+        },
     ]
     # The new member "c" was not appended: the batch is validated whole.
     assert set(changed.snapshot(RUN).steps) == {"a", "b"}

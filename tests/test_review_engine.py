@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta, timezone
 
-from engine_workflows import keys, make_engine
+from engine_workflows import data, determinism_runtime, hang_step, keys, make_engine
 
 from flow_cli import Runtime
 from flow_cli.engine.replay import replay_history
+from flow_cli.errors import NonDeterminismError
 from flow_cli.model.clock import ManualClock
+from flow_cli.model.determinism import plan
 from flow_cli.model.snapshot import project
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import EventStore
@@ -179,3 +181,61 @@ def test_workflow_code_cannot_change_a_child_outcome_in_the_snapshot(
     assert snapshot.outcome is not None and snapshot.outcome.result == {"items": [1, 2]}
     assert snapshot.to_json() == project(engine.history("p")).to_json()
     assert snapshot.children["c"].outcome == {"kind": "Completed", "result": {"items": [1]}}
+
+
+def test_a_recorded_batch_re_issued_with_another_member_is_a_non_determinism(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Rules 2 and 3: a batch is one identity. Changed code that re-issues batch ``pay`` with an
+    extra member must not have that member silently appended to the recorded batch."""
+    engine_a = make_engine(store, [determinism_runtime()], clock, "worker-a")
+    engine_a.start("det-batch", run_id="r")
+    engine_a.decide("r")
+    hang_step(engine_a, "r", "b")  # "a" completes, "b" hangs: the run is woken by "a"
+    before = keys(engine_a, "r")
+    changed = make_engine(store, [determinism_runtime(batch_extra=True)], clock, "worker-b")
+    changed.tick(until_idle=True)
+    assert keys(changed, "r") == [*before, "decision_failed"]
+    (failed,) = data(changed, "r", "decision_failed")
+    assert failed["mismatches"] == [
+        {
+            "identity": "batch 'pay'",
+            "field": "steps",
+            "recorded": ["a", "b"],
+            "produced": ["a", "b", "c"],
+        }
+    ]
+    assert set(changed.snapshot("r").steps) == {"a", "b"}
+
+
+def test_a_recorded_child_batch_re_issued_with_fewer_members_is_a_non_determinism() -> None:
+    rt = Runtime(build_id="review-kids")
+    snapshot_runtime = Runtime(build_id="review-kids")
+
+    @rt.workflow("kids")
+    def kids(ctx):
+        return ctx.start_children(
+            [ctx.start_child("x", "leaf"), ctx.start_child("y", "leaf")], batch_id="kids"
+        )
+
+    @snapshot_runtime.workflow("kids")
+    def fewer_kids(ctx):
+        return ctx.start_children([ctx.start_child("x", "leaf")], batch_id="kids")
+
+    @rt.workflow("leaf")
+    def leaf(ctx):
+        return ctx.wait_for_signal("never", "never")
+
+    from flow_cli.store.memory import MemoryStore
+
+    engine = make_engine(MemoryStore(), [rt], ManualClock())
+    engine.start("kids", run_id="k")
+    engine.tick(until_idle=True)
+    snapshot = engine.snapshot("k")
+    assert set(snapshot.children) == {"x", "y"}
+    try:
+        plan(snapshot, snapshot_runtime.decide(snapshot))
+    except NonDeterminismError as exc:
+        assert [(m.identity, m.field) for m in exc.mismatches] == [("batch 'kids'", "children")]
+    else:
+        raise AssertionError("a batch that lost a member was accepted")

@@ -74,6 +74,9 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
             _unique([s.step_id for s in command.steps], "step", mismatches)
             for member in command.steps:
                 _step(snapshot, member, command.batch_id, result, mismatches)
+            recorded_steps = [(s.sequence, s.step_id, s.batch_id) for s in snapshot.steps.values()]
+            produced_steps = [s.step_id for s in command.steps]
+            _members(command.batch_id, "steps", recorded_steps, produced_steps, mismatches)
         case WaitUntil():
             _wait(snapshot, command, result, mismatches)
         case WaitForSignal():
@@ -86,6 +89,11 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
             _unique([c.child_id for c in command.children], "child", mismatches)
             for child in command.children:
                 _child(snapshot, child, command.batch_id, result, mismatches)
+            recorded_children = [
+                (c.sequence, c.child_id, c.batch_id) for c in snapshot.children.values()
+            ]
+            produced_children = [c.child_id for c in command.children]
+            _members(command.batch_id, "children", recorded_children, produced_children, mismatches)
         case ContinueAsNew():
             spec = snapshot.spec
             if command.runtime_build_id is not None and (
@@ -139,6 +147,23 @@ def _unique(ids: list[str], kind: str, out: list[Mismatch]) -> None:
                 )
             )
         seen.add(ident)
+
+
+def _members(
+    batch_id: str,
+    field: str,
+    recorded: list[tuple[int, str, str | None]],
+    produced: list[str],
+    out: list[Mismatch],
+) -> None:
+    """A recorded batch is one identity: re-issued, it must have exactly its recorded members."""
+    members = [ident for _, ident, batch in sorted(recorded) if batch == batch_id]
+    if members and members != produced:
+        out.append(
+            Mismatch(
+                identity=f"batch {batch_id!r}", field=field, recorded=members, produced=produced
+            )
+        )
 
 
 def _step(
