@@ -69,9 +69,10 @@ def _cancel_runtime(on_cancel: str) -> Runtime:
     def ignores_cancel(ctx):
         if ctx.cancel_requested and on_cancel == "complete":
             return ctx.complete("finished anyway")
-        cleanup = ctx.cancel_requested and on_cancel == "cleanup-wait"
-        if cleanup and not ctx.wait_done("cleanup"):
-            return ctx.wait_for_signal("cleanup", "cleaned")
+        if ctx.cancel_requested and on_cancel == "cleanup-step":
+            return ctx.schedule_step("cleanup", "cleanUp", None)
+        if ctx.cancel_requested and on_cancel == "new-wait" and not ctx.wait_done("later"):
+            return ctx.wait_for_signal("later", "later")
         payload = ctx.receive("go", "go")
         return ctx.complete(payload)
 
@@ -97,9 +98,11 @@ def test_replay_check_reports_new_code_that_would_not_let_the_engine_cancel(
     completes = replay_history(_cancel_runtime("complete"), history)
     assert not completes.ok
     assert [(d.identity, d.field) for d in completes.divergences] == [("run outcome", "command")]
-    # Code that opens cleanup work at that point (the engine would have waited) diverges too.
-    cleans_up = replay_history(_cancel_runtime("cleanup-wait"), history)
+    # Code that schedules a cleanup step at that point (the engine would run it) diverges too.
+    cleans_up = replay_history(_cancel_runtime("cleanup-step"), history)
     assert not cleans_up.ok
+    # A new wait is not cleanup: the engine would have cancelled all the same.
+    assert replay_history(_cancel_runtime("new-wait"), history).ok
 
 
 def _one_step_runtime(calls: list[str]) -> Runtime:
@@ -239,3 +242,85 @@ def test_a_recorded_child_batch_re_issued_with_fewer_members_is_a_non_determinis
         assert [(m.identity, m.field) for m in exc.mismatches] == [("batch 'kids'", "children")]
     else:
         raise AssertionError("a batch that lost a member was accepted")
+
+
+def test_continue_as_new_under_cancellation_carries_the_request_to_the_successor() -> None:
+    from flow_cli import Runtime
+    from flow_cli.engine.engine import Engine
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.store.memory import MemoryStore
+
+    runtime = Runtime(build_id="carry-1")
+
+    @runtime.workflow("loop")
+    def loop(ctx):  # type: ignore[no-untyped-def]
+        if ctx.wait_done("tick"):
+            return ctx.continue_as_new({"n": (ctx.input or {}).get("n", 0) + 1})
+        return ctx.wait_for_signal("tick", "tick")
+
+    engine = Engine(MemoryStore(), [runtime], clock=ManualClock())
+    engine.start("loop", {"n": 0}, run_id="loop")
+    engine.tick(until_idle=True)
+    engine.signal("loop", "tick")
+    engine.cancel("loop", "shutting down")
+    engine.tick(until_idle=True)
+    # The code ignored the request and continued; the successor must not run on regardless.
+    assert engine.snapshot("loop").status.value == "ContinuedAsNew"
+    successor = engine.snapshot("loop~1")
+    assert successor.cancel_requested and successor.cancel_reason == "shutting down"
+    assert successor.status.value == "Cancelled"
+
+
+def test_workflow_code_calling_sys_exit_is_a_decision_failure_not_a_dead_worker() -> None:
+    import sys
+
+    from flow_cli import Runtime
+    from flow_cli.engine.engine import Engine
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.store.memory import MemoryStore
+
+    runtime = Runtime(build_id="exit-1")
+
+    @runtime.workflow("bye")
+    def bye(ctx):  # type: ignore[no-untyped-def]
+        sys.exit(3)
+
+    @runtime.step("quit")
+    def quit_step(input, info):  # type: ignore[no-untyped-def]
+        sys.exit(4)
+
+    @runtime.workflow("step-bye")
+    def step_bye(ctx):  # type: ignore[no-untyped-def]
+        return ctx.schedule_step("s", "quit", None)
+
+    engine = Engine(MemoryStore(), [runtime], clock=ManualClock())
+    engine.start("bye", None, run_id="a")
+    engine.start("step-bye", None, run_id="b")
+    engine.tick(until_idle=True)
+    assert engine.history("a")[-1].event_key == "decision_failed"
+    failed = [e.event for e in engine.history("b") if e.event_key == "step_failed"]
+    assert failed and failed[0].to_data()["error_type"] == "SystemExit"
+
+
+def test_same_run_id_under_another_build_is_not_the_same_spec() -> None:
+    import pytest
+
+    from flow_cli import Runtime
+    from flow_cli.engine.engine import Engine
+    from flow_cli.errors import RunAlreadyExists
+    from flow_cli.store.memory import MemoryStore
+
+    def build(build_id: str) -> Runtime:
+        runtime = Runtime(build_id=build_id)
+
+        @runtime.workflow("w")
+        def w(ctx):  # type: ignore[no-untyped-def]
+            return ctx.complete(None)
+
+        return runtime
+
+    engine = Engine(MemoryStore(), [build("old"), build("new")], default_build="old")
+    assert engine.start("w", {"a": 1}, run_id="r").created
+    assert not engine.start("w", {"a": 1}, run_id="r", build_id="old").created
+    with pytest.raises(RunAlreadyExists, match="build id"):
+        engine.start("w", {"a": 1}, run_id="r", build_id="new")

@@ -25,17 +25,19 @@ from flow_cli.errors import (
 from flow_cli.model.clock import Clock
 from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
-from flow_cli.model.determinism import Plan, plan
+from flow_cli.model.determinism import Plan, engine_cancels, plan
 from flow_cli.model.events import (
     CancelRequested,
     ChildCompleted,
     DecisionFailed,
     DecisionRecovered,
     Event,
+    EventEnvelope,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
     RunFailed,
+    RunStarted,
     WaitCompleted,
 )
 from flow_cli.model.jsonval import canonical
@@ -126,11 +128,17 @@ class Decider:
         except NonDeterminismError as exc:
             self._decision_failed(snap, exc, now, report)
             return False
-        except Exception as exc:  # the workflow's own bug: recorded, never a worker crash
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the workflow's own bug (even sys.exit): never a crash
             self._decision_failed(snap, exc, now, report)
             return False
 
         report.decisions += 1
+        if engine_cancels(snap, result):
+            reason = snap.cancel_reason or "cancelled"
+            self._terminate(snap, Cancelled(reason=reason), now, reason)
+            return False
         if result.events:
             try:
                 self._append_decision(snap, result, now)
@@ -146,10 +154,6 @@ class Decider:
                 self._terminate(snap, result.terminal, now, _reason(result.terminal))
             except RunIdTaken as exc:
                 self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
-            return False
-        if snap.cancel_requested and not self._cleanup_open(snap, result):
-            reason = snap.cancel_reason or "cancelled"
-            self._terminate(snap, Cancelled(reason=reason), now, reason)
             return False
         if result.waits_on_open and isinstance(snap.decision_error, dict):
             # Fixed code decided cleanly but had nothing new to record: say so in history,
@@ -168,11 +172,6 @@ class Decider:
         )
         self._decision_failed(snap, stuck, now, report, error_type="WorkflowStuck")
         return False
-
-    def _cleanup_open(self, snap: WorkflowRunSnapshot, result: Plan) -> bool:
-        """Whether the command waits on cleanup work begun after cancellation was requested."""
-        since = snap.cancel_sequence or 0
-        return any(seq > since for seq in result.open_since)
 
     def _append_decision(self, snap: WorkflowRunSnapshot, result: Plan, now: datetime) -> None:
         creates: list[NewRun] = []
@@ -287,6 +286,10 @@ class Decider:
                     )
                 )
                 outcome = {}
+                if snap.cancel_requested:
+                    # A cancellation request must not be shed by continuing as new: the
+                    # successor starts with it, in the same transaction.
+                    extra.append(self._carry_cancel(creates[-1], snap.cancel_reason, now))
         # Cancellation policy "cancel": ask each open child to stop, in the same transaction.
         for child in snap.children.values():
             if child.open and child.cancellation == "cancel":
@@ -301,6 +304,19 @@ class Decider:
         self._check_free(creates)
         self.streams.commit(
             [Write(snap, events, decide_at=None, failing=None), *extra], now, creates
+        )
+
+    def _carry_cancel(self, successor: NewRun, reason: str | None, now: datetime) -> Write:
+        started = EventEnvelope(
+            run_id=successor.run_id,
+            sequence=1,
+            recorded_at=now,
+            event=RunStarted(spec=successor.spec, seed=successor.seed),
+        )
+        return Write(
+            WorkflowRunSnapshot.start(started),
+            [CancelRequested(reason=reason or "cancelled")],
+            decide_at=now,
         )
 
     def _cancel_child(self, child_run_id: str, reason: str) -> Write | None:

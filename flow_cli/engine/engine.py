@@ -179,10 +179,11 @@ class Engine:
         run_id: str | None = None,
         build_id: str | None = None,
     ) -> StartResult:
-        """Create a run. The same id with the same workflow and input is a no-op.
+        """Create a run. The same id with the same spec is a no-op.
 
         Raises ``WorkflowNotFound``, ``InputError`` (input not JSON), or ``RunAlreadyExists``
-        when the id is taken by a run of another workflow or input.
+        when the id is taken by a run with another spec (workflow, input, build id, patches):
+        after a deploy, pass the old ``build_id`` to repeat a start idempotently.
         """
         runtime = self.runtime_for(workflow, build_id)
         try:
@@ -208,6 +209,10 @@ class Engine:
             raise RunAlreadyExists(run_id, f"workflow ({existing.workflow!r})")
         if canonical(existing.input) != canonical(value):
             raise RunAlreadyExists(run_id, "input")
+        if existing.runtime_build_id != spec.runtime_build_id:
+            raise RunAlreadyExists(run_id, f"build id ({existing.runtime_build_id!r})")
+        if existing.patches != spec.patches:
+            raise RunAlreadyExists(run_id, f"set of patch markers ({list(existing.patches)})")
         return StartResult(run_id=run_id, created=False)
 
     # -- facts from outside --------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from flow_cli.errors import InputError, NonDeterminismError
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, RuntimeCommand
-from flow_cli.model.determinism import plan
+from flow_cli.model.determinism import engine_cancels, plan
 from flow_cli.model.events import (
     ChildAbandoned,
     ChildCancelled,
@@ -236,14 +236,7 @@ def _check_point(
         return
 
     if isinstance(terminal, _TERMINAL):
-        # The engine cancels on the workflow's behalf only when the command ends nothing and
-        # starts nothing new, and waits on nothing opened since the cancellation (rule 12).
-        engine_cancel = (
-            snap.cancel_requested
-            and result.terminal is None
-            and not result.events
-            and not any(seq > (snap.cancel_sequence or 0) for seq in result.open_since)
-        )
+        engine_cancel = engine_cancels(snap, result)
         _compare_terminal(snap, terminal, command, engine_cancel, sequence, diverge)
         return
     recorded = [e.event for e in chunk]

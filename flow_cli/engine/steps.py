@@ -67,7 +67,9 @@ class StepExecutor:
             before_call()
         try:
             output = normalise(runtime.run_step(step.name, snap.json_payload(step.input), info))
-        except Exception as exc:  # any failure of user code is one failed attempt
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
             return self._fail(lease, step, type(exc).__name__, str(exc) or repr(exc))
         return self._complete(lease, step, output)
 

@@ -60,6 +60,22 @@ class Plan:
         return bool(self.open_since)
 
 
+def engine_cancels(snapshot: WorkflowRunSnapshot, result: Plan) -> bool:
+    """Whether the engine ends the run as cancelled on the workflow's behalf (rule 12).
+
+    Under a cancellation request, only new steps and children count as cleanup, and only work
+    opened after the request is cleanup in progress. A command that ends nothing, starts no
+    cleanup and waits on nothing begun since the request means "no cleanup": cancel now. A new
+    timer, signal wait or hook is not cleanup — it would leave the run Cancelling indefinitely.
+    """
+    if not snapshot.cancel_requested or result.terminal is not None:
+        return False
+    if any(isinstance(e, StepScheduled | ChildScheduled) for e in result.events):
+        return False
+    since = snapshot.cancel_sequence or 0
+    return not any(seq > since for seq in result.open_since)
+
+
 def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
     """Validate ``command`` against ``snapshot`` and say what it adds.
 
