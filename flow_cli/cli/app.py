@@ -20,7 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 from flow_cli.cli import cmd_drive, cmd_facts, cmd_init, cmd_read, cmd_replay, exits
-from flow_cli.cli.io import one_line
+from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
 
@@ -43,6 +43,7 @@ class FlowGroup(TyperGroup):
             enable()
 
         def invoke() -> Any:
+            check_arguments(sys.argv[1:] if args is None else args)
             return super(FlowGroup, self).main(
                 args,
                 prog_name or "flow",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,35 @@ def parse_json_arg(value: str | None, option: str) -> Any:
         text = value
         source = option
     try:
-        return json.loads(text)
+        parsed = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{source} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}). "
             "Quote strings as JSON, e.g. '\"text\"', or pass @file.json."
         ) from None
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(
+            f"{source} is not valid Unicode: it holds a lone surrogate escape such as "
+            "\\ud800 or bytes that are not UTF-8."
+        ) from None
+    return parsed
+
+
+def check_arguments(args: Sequence[str]) -> None:
+    """Refuse command-line arguments that are not valid Unicode (bytes that are not UTF-8).
+
+    Python hands such bytes over as lone surrogates, which no database can store as text.
+    """
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "replace").decode("utf-8")
+            raise InputError(
+                f"Argument {shown!r} is not valid Unicode: it holds bytes that are not UTF-8."
+            ) from None
 
 
 def dumps(value: Any, *, compact: bool = False) -> str:

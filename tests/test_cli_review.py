@@ -1,0 +1,54 @@
+"""Command-line problems found in review: each test pins one fix.
+
+stdout, stderr and the exit code are asserted separately; an error is one ``error: ...`` line,
+exit 2 for input the caller can fix, and nothing is written to the database.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import FlowProject, Result
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> FlowProject:
+    return FlowProject(tmp_path)
+
+
+def run_raw(project: FlowProject, *args: str, stdin: bytes | None = None) -> Result:
+    """``flow ARGS`` as a real process; ``stdin`` as bytes, arguments through ``os.fsencode``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "flow_cli", *args],
+        cwd=project.root,
+        env=project.env,
+        input=stdin or b"",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def test_text_that_is_not_valid_unicode_is_an_input_error(project: FlowProject) -> None:
+    project.setup("start", "approval", "--id", "a")
+    before = project.dump()
+    # A JSON escape of a lone UTF-16 surrogate, and bytes that are not UTF-8 (in an argument,
+    # on stdin): none of them can be stored as text.
+    cases = [
+        (("start", "two-step", "--input", '"\\ud800"'), None),
+        (("signal", "a", "approve", "--payload", '{"x": "\\udc00"}'), None),
+        (("start", "two-step", "--input", "-"), b'"\xff"'),
+        (("start", "two-step", "--id", "caf\udce9"), None),
+        (("signal", "a", "appr\udcffove"), None),
+        (("show", "\udcff"), None),
+    ]
+    for args, stdin in cases:
+        result = run_raw(project, *args, stdin=stdin)
+        assert (result.code, result.stdout) == (2, ""), (args, result.stderr)
+        line = result.error_line()
+        assert "unexpected" not in line and "not valid Unicode" in line, line
+    assert project.dump() == before
