@@ -52,3 +52,14 @@ def test_text_that_is_not_valid_unicode_is_an_input_error(project: FlowProject) 
         line = result.error_line()
         assert "unexpected" not in line and "not valid Unicode" in line, line
     assert project.dump() == before
+
+
+def test_an_empty_run_id_is_refused_not_replaced_by_a_random_one(project: FlowProject) -> None:
+    # `flow start two-step --id "$ORDER_ID"` with the variable unset must not start a fresh run
+    # under a random id on every retry of the script.
+    result = project.run("start", "two-step", "--id", "")
+    assert (result.code, result.stdout) == (2, "")
+    assert result.error_line() == (
+        "error: --id is empty; give the run id, or leave --id out for a generated one."
+    )
+    assert not project.db.exists()

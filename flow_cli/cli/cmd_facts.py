@@ -13,6 +13,7 @@ import typer
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, RunArg
 from flow_cli.cli.state import CliState
+from flow_cli.errors import InputError
 
 hook_app = typer.Typer(
     name="hook",
@@ -64,6 +65,8 @@ def start(
     the next `flow tick` or a running `flow worker`.
     """
     state = CliState.of(ctx)
+    if run_id == "":
+        raise InputError("--id is empty; give the run id, or leave --id out for a generated one.")
     value = parse_json_arg(input, "--input")
     state.check_startable(workflow, build_id)
     with state.open_engine(create=True, with_runtimes=True) as engine:
