@@ -19,12 +19,26 @@ def project(tmp_path: Path) -> FlowProject:
     return FlowProject(tmp_path)
 
 
-def run_raw(project: FlowProject, *args: str, stdin: bytes | None = None) -> Result:
-    """``flow ARGS`` as a real process; ``stdin`` as bytes, arguments through ``os.fsencode``."""
+def run_raw(
+    project: FlowProject,
+    *args: str,
+    stdin: bytes | None = None,
+    env: dict[str, str | None] | None = None,
+) -> Result:
+    """``flow ARGS`` as a real process; ``stdin`` as bytes, arguments through ``os.fsencode``.
+
+    ``env`` overrides the project's environment; ``None`` as a value removes the variable.
+    """
+    environment = dict(project.env)
+    for key, value in (env or {}).items():
+        if value is None:
+            environment.pop(key, None)
+        else:
+            environment[key] = value
     done = subprocess.run(
         [sys.executable, "-m", "flow_cli", *args],
         cwd=project.root,
-        env=project.env,
+        env=environment,
         input=stdin or b"",
         capture_output=True,
         timeout=60,
@@ -63,3 +77,39 @@ def test_an_empty_run_id_is_refused_not_replaced_by_a_random_one(project: FlowPr
         "error: --id is empty; give the run id, or leave --id out for a generated one."
     )
     assert not project.db.exists()
+
+
+def test_runs_table_fits_80_columns_and_never_wraps_when_piped(project: FlowProject) -> None:
+    project.setup("start", "parent", "--id", "order-2026-12-0001")
+    project.setup("start", "broken", "--id", "broken-order-2026-12-0002")
+    project.setup("tick", "--until-idle")
+
+    # An 80-column terminal (Rich reads COLUMNS): every status and time shows in full, no
+    # column is squeezed to an ellipsis, and the failing message is readable.
+    narrow = run_raw(project, "runs", env={"COLUMNS": "80"})
+    assert (narrow.code, narrow.stderr) == (0, "")
+    lines = narrow.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in narrow.stdout
+    assert sum("Completed" in line for line in lines) == 2
+    assert sum("2026-" in line and " cli-1 " in line for line in lines) == 3
+    assert "ValueError" in narrow.stdout
+
+    # Piped with no COLUMNS (a script, grep, a file): one line per run, nothing cut.
+    piped = run_raw(project, "runs", env={"COLUMNS": None})
+    assert (piped.code, piped.stderr) == (0, "")
+    rows = {line.split()[0]: line for line in piped.stdout.splitlines() if "-2026-" in line}
+    assert set(rows) == {
+        "order-2026-12-0001",
+        "order-2026-12-0001/kid",
+        "broken-order-2026-12-0002",
+    }
+    assert rows["order-2026-12-0001/kid"].split()[1:3] == ["two-step", "Completed"]
+    assert "⚠ ValueError: boom [red]not markup[/red]" in rows["broken-order-2026-12-0002"]
+    history = run_raw(project, "history", "order-2026-12-0001/kid", env={"COLUMNS": None})
+    first = next(line for line in history.stdout.splitlines() if "run_started" in line)
+    assert first.rstrip().endswith('input {"n":1}')
+
+    # Nothing failing: no empty "failing" column taking room.
+    healthy = run_raw(project, "runs", "--status", "completed", env={"COLUMNS": "80"})
+    assert "failing" not in healthy.stdout

@@ -9,6 +9,7 @@ them are never read as markup. This module is imported only by commands that ren
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -47,17 +48,24 @@ STEP_STYLES = {
 TERMINAL_EVENTS = frozenset(
     {"run_completed", "run_failed", "run_cancelled", "run_continued_as_new"}
 )
+PIPE_WIDTH = 400
+"""Line width off a terminal (no ``COLUMNS``): wide enough that rows stay one line for grep."""
 
 
 def console(*, stderr: bool = False) -> Console:
     """A console on stdout (data) or stderr (progress); no automatic highlighting.
 
     Rich already drops colour off a terminal and under ``NO_COLOR``; with ``NO_COLOR`` we also
-    drop bold and the other styles, so the output carries no escape sequences at all.
+    drop bold and the other styles, so the output carries no escape sequences at all. Off a
+    terminal, lines are not wrapped at 80 columns (``COLUMNS`` still wins).
     """
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if "COLUMNS" not in os.environ and not stream.isatty():
+        width = PIPE_WIDTH  # piped or redirected: never wrap a row at Rich's default of 80
     if os.environ.get("NO_COLOR"):
-        return Console(stderr=stderr, highlight=False, color_system=None)
-    return Console(stderr=stderr, highlight=False)
+        return Console(stderr=stderr, highlight=False, color_system=None, width=width)
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 # -- small pieces ----------------------------------------------------------------------------
@@ -109,23 +117,29 @@ def _table(title: str | None = None) -> Table:
 
 def runs_table(records: Sequence[RunRecord]) -> RenderableType:
     table = _table()
-    for column in ("run id", "workflow", "status", "build", "updated"):
-        table.add_column(column, no_wrap=column != "workflow")
-    table.add_column("failing", overflow="fold")
+    # Status and time never wrap; ids, names and the error fold, so an 80-column terminal
+    # still shows every column (no-wrap ids squeezed the rest down to "…"). The failing column
+    # is there only when a run is failing.
+    table.add_column("run id", overflow="fold")
+    table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("build", overflow="fold")
+    table.add_column("updated", no_wrap=True)
+    any_failing = any(record.failing for record in records)
+    if any_failing:
+        table.add_column("failing", overflow="fold")
     for record in records:
-        failing = (
-            Text("⚠ " + short_text(record.failing, 60), style="bold red")
-            if record.failing
-            else Text("")
-        )
-        table.add_row(
+        cells: list[RenderableType] = [
             Text(record.run_id),
             Text(record.workflow),
             status_text(record.status.value),
             Text(record.build_id),
             when(record.updated_at),
-            failing,
-        )
+        ]
+        if any_failing:
+            failing = short_text(record.failing, 60) if record.failing else ""
+            cells.append(Text("⚠ " + failing, style="bold red") if failing else Text(""))
+        table.add_row(*cells)
     noun = "run" if len(records) == 1 else "runs"
     return Group(table, Text(f"{len(records)} {noun}", style="dim"))
 
