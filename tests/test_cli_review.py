@@ -113,3 +113,18 @@ def test_runs_table_fits_80_columns_and_never_wraps_when_piped(project: FlowProj
     # Nothing failing: no empty "failing" column taking room.
     healthy = run_raw(project, "runs", "--status", "completed", env={"COLUMNS": "80"})
     assert "failing" not in healthy.stdout
+
+
+def test_a_runtime_module_that_exits_while_imported_is_a_config_error(tmp_path: Path) -> None:
+    # A module that calls sys.exit() at import (a script-like guard) used to end flow with its
+    # code (3 reads as "replay-check found a divergence") and no message at all.
+    config = '[flow]\nruntimes = ["exiting:runtime"]\n'
+    project = FlowProject(tmp_path, config)
+    (tmp_path / "exiting.py").write_text("import sys\n\nsys.exit(3)\n", encoding="utf-8")
+    result = project.run("start", "two-step")
+    assert (result.code, result.stdout) == (2, "")
+    assert result.error_line() == (
+        f"error: {project.config.name}: importing 'exiting' for runtime 'exiting:runtime' "
+        "failed: SystemExit: 3."
+    )
+    assert not project.db.exists()

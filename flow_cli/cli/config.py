@@ -200,7 +200,7 @@ def _resolve(ref: str, label: str) -> object:
             f"{label}: importing {module_name!r} for runtime {ref!r} failed: "
             f"ModuleNotFoundError: {exc}."
         ) from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module calling sys.exit() must not end flow
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise ConfigError(
             f"{label}: importing {module_name!r} for runtime {ref!r} failed: "
