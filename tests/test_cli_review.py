@@ -128,3 +128,15 @@ def test_a_runtime_module_that_exits_while_imported_is_a_config_error(tmp_path: 
         "failed: SystemExit: 3."
     )
     assert not project.db.exists()
+
+
+def test_worker_stop_summary_is_plural_aware() -> None:
+    from flow_cli.cli.cmd_drive import stopped_summary
+    from flow_cli.engine.worker import WorkerStats
+
+    assert stopped_summary(WorkerStats(runs_decided=1, steps_run=1, store_errors=1)) == (
+        "worker stopped: 1 run decided, 1 step run, 1 database error"
+    )
+    assert stopped_summary(WorkerStats(runs_decided=2, steps_run=0, store_errors=3)) == (
+        "worker stopped: 2 runs decided, 0 steps run, 3 database errors"
+    )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import logging
 
     from flow_cli.engine.engine import Engine, TickReport
+    from flow_cli.engine.worker import WorkerStats
     from flow_cli.errors import StoreError
 
 
@@ -152,9 +153,18 @@ def worker(
             handler.removeFilter(reporter.already_reported)
             for signum, old in previous.items():
                 signal.signal(signum, old)
-    note(
-        f"worker stopped: {stats.runs_decided} runs decided, {stats.steps_run} steps run, "
-        f"{stats.store_errors} database errors"
+    note(stopped_summary(stats))
+
+
+def stopped_summary(stats: WorkerStats) -> str:
+    """The worker's last line: what it did, counted with the right plurals."""
+
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+    return (
+        f"worker stopped: {count(stats.runs_decided, 'run')} decided, "
+        f"{count(stats.steps_run, 'step')} run, {count(stats.store_errors, 'database error')}"
     )
 
 
