@@ -140,3 +140,17 @@ def test_worker_stop_summary_is_plural_aware() -> None:
     assert stopped_summary(WorkerStats(runs_decided=2, steps_run=0, store_errors=3)) == (
         "worker stopped: 2 runs decided, 0 steps run, 3 database errors"
     )
+
+
+def test_input_file_and_stdin_with_a_utf8_byte_order_mark_are_read(project: FlowProject) -> None:
+    # Windows editors and PowerShell's `Out-File -Encoding utf8` start UTF-8 files with a BOM.
+    (project.root / "bom.json").write_bytes('\ufeff{"n": 2, "note": "été"}'.encode())
+    started = project.run("start", "two-step", "--id", "bom", "--input", "@bom.json")
+    assert (started.code, started.stdout, started.stderr) == (0, "bom\n", "")
+    piped = run_raw(
+        project, "start", "two-step", "--id", "bom-stdin", "--input", "-",
+        stdin='\ufeff{"n": 3}'.encode(),
+    )  # fmt: skip
+    assert (piped.code, piped.stdout, piped.stderr) == (0, "bom-stdin\n", "")
+    assert project.setup("show", "bom", "--json").json()["input"] == {"n": 2, "note": "été"}
+    assert project.setup("show", "bom-stdin", "--json").json()["input"] == {"n": 3}

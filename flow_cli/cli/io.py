@@ -37,6 +37,7 @@ def parse_json_arg(value: str | None, option: str) -> Any:
     else:
         text = value
         source = option
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors write one)
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
