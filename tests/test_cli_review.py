@@ -154,3 +154,17 @@ def test_input_file_and_stdin_with_a_utf8_byte_order_mark_are_read(project: Flow
     assert (piped.code, piped.stdout, piped.stderr) == (0, "bom-stdin\n", "")
     assert project.setup("show", "bom", "--json").json()["input"] == {"n": 2, "note": "été"}
     assert project.setup("show", "bom-stdin", "--json").json()["input"] == {"n": 3}
+
+
+def test_usage_lines_name_arguments_as_the_help_text_does(project: FlowProject) -> None:
+    expected = {
+        ("start",): ("Usage: flow start [OPTIONS] {WORKFLOW}", "Create a run of WORKFLOW"),
+        ("signal",): ("Usage: flow signal [OPTIONS] {RUN} {NAME}", "Deliver signal NAME to RUN"),
+        ("hook", "resolve"): ("Usage: flow hook resolve [OPTIONS] {TOKEN}", "hook with TOKEN"),
+        ("replay-check",): ("Usage: flow replay-check [OPTIONS] [RUN]...", "build B"),
+    }
+    for command, (usage, words) in expected.items():
+        result = project.invoke(*command, "--help")
+        assert (result.code, result.stderr) == (0, "")
+        assert result.stdout.splitlines()[0] == usage, result.stdout
+        assert words in result.stdout

@@ -26,7 +26,10 @@ hook_app = typer.Typer(
 def start(
     ctx: typer.Context,
     workflow: Annotated[
-        str, typer.Argument(help="The workflow name, as registered with @runtime.workflow.")
+        str,
+        typer.Argument(
+            metavar="WORKFLOW", help="The workflow name, as registered with @runtime.workflow."
+        ),
     ],
     run_id: Annotated[
         str | None,
@@ -80,7 +83,9 @@ def start(
 def signal_run(
     ctx: typer.Context,
     run_id: RunArg,
-    name: Annotated[str, typer.Argument(help="The signal name the workflow waits for.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The signal name the workflow waits for.")
+    ],
     payload: Payload = None,
     json_output: JsonFlag = False,
 ) -> None:
@@ -102,7 +107,10 @@ def signal_run(
 @hook_app.command("resolve")
 def hook_resolve(
     ctx: typer.Context,
-    token: Annotated[str, typer.Argument(help="The hook's token (see the hooks of `flow show`).")],
+    token: Annotated[
+        str,
+        typer.Argument(metavar="TOKEN", help="The hook's token (see the hooks of `flow show`)."),
+    ],
     payload: Payload = None,
     run_id: Annotated[
         str | None,

@@ -37,9 +37,7 @@ def replay_check(
     ],
     run_ids: Annotated[
         list[str] | None,
-        typer.Argument(
-            metavar="[RUN]...", help="Runs in the database to check.", show_default=False
-        ),
+        typer.Argument(metavar="RUN", help="Runs in the database to check.", show_default=False),
     ] = None,
     all_runs: Annotated[
         bool, typer.Option("--all", help="Check every run in the database.")
