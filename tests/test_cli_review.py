@@ -168,3 +168,12 @@ def test_usage_lines_name_arguments_as_the_help_text_does(project: FlowProject) 
         assert (result.code, result.stderr) == (0, "")
         assert result.stdout.splitlines()[0] == usage, result.stdout
         assert words in result.stdout
+
+
+def test_export_to_dash_writes_stdout_like_input_dash_reads_stdin(project: FlowProject) -> None:
+    project.setup("start", "two-step", "--id", "e")
+    project.setup("tick", "--until-idle")
+    result = project.run("export", "e", "-o", "-")
+    assert (result.code, result.stderr) == (0, "")
+    assert result.json()["run_id"] == "e"
+    assert not (project.root / "-").exists()

@@ -186,7 +186,7 @@ def export(
             "--output",
             "-o",
             metavar="FILE",
-            help="Write to FILE instead of stdout.",
+            help="Write to FILE instead of stdout (- is stdout).",
             show_default=False,
             dir_okay=False,
         ),
@@ -204,7 +204,7 @@ def export(
     with state.open_engine(create=False, with_runtimes=False) as engine:
         document = export_document(run_id, engine.history(run_id))
     text = dumps(document) + "\n"
-    if output is None:
+    if output is None or str(output) == "-":  # "-" is stdout, as "--input -" is stdin
         sys.stdout.write(text)
         return
     _write_atomically(output, text)
