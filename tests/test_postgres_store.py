@@ -558,3 +558,17 @@ def test_open_store_takes_the_schema_from_the_url(url: str, schema: str) -> None
         assert [e.sequence for e in direct.read_history("via-url")] == [1]
     finally:
         direct.close()
+
+
+def test_opening_without_create_refuses_an_empty_schema_and_writes_nothing(
+    url: str, schema: str
+) -> None:
+    with pytest.raises(StoreError, match="No Flow database in schema"):
+        PostgresStore(url, schema=schema, create=False)
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ).fetchone()
+    assert found == (0,)
+    PostgresStore(url, schema=schema).close()  # created by a writer ...
+    PostgresStore(url, schema=schema, create=False).close()  # ... then readers open it

@@ -59,7 +59,7 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
                 ) from None
             raise
         url_without, schema = _pop_schema(text)
-        return PostgresStore(url_without, schema=schema)
+        return PostgresStore(url_without, schema=schema, create=create)
     if scheme == "sqlite":
         if not rest.startswith("/"):
             raise ConfigError(f"SQLite URL {text!r} must look like sqlite:///PATH.")

@@ -73,6 +73,8 @@ class PostgresStore:
             missing. Tests give each store a schema of its own and ``drop_schema()`` it after.
         connect_timeout: Seconds to wait for the server before calling it unreachable, unless
             the URL or ``PGCONNECT_TIMEOUT`` sets it (libpq counts whole seconds, at least 2).
+        create: Create Flow's tables when the schema has none. Read-only commands pass
+            ``False``, so a mistyped schema is reported instead of created.
 
     Raises:
         ConfigError: ``url`` is not a PostgreSQL connection string.
@@ -83,7 +85,12 @@ class PostgresStore:
     stats: StoreStats
 
     def __init__(
-        self, url: str | None = None, *, schema: str | None = None, connect_timeout: float = 5.0
+        self,
+        url: str | None = None,
+        *,
+        schema: str | None = None,
+        connect_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         self.stats = StoreStats()
         self.schema = schema or DEFAULT_SCHEMA
@@ -100,7 +107,7 @@ class PostgresStore:
         # than at the first decision.
         try:
             with self._transaction() as conn:
-                tables.ensure_schema(conn, self.schema)
+                tables.ensure_schema(conn, self.schema, create=create)
         except BaseException:
             self.close()
             raise

@@ -126,8 +126,13 @@ def ensure_schema(
     conn: Connection,
     schema: str,
     migrations: Sequence[Migration] | None = None,
+    *,
+    create: bool = True,
 ) -> int:
     """Create or upgrade the schema so that it is at the last migration's version.
+
+    With ``create=False`` a schema without Flow's tables is refused instead of created (the
+    read-only commands must not write to a database they were merely pointed at).
 
     ``conn`` must be idle, not in autocommit, with ``search_path`` set to ``schema``. Commits on
     success and rolls back on failure. Returns the version found before any upgrade (0 for a new
@@ -141,6 +146,11 @@ def ensure_schema(
     try:
         found = _read_version(conn, schema)
         _refuse_newer(schema, found, target)
+        if found == 0 and not create:
+            raise StoreError(
+                f"No Flow database in schema {schema!r}; start a run or a worker against it "
+                "first, or check the database URL and its ?schema= option."
+            )
         if found == target:
             conn.commit()  # the common case takes no lock at all
             return found
