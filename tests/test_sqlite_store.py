@@ -442,7 +442,7 @@ def test_open_store_postgres_is_imported_lazily(url: str, monkeypatch: pytest.Mo
     opened: list[str] = []
 
     class FakePostgresStore:
-        def __init__(self, target: str, *, schema: str | None = None) -> None:
+        def __init__(self, target: str, *, schema: str | None = None, create: bool = True) -> None:
             opened.append(target)
 
     fake = types.ModuleType("flow_cli.store.postgres")
