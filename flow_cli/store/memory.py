@@ -21,6 +21,7 @@ from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_d
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
+    AppendViaCommit,
     HookRecord,
     NewRun,
     RunIndex,
@@ -89,7 +90,7 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore:
+class MemoryStore(AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
@@ -118,20 +119,6 @@ class MemoryStore:
             recorded_at=_utc(now),
             event=RunStarted(spec=run.spec, seed=run.seed),
         )
-
-    def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        index: RunIndex,
-        now: datetime,
-    ) -> list[EventEnvelope]:
-        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
-        write = StreamWrite(
-            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
-        )
-        return self.commit([write], [], now)[0]
 
     def commit(
         self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime

@@ -37,12 +37,13 @@ from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flow_cli.errors import ConfigError, EventConflict, RunNotFound, StoreError
-from flow_cli.model.events import Event, EventEnvelope, event_from_data
+from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
     KEEP,
+    AppendViaCommit,
     HookRecord,
     NewRun,
     RunIndex,
@@ -62,7 +63,7 @@ _MAX_IDLE = 8
 """Idle connections kept for reuse; more may be open while more threads are busy."""
 
 
-class PostgresStore:
+class PostgresStore(AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -154,20 +155,6 @@ class PostgresStore:
                 f"Run {run_id!r} in PostgreSQL at {self._where} has an event this Flow cannot "
                 f"decode ({exc!r}); upgrade Flow."
             ) from exc
-
-    def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        index: RunIndex,
-        now: datetime,
-    ) -> list[EventEnvelope]:
-        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
-        write = StreamWrite(
-            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
-        )
-        return self.commit([write], [], now)[0]
 
     def commit(
         self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime

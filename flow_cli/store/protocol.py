@@ -228,3 +228,27 @@ class EventStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class _Commits(Protocol):
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]: ...
+
+
+class AppendViaCommit:
+    """``append_if_sequence`` as the one-write case of ``commit``, shared by every store."""
+
+    def append_if_sequence(
+        self: _Commits,
+        run_id: str,
+        expected_sequence: int,
+        events: Sequence[Event],
+        index: RunIndex,
+        now: datetime,
+    ) -> list[EventEnvelope]:
+        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
+        write = StreamWrite(
+            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
+        )
+        return self.commit([write], [], now)[0]

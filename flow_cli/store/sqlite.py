@@ -33,6 +33,7 @@ from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_d
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
+    AppendViaCommit,
     HookRecord,
     NewRun,
     RunIndex,
@@ -148,7 +149,7 @@ def _guarded(
     return wrapper
 
 
-class SQLiteStore:
+class SQLiteStore(AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -458,21 +459,6 @@ class SQLiteStore:
                 return None
         event = RunStarted(spec=run.spec, seed=run.seed)
         return EventEnvelope(run_id=run.run_id, sequence=1, recorded_at=_dt(_ts(now)), event=event)
-
-    @_guarded
-    def append_if_sequence(
-        self,
-        run_id: str,
-        expected_sequence: int,
-        events: Sequence[Event],
-        index: RunIndex,
-        now: datetime,
-    ) -> list[EventEnvelope]:
-        """Append ``events`` after ``expected_sequence``, or raise ``EventConflict``."""
-        write = StreamWrite(
-            run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
-        )
-        return self.commit([write], [], now)[0]
 
     @_guarded
     def commit(
