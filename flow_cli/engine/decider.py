@@ -29,6 +29,7 @@ from flow_cli.model.determinism import Plan, engine_cancels, plan
 from flow_cli.model.events import (
     CancelRequested,
     ChildCompleted,
+    ChildScheduled,
     DecisionFailed,
     DecisionRecovered,
     Event,
@@ -174,25 +175,23 @@ class Decider:
         return False
 
     def _append_decision(self, snap: WorkflowRunSnapshot, result: Plan, now: datetime) -> None:
-        creates: list[NewRun] = []
-        for event in result.events:
-            child_run_id = getattr(event, "child_run_id", None)
-            if child_run_id is not None:
-                creates.append(
-                    NewRun(
-                        run_id=child_run_id,
-                        spec=WorkflowSpec(
-                            workflow=getattr(event, "workflow"),  # noqa: B009
-                            input=getattr(event, "input"),  # noqa: B009
-                            runtime_build_id=snap.spec.runtime_build_id,
-                            patches=snap.spec.patches,
-                            parent_run_id=snap.run_id,
-                            parent_child_id=getattr(event, "child_id"),  # noqa: B009
-                        ),
-                        seed=secrets.token_hex(16),
-                        decide_at=now,
-                    )
-                )
+        creates = [
+            NewRun(
+                run_id=event.child_run_id,
+                spec=WorkflowSpec(
+                    workflow=event.workflow,
+                    input=event.input,
+                    runtime_build_id=snap.spec.runtime_build_id,
+                    patches=snap.spec.patches,
+                    parent_run_id=snap.run_id,
+                    parent_child_id=event.child_id,
+                ),
+                seed=secrets.token_hex(16),
+                decide_at=now,
+            )
+            for event in result.events
+            if isinstance(event, ChildScheduled)
+        ]
         self._check_free(creates)
         self.streams.commit([Write(snap, result.events, failing=None)], now, creates)
 
