@@ -53,8 +53,8 @@ class Streams:
             snapshot = base
             for envelope in self.store.read_history(run_id, after_sequence=base.last_sequence):
                 snapshot.apply(envelope)
-        self._remember(snapshot)
-        return snapshot.copy()
+        self._remember(snapshot)  # the cache keeps its own copy; this one is the caller's
+        return snapshot
 
     def forget(self, run_id: str) -> None:
         with self._lock:
