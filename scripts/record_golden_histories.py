@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from flow_cli.engine.engine import Engine  # noqa: E402
-from flow_cli.engine.replay import export_document  # noqa: E402
+from flow_cli.engine.export import export_document  # noqa: E402
 from flow_cli.model.clock import ManualClock  # noqa: E402
 from flow_cli.store.memory import MemoryStore  # noqa: E402
 from workflows_example import orders_v1  # noqa: E402

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from flow_cli import Runtime, WorkflowContext
-from flow_cli.engine.replay import load_export, replay_history
+from flow_cli.engine.export import load_export
+from flow_cli.engine.replay import replay_history
 from flow_cli.model.commands import RuntimeCommand
 from workflows_example import orders, orders_broken, orders_v1
 from workflows_example.orders import run_order

@@ -198,7 +198,7 @@ def export(
 
     The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI.
     """
-    from flow_cli.engine.replay import export_document
+    from flow_cli.engine.export import export_document
 
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:

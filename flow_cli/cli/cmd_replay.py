@@ -98,7 +98,7 @@ def replay_check(
 
 
 def _from_files(files: Sequence[Path]) -> list[list[EventEnvelope]]:
-    from flow_cli.engine.replay import load_export
+    from flow_cli.engine.export import load_export
 
     histories = []
     for path in files:

@@ -119,7 +119,7 @@ class Decider:
                 "step_id": step.step_id,
                 "step_error": step.error,
             }
-            self._terminate(snap, Fail(error=error), now, f"step {step.step_id!r} exhausted")
+            self.terminate(snap, Fail(error=error), now, f"step {step.step_id!r} exhausted")
             report.decisions += 1
             return False
 
@@ -138,7 +138,7 @@ class Decider:
         report.decisions += 1
         if engine_cancels(snap, result):
             reason = snap.cancel_reason or "cancelled"
-            self._terminate(snap, Cancelled(reason=reason), now, reason)
+            self.terminate(snap, Cancelled(reason=reason), now, reason)
             return False
         if result.events:
             try:
@@ -152,7 +152,7 @@ class Decider:
             return True
         if result.terminal is not None:
             try:
-                self._terminate(snap, result.terminal, now, _reason(result.terminal))
+                self.terminate(snap, result.terminal, now, _reason(result.terminal))
             except RunIdTaken as exc:
                 self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
             return False
@@ -240,9 +240,11 @@ class Decider:
             [Write(snap, [event], decide_at=retry_at, failing=f"{event.error_type}: {exc}")], now
         )
 
-    def _terminate(
+    def terminate(
         self, snap: WorkflowRunSnapshot, command: TerminalCommand, now: datetime, reason: str
     ) -> None:
+        """End the run with ``command``: closing events (rule 4), children per policy, the
+        parent told, a successor created, all in one commit. Raises ``EventConflict``."""
         events: list[Event] = closing_events(snap, reason)
         creates: list[NewRun] = []
         extra: list[Write] = []

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from flow_cli.errors import InputError, NonDeterminismError
+from flow_cli.errors import NonDeterminismError
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, RuntimeCommand
 from flow_cli.model.determinism import engine_cancels, plan
 from flow_cli.model.events import (
@@ -39,9 +38,6 @@ from flow_cli.model.jsonval import canonical
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.runtime import Runtime
-
-EXPORT_FORMAT = "flow-history"
-EXPORT_VERSION = 1
 
 _NEW_IDENTITY = (StepScheduled, WaitStarted, SignalWaitStarted, HookCreated, ChildScheduled)
 _CLOSING = (StepCancelled, ChildCancelled, ChildAbandoned)
@@ -317,31 +313,3 @@ def _check_open_end(runtime: Runtime, snap: WorkflowRunSnapshot, diverge: Any) -
         if recorded.get("error_type") == type(exc).__name__:
             return  # the run is already stuck on this error; this build does not make it worse
         diverge(snap.last_sequence, "workflow", "error", None, f"{type(exc).__name__}: {exc}")
-
-
-def export_document(run_id: str, history: Sequence[EventEnvelope]) -> dict[str, Any]:
-    """What ``flow export`` writes: the history in the ``flow history --json`` shape."""
-    return {
-        "format": EXPORT_FORMAT,
-        "version": EXPORT_VERSION,
-        "run_id": run_id,
-        "events": [e.to_json() for e in history],
-    }
-
-
-def load_export(path: Path) -> tuple[str, list[EventEnvelope]]:
-    """Read a ``flow export`` file. Raises ``InputError`` with one clear sentence."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise InputError(f"{path} is not a `flow export` file (format {EXPORT_FORMAT!r})")
-    run_id = str(document.get("run_id"))
-    try:
-        events = [EventEnvelope.from_json(run_id, item) for item in document["events"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path} holds a malformed event: {exc}") from None
-    return run_id, events
