@@ -87,6 +87,9 @@ def test_an_empty_sqlite_file_gets_the_schema(db_path: Path) -> None:
     assert meta_version(db_path) == str(MIGRATIONS[-1][0])
 
 
+LATEST = MIGRATIONS[-1][0]
+
+
 def _v2_add_note(db: Database) -> None:
     db["runs"].add_column("note", str)  # type: ignore[union-attr]
 
@@ -99,11 +102,11 @@ def test_older_schema_is_upgraded_in_place_keeping_events(
     old.append_if_sequence("r1", 1, [SignalReceived(signal_name="s", payload=[1])], running(), NOW)
     before = old.read_history("r1")
     old.close()
-    assert meta_version(db_path) == "1"
+    assert meta_version(db_path) == str(LATEST)
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (2, _v2_add_note)])
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, _v2_add_note)])
     upgraded = SQLiteStore(db_path)
-    assert meta_version(db_path) == "2"
+    assert meta_version(db_path) == str(LATEST + 1)
     assert upgraded.read_history("r1") == before
     assert "note" in Database(db_path)["runs"].columns_dict
     upgraded.append_if_sequence(
@@ -111,7 +114,7 @@ def test_older_schema_is_upgraded_in_place_keeping_events(
     )
     upgraded.close()
     SQLiteStore(db_path).close()  # opening an up-to-date database migrates nothing
-    assert meta_version(db_path) == "2"
+    assert meta_version(db_path) == str(LATEST + 1)
 
 
 def test_a_failing_migration_changes_nothing(
@@ -123,10 +126,10 @@ def test_a_failing_migration_changes_nothing(
         db.create_table("half_done", {"x": int})
         db.execute("INSERT INTO no_such_table VALUES (1)")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (2, broken)])
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, broken)])
     with pytest.raises(StoreError):
         SQLiteStore(db_path)
-    assert meta_version(db_path) == "1"
+    assert meta_version(db_path) == str(LATEST)
     assert "half_done" not in Database(db_path).table_names()
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from flow_cli.cli import cmd_drive, cmd_facts, cmd_init, cmd_read, cmd_replay, exits
+from flow_cli.cli import cmd_drive, cmd_facts, cmd_fleet, cmd_init, cmd_read, cmd_replay, exits
 from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
@@ -188,6 +188,7 @@ app.command("show")(cmd_read.show)
 app.command("history")(cmd_read.history)
 app.command("export")(cmd_read.export)
 app.command("replay-check")(cmd_replay.replay_check)
+app.command("workers")(cmd_fleet.workers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,12 +44,13 @@ def tick(
     is shown on stderr while it works.
     """
     from flow_cli.cli import logs
+    from flow_cli.engine.registry import Registration
 
     logs.install()
     state = CliState.of(ctx)
     with state.open_engine(create=True, with_runtimes=True) as engine:
         progress = _TickProgress() if until_idle and sys.stderr.isatty() else None
-        with progress or nullcontext():
+        with Registration(engine), progress or nullcontext():
             report = engine.tick(
                 until_idle=until_idle,
                 lease_seconds=lease_seconds,
@@ -130,6 +131,7 @@ def worker(
     and retried.
     """
     from flow_cli.cli import logs
+    from flow_cli.engine.registry import Registration
     from flow_cli.engine.worker import Worker
 
     handler = logs.install()
@@ -147,7 +149,8 @@ def worker(
         previous = _install_stop_handlers(runner.stop, lambda: runner.stopping)
         hook, threading.excepthook = threading.excepthook, _thread_crashed
         try:
-            stats = runner.run()
+            with Registration(engine):
+                stats = runner.run()
         finally:
             threading.excepthook = hook
             handler.removeFilter(reporter.already_reported)

@@ -13,7 +13,7 @@ import itertools
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
@@ -21,6 +21,7 @@ from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_d
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
+    WORKER_RETENTION,
     AppendViaCommit,
     HookRecord,
     NewRun,
@@ -29,6 +30,7 @@ from flow_cli.store.protocol import (
     StepLease,
     StoreStats,
     StreamWrite,
+    WorkerInfo,
 )
 
 
@@ -98,6 +100,7 @@ class MemoryStore(AppendViaCommit):
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}
         self._hooks: dict[str, HookRecord] = {}
+        self._workers: dict[str, WorkerInfo] = {}
         self._order = itertools.count()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -373,6 +376,47 @@ class MemoryStore(AppendViaCommit):
             return min(found) if found else None
 
     # -- waiting and closing ----------------------------------------------------------------------
+
+    # -- workers registry -------------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker; forget those silent for longer than the retention."""
+        stamp = _utc(worker.started_at)
+        with self._lock:
+            cutoff = stamp - WORKER_RETENTION
+            for gone in [w for w, info in self._workers.items() if info.heartbeat_at < cutoff]:
+                del self._workers[gone]
+            self._workers[worker.worker_id] = replace(
+                worker,
+                builds=tuple(worker.builds),
+                started_at=stamp,
+                heartbeat_at=_utc(worker.heartbeat_at),
+                stopped_at=None,
+            )
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
+        with self._lock:
+            info = self._workers.get(worker_id)
+            if info is None or info.stopped_at is not None:
+                return False
+            self._workers[worker_id] = replace(info, heartbeat_at=_utc(now))
+            return True
+
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker stopped at ``now``."""
+        with self._lock:
+            info = self._workers.get(worker_id)
+            if info is not None:
+                self._workers[worker_id] = replace(
+                    info, heartbeat_at=_utc(now), stopped_at=_utc(now)
+                )
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, most recently started first."""
+        with self._lock:
+            workers = list(self._workers.values())
+        return sorted(workers, key=lambda w: (w.started_at, w.worker_id), reverse=True)
 
     def wait_for_change(self, timeout: float) -> None:
         """Block up to ``timeout`` seconds, returning as soon as any write commits."""

@@ -20,6 +20,7 @@ psycopg is needed only by those who use it. The tables and the statements on the
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
     KEEP,
+    WORKER_RETENTION,
     AppendViaCommit,
     HookRecord,
     NewRun,
@@ -51,6 +53,7 @@ from flow_cli.store.protocol import (
     StepLease,
     StoreStats,
     StreamWrite,
+    WorkerInfo,
 )
 
 DEFAULT_SCHEMA = "flow"
@@ -335,6 +338,71 @@ class PostgresStore(AppendViaCommit):
         return min(found, default=None)
 
     # -- waiting and closing -----------------------------------------------------------------
+
+    # -- workers registry --------------------------------------------------------------------
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker; forget those silent for longer than the retention."""
+        with self._transaction() as conn:
+            conn.execute(
+                "DELETE FROM workers WHERE heartbeat_at < %s",
+                (worker.started_at - WORKER_RETENTION,),
+            )
+            conn.execute(
+                "INSERT INTO workers (worker_id, host, pid, builds, started_at, heartbeat_at, "
+                "heartbeat_seconds, stopped_at) VALUES (%s, %s, %s, %s, %s, %s, %s, NULL) "
+                "ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                "builds = EXCLUDED.builds, started_at = EXCLUDED.started_at, "
+                "heartbeat_at = EXCLUDED.heartbeat_at, "
+                "heartbeat_seconds = EXCLUDED.heartbeat_seconds, stopped_at = NULL",
+                (
+                    worker.worker_id,
+                    worker.host,
+                    worker.pid,
+                    json.dumps(list(worker.builds)),
+                    worker.started_at,
+                    worker.heartbeat_at,
+                    worker.heartbeat_seconds,
+                ),
+            )
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
+        with self._transaction(durable=False) as conn:
+            cur = conn.execute(
+                "UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s AND stopped_at IS NULL",
+                (now, worker_id),
+            )
+            return cur.rowcount > 0
+
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker stopped at ``now``."""
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE workers SET heartbeat_at = %s, stopped_at = %s WHERE worker_id = %s",
+                (now, now, worker_id),
+            )
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, most recently started first."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, heartbeat_seconds, "
+                "stopped_at FROM workers ORDER BY started_at DESC, worker_id DESC"
+            ).fetchall()
+        return [
+            WorkerInfo(
+                worker_id=row[0],
+                host=row[1],
+                pid=int(row[2]),
+                builds=tuple(json.loads(row[3])),
+                started_at=tables.utc(row[4]),
+                heartbeat_at=tables.utc(row[5]),
+                heartbeat_seconds=float(row[6]),
+                stopped_at=None if row[7] is None else tables.utc(row[7]),
+            )
+            for row in rows
+        ]
 
     def wait_for_change(self, timeout: float) -> None:
         """Block up to ``timeout`` seconds; return as soon as a commit schedules work here.

@@ -11,6 +11,7 @@ Only ``flow_cli.store.postgres`` imports this module, so psycopg is never import
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,8 +115,33 @@ def _v1_base_tables(conn: Connection) -> None:
     )
 
 
+def _v3_fleet(conn: Connection) -> None:
+    # The workers registry behind `flow workers` and `flow doctor`; each run's patch markers
+    # (JSON text) for `flow builds`, copied from run_started for the runs that exist already.
+    conn.execute(
+        """
+        CREATE TABLE workers (
+            worker_id         text             PRIMARY KEY,
+            host              text             NOT NULL,
+            pid               integer          NOT NULL,
+            builds            text             NOT NULL,
+            started_at        timestamptz      NOT NULL,
+            heartbeat_at      timestamptz      NOT NULL,
+            heartbeat_seconds double precision NOT NULL,
+            stopped_at        timestamptz
+        )
+        """
+    )
+    conn.execute("ALTER TABLE runs ADD COLUMN patches text")
+    conn.execute(
+        "UPDATE runs SET patches = (SELECT (e.data -> 'spec' -> 'patches')::text FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
+    Migration(3, "workers registry, runs.patches", _v3_fleet),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 
@@ -327,7 +353,8 @@ def insert_run(conn: Connection, run: NewRun, now: datetime) -> EventEnvelope | 
     spec = run.spec
     inserted = conn.execute(
         "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-        "updated_at, last_sequence, decide_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s) "
+        "updated_at, last_sequence, decide_at, patches) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s) "
         "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
         (
             run.run_id,
@@ -338,6 +365,7 @@ def insert_run(conn: Connection, run: NewRun, now: datetime) -> EventEnvelope | 
             now,
             now,
             run.decide_at,
+            json.dumps(list(spec.patches)),
         ),
     ).fetchone()
     if inserted is None:

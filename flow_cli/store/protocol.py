@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Protocol
 
@@ -118,6 +118,37 @@ class HookRecord:
     resolved: bool
 
 
+LIVE_HEARTBEATS = 3
+"""A worker is live while its last heartbeat is at most this many of its intervals old."""
+
+WORKER_RETENTION = timedelta(days=1)
+"""Workers gone for longer than this are forgotten when another worker registers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    """One row of the workers registry: a ``flow worker`` or ``flow tick`` process."""
+
+    worker_id: str
+    host: str
+    pid: int
+    builds: tuple[str, ...]
+    """The build ids this process hosts (decides and runs steps for)."""
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_seconds: float
+    """How often this process promised to heartbeat; liveness is judged against it."""
+    stopped_at: datetime | None = None
+    """Set when the process stopped cleanly; a killed process just stops heartbeating."""
+
+    def live(self, now: datetime) -> bool:
+        """Not stopped, and heard from within ``LIVE_HEARTBEATS`` heartbeat intervals."""
+        if self.stopped_at is not None:
+            return False
+        lapse = timedelta(seconds=LIVE_HEARTBEATS * self.heartbeat_seconds)
+        return now - self.heartbeat_at <= lapse
+
+
 @dataclass(slots=True)
 class StoreStats:
     """Counters for tests and benchmarks."""
@@ -221,6 +252,23 @@ class EventStore(Protocol):
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` for these builds."""
+        ...
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker (replacing a row with the same id) and forget workers
+        whose last heartbeat is older than ``WORKER_RETENTION``."""
+        ...
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's ``heartbeat_at`` to ``now``; False if it is unknown or stopped."""
+        ...
+
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker as stopped cleanly at ``now``."""
+        ...
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, live or gone, most recently started first."""
         ...
 
     def wait_for_change(self, timeout: float) -> None:

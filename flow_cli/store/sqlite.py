@@ -33,6 +33,7 @@ from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_d
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
+    WORKER_RETENTION,
     AppendViaCommit,
     HookRecord,
     NewRun,
@@ -41,6 +42,7 @@ from flow_cli.store.protocol import (
     StepLease,
     StoreStats,
     StreamWrite,
+    WorkerInfo,
 )
 
 P = ParamSpec("P")
@@ -107,7 +109,23 @@ def _v1_initial(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial)]
+def _v3_fleet(db: Database) -> None:
+    """The workers registry (``flow workers``, ``flow doctor``) and each run's patch markers
+    (``flow builds``), copied from ``run_started`` for the runs that exist already."""
+    conn = db.conn
+    conn.execute(
+        "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, host TEXT NOT NULL, "
+        "pid INTEGER NOT NULL, builds TEXT NOT NULL, started_at TEXT NOT NULL, "
+        "heartbeat_at TEXT NOT NULL, heartbeat_seconds REAL NOT NULL, stopped_at TEXT)"
+    )
+    conn.execute("ALTER TABLE runs ADD COLUMN patches TEXT")
+    conn.execute(
+        "UPDATE runs SET patches = (SELECT json_extract(e.data, '$.spec.patches') FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial), (3, _v3_fleet)]
 """Every schema version in order; the last one is what this code reads and writes."""
 
 
@@ -385,7 +403,7 @@ class SQLiteStore(AppendViaCommit):
         spec = run.spec
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?) "
+            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?) "
             "ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
@@ -396,6 +414,7 @@ class SQLiteStore(AppendViaCommit):
                 stamp,
                 stamp,
                 _ts_or_none(run.decide_at),
+                json.dumps(list(spec.patches)),
             ),
         ).rowcount
         if not inserted and not must_create:
@@ -657,6 +676,77 @@ class SQLiteStore(AppendViaCommit):
         ]
         self.stats.scheduler_rows_read += len(found)
         return _dt(min(found)) if found else None
+
+    # -- workers registry -------------------------------------------------------------------------
+
+    @_guarded
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker; forget those silent for longer than the retention."""
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM workers WHERE heartbeat_at < ?",
+                (_ts(worker.started_at - WORKER_RETENTION),),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO workers (worker_id, host, pid, builds, started_at, "
+                "heartbeat_at, heartbeat_seconds, stopped_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    worker.worker_id,
+                    worker.host,
+                    worker.pid,
+                    json.dumps(list(worker.builds)),
+                    _ts(worker.started_at),
+                    _ts(worker.heartbeat_at),
+                    worker.heartbeat_seconds,
+                ),
+            )
+
+    @_guarded
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
+        with self._write() as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE workers SET heartbeat_at = ? "
+                    "WHERE worker_id = ? AND stopped_at IS NULL",
+                    (_ts(now), worker_id),
+                ).rowcount
+            )
+
+    @_guarded
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker stopped at ``now``."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE workers SET heartbeat_at = ?, stopped_at = ? WHERE worker_id = ?",
+                (_ts(now), _ts(now), worker_id),
+            )
+
+    @_guarded
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, most recently started first."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, "
+                "heartbeat_seconds, stopped_at FROM workers "
+                "ORDER BY started_at DESC, worker_id DESC"
+            )
+            .fetchall()
+        )
+        return [
+            WorkerInfo(
+                worker_id=row[0],
+                host=row[1],
+                pid=row[2],
+                builds=tuple(json.loads(row[3])),
+                started_at=_dt(row[4]),
+                heartbeat_at=_dt(row[5]),
+                heartbeat_seconds=float(row[6]),
+                stopped_at=_dt_or_none(row[7]),
+            )
+            for row in rows
+        ]
 
     # -- waiting and closing ----------------------------------------------------------------------
 
