@@ -6,7 +6,7 @@ turn it into the JSON object stored in the database and shown by ``flow history`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, TypeAlias
 
@@ -335,6 +335,8 @@ class EventEnvelope:
     recorded_at: datetime
     """UTC time the event was committed (engine clock)."""
     event: Event
+    size: int = field(default=0, compare=False)
+    """Bytes of the stored data when the store knows it (bounds the snapshot cache)."""
 
     @property
     def event_key(self) -> str:

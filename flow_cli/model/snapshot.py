@@ -151,7 +151,23 @@ class WorkflowRunSnapshot:
     """Whether any decision event has been recorded."""
     decision_error: JsonValue = None
     """The last ``decision_failed`` data, cleared by the next decision event."""
+    failing_since: datetime | None = None
+    """When the current streak of failed decisions began (the retry back-off grows from it)."""
     outcome: WorkflowTerminalOutcome | None = None
+    # Counters kept by ``apply`` so that status, progress and the next deadline cost the same
+    # for a run of ten steps and one of ten thousand.
+    step_counts: dict[StepStatus, int] = field(default_factory=dict)
+    open_deadlines: dict[str, datetime] = field(default_factory=dict)
+    """Deadlines of the timers that have not fired."""
+    signal_waits_open: int = 0
+    hooks_open: int = 0
+    children_open: int = 0
+    buffered_signals: dict[str, list[int]] = field(default_factory=dict)
+    """Indexes into ``signals`` of signals no wait has taken yet, per name, oldest first."""
+    waiting_signals: dict[str, list[str]] = field(default_factory=dict)
+    """Signal waits still without their signal, per name, oldest first."""
+    size: int = field(default=0, compare=False)
+    """Approximate bytes of the history folded in (what a cached copy costs)."""
 
     @classmethod
     def start(cls, envelope: EventEnvelope) -> WorkflowRunSnapshot:
@@ -176,7 +192,8 @@ class WorkflowRunSnapshot:
             return RunStatus.CANCELLING
         if not self.decided:
             return RunStatus.PENDING
-        if any(s.status in (StepStatus.SCHEDULED, StepStatus.RUNNING) for s in self.steps.values()):
+        counts = self.step_counts
+        if counts.get(StepStatus.SCHEDULED, 0) or counts.get(StepStatus.RUNNING, 0):
             return RunStatus.RUNNING
         if self.has_open_work():
             return RunStatus.SUSPENDED
@@ -187,18 +204,26 @@ class WorkflowRunSnapshot:
         return self.outcome is not None
 
     def has_open_work(self) -> bool:
+        return bool(
+            self.unsettled_steps
+            or self.open_deadlines
+            or self.signal_waits_open
+            or self.hooks_open
+            or self.children_open
+        )
+
+    @property
+    def unsettled_steps(self) -> int:
+        counts = self.step_counts
         return (
-            any(not s.status.settled for s in self.steps.values())
-            or any(not w.done for w in self.waits.values())
-            or any(not w.delivered for w in self.signal_waits.values())
-            or any(not h.resolved for h in self.hooks.values())
-            or any(c.open for c in self.children.values())
+            counts.get(StepStatus.SCHEDULED, 0)
+            + counts.get(StepStatus.RUNNING, 0)
+            + counts.get(StepStatus.BACKOFF, 0)
         )
 
     def next_deadline(self) -> datetime | None:
         """The earliest open timer deadline."""
-        open_deadlines = [w.deadline for w in self.waits.values() if not w.done]
-        return min(open_deadlines) if open_deadlines else None
+        return min(self.open_deadlines.values()) if self.open_deadlines else None
 
     def copy(self) -> WorkflowRunSnapshot:
         """An independent copy (entries are immutable, so containers are copied shallowly)."""
@@ -210,26 +235,41 @@ class WorkflowRunSnapshot:
             signals=list(self.signals),
             hooks=dict(self.hooks),
             children=dict(self.children),
+            step_counts=dict(self.step_counts),
+            open_deadlines=dict(self.open_deadlines),
+            buffered_signals={k: list(v) for k, v in self.buffered_signals.items()},
+            waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
         )
 
     def progress(self) -> dict[str, int]:
         """Counts for display; nothing is open once the run has ended."""
-        steps = self.steps.values()
+        counts = self.step_counts
         live = not self.terminal
         return {
             "steps_total": len(self.steps),
-            "steps_completed": sum(s.status is StepStatus.COMPLETED for s in steps),
-            "steps_failed": sum(s.status is StepStatus.FAILED for s in steps),
-            "steps_cancelled": sum(s.status is StepStatus.CANCELLED for s in steps),
-            "waits_open": live
-            * (
-                sum(not w.done for w in self.waits.values())
-                + sum(not w.delivered for w in self.signal_waits.values())
-            ),
-            "hooks_open": live * sum(not h.resolved for h in self.hooks.values()),
-            "children_open": live * sum(c.open for c in self.children.values()),
+            "steps_completed": counts.get(StepStatus.COMPLETED, 0),
+            "steps_failed": counts.get(StepStatus.FAILED, 0),
+            "steps_cancelled": counts.get(StepStatus.CANCELLED, 0),
+            "waits_open": live * (len(self.open_deadlines) + self.signal_waits_open),
+            "hooks_open": live * self.hooks_open,
+            "children_open": live * self.children_open,
             "events": self.last_sequence,
         }
+
+    def _set_step(self, step: StepState) -> None:
+        counts = self.step_counts
+        old = self.steps.get(step.step_id)
+        if old is not None:
+            counts[old.status] -= 1
+            if not counts[old.status]:
+                del counts[old.status]
+        self.steps[step.step_id] = step
+        counts[step.status] = counts.get(step.status, 0) + 1
+
+    def _set_child(self, child: ChildState) -> None:
+        old = self.children.get(child.child_id)
+        self.children_open += int(child.open) - int(old is not None and old.open)
+        self.children[child.child_id] = child
 
     # -- projection ----------------------------------------------------------------------------
 
@@ -242,6 +282,7 @@ class WorkflowRunSnapshot:
             )
         self.last_sequence = envelope.sequence
         self.last_event_at = envelope.recorded_at
+        self.size += envelope.size
         at = envelope.recorded_at
         event = envelope.event
         match event:
@@ -249,37 +290,43 @@ class WorkflowRunSnapshot:
                 raise ValueError(f"run {self.run_id!r}: run_started can only be sequence 1")
             case StepScheduled():
                 self._decision()
-                self.steps[event.step_id] = StepState(
-                    step_id=event.step_id,
-                    name=event.name,
-                    input=event.input,
-                    retry=event.retry,
-                    batch_id=event.batch_id,
-                    status=StepStatus.SCHEDULED,
-                    sequence=envelope.sequence,
-                    attempt=1,
-                    scheduled_at=at,
+                self._set_step(
+                    StepState(
+                        step_id=event.step_id,
+                        name=event.name,
+                        input=event.input,
+                        retry=event.retry,
+                        batch_id=event.batch_id,
+                        status=StepStatus.SCHEDULED,
+                        sequence=envelope.sequence,
+                        attempt=1,
+                        scheduled_at=at,
+                    )
                 )
             case StepStarted():
                 step = self.steps[event.step_id]
-                self.steps[event.step_id] = replace(
-                    step,
-                    status=StepStatus.RUNNING,
-                    attempt=event.attempt,
-                    attempts=max(step.attempts, event.attempt),
-                    lease_until=event.lease_until,
-                    worker=event.worker,
-                    started_at=step.started_at or at,
-                    next_attempt_at=None,
+                self._set_step(
+                    replace(
+                        step,
+                        status=StepStatus.RUNNING,
+                        attempt=event.attempt,
+                        attempts=max(step.attempts, event.attempt),
+                        lease_until=event.lease_until,
+                        worker=event.worker,
+                        started_at=step.started_at or at,
+                        next_attempt_at=None,
+                    )
                 )
             case StepCompleted():
                 step = self.steps[event.step_id]
-                self.steps[event.step_id] = replace(
-                    step,
-                    status=StepStatus.COMPLETED,
-                    output=event.output,
-                    finished_at=at,
-                    lease_until=None,
+                self._set_step(
+                    replace(
+                        step,
+                        status=StepStatus.COMPLETED,
+                        output=event.output,
+                        finished_at=at,
+                        lease_until=None,
+                    )
                 )
             case StepFailed():
                 step = self.steps[event.step_id]
@@ -289,39 +336,47 @@ class WorkflowRunSnapshot:
                     "attempt": event.attempt,
                 }
                 if event.exhausted:
-                    self.steps[event.step_id] = replace(
-                        step,
-                        status=StepStatus.FAILED,
-                        error=error,
-                        finished_at=at,
-                        lease_until=None,
+                    self._set_step(
+                        replace(
+                            step,
+                            status=StepStatus.FAILED,
+                            error=error,
+                            finished_at=at,
+                            lease_until=None,
+                        )
                     )
                 else:
-                    self.steps[event.step_id] = replace(
-                        step,
-                        status=StepStatus.BACKOFF,
-                        attempt=event.attempt + 1,
-                        error=error,
-                        next_attempt_at=event.next_attempt_at,
-                        lease_until=None,
+                    self._set_step(
+                        replace(
+                            step,
+                            status=StepStatus.BACKOFF,
+                            attempt=event.attempt + 1,
+                            error=error,
+                            next_attempt_at=event.next_attempt_at,
+                            lease_until=None,
+                        )
                     )
             case StepCancelled():
                 step = self.steps[event.step_id]
-                self.steps[event.step_id] = replace(
-                    step,
-                    status=StepStatus.CANCELLED,
-                    cancel_reason=event.reason,
-                    finished_at=at,
-                    lease_until=None,
+                self._set_step(
+                    replace(
+                        step,
+                        status=StepStatus.CANCELLED,
+                        cancel_reason=event.reason,
+                        finished_at=at,
+                        lease_until=None,
+                    )
                 )
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
                     wait_id=event.wait_id, deadline=event.deadline, sequence=envelope.sequence
                 )
+                self.open_deadlines[event.wait_id] = event.deadline
             case WaitCompleted():
                 wait = self.waits[event.wait_id]
                 self.waits[event.wait_id] = replace(wait, done=True, fired_at=at)
+                self.open_deadlines.pop(event.wait_id, None)
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
@@ -329,10 +384,14 @@ class WorkflowRunSnapshot:
                     signal_name=event.signal_name,
                     sequence=envelope.sequence,
                 )
-                for index, signal in enumerate(self.signals):
-                    if signal.wait_id is None and signal.signal_name == event.signal_name:
-                        self._deliver(index, event.wait_id)
-                        break
+                self.signal_waits_open += 1
+                buffered = self.buffered_signals.get(event.signal_name)
+                if buffered:
+                    self._deliver(buffered.pop(0), event.wait_id)
+                    if not buffered:
+                        del self.buffered_signals[event.signal_name]
+                else:
+                    self.waiting_signals.setdefault(event.signal_name, []).append(event.wait_id)
             case SignalReceived():
                 self.signals.append(
                     ReceivedSignal(
@@ -341,10 +400,15 @@ class WorkflowRunSnapshot:
                         sequence=envelope.sequence,
                     )
                 )
-                for signal_wait in self.signal_waits.values():
-                    if not signal_wait.delivered and signal_wait.signal_name == event.signal_name:
-                        self._deliver(len(self.signals) - 1, signal_wait.wait_id)
-                        break
+                waiting = self.waiting_signals.get(event.signal_name)
+                if waiting:
+                    self._deliver(len(self.signals) - 1, waiting.pop(0))
+                    if not waiting:
+                        del self.waiting_signals[event.signal_name]
+                else:
+                    self.buffered_signals.setdefault(event.signal_name, []).append(
+                        len(self.signals) - 1
+                    )
             case HookCreated():
                 self._decision()
                 self.hooks[event.hook_id] = HookState(
@@ -353,41 +417,46 @@ class WorkflowRunSnapshot:
                     metadata=event.metadata,
                     sequence=envelope.sequence,
                 )
+                self.hooks_open += 1
             case HookResolved():
                 hook = self.hooks[event.hook_id]
                 self.hooks[event.hook_id] = replace(hook, resolved=True, payload=event.payload)
+                self.hooks_open -= int(not hook.resolved)
             case ChildScheduled():
                 self._decision()
-                self.children[event.child_id] = ChildState(
-                    child_id=event.child_id,
-                    run_id=event.child_run_id,
-                    workflow=event.workflow,
-                    input=event.input,
-                    cancellation=event.cancellation,
-                    batch_id=event.batch_id,
-                    sequence=envelope.sequence,
+                self._set_child(
+                    ChildState(
+                        child_id=event.child_id,
+                        run_id=event.child_run_id,
+                        workflow=event.workflow,
+                        input=event.input,
+                        cancellation=event.cancellation,
+                        batch_id=event.batch_id,
+                        sequence=envelope.sequence,
+                    )
                 )
             case ChildCompleted():
                 child = self.children[event.child_id]
                 kind = event.outcome.get("kind") if isinstance(event.outcome, dict) else None
-                self.children[event.child_id] = replace(
-                    child, status=str(kind), outcome=event.outcome
-                )
+                self._set_child(replace(child, status=str(kind), outcome=event.outcome))
             case ChildCancelled():
                 child = self.children[event.child_id]
-                self.children[event.child_id] = replace(child, status="CancelRequested")
+                self._set_child(replace(child, status="CancelRequested"))
             case ChildAbandoned():
                 child = self.children[event.child_id]
-                self.children[event.child_id] = replace(child, status="Abandoned")
+                self._set_child(replace(child, status="Abandoned"))
             case CancelRequested():
                 if not self.cancel_requested:
                     self.cancel_requested = True
                     self.cancel_reason = event.reason
                     self.cancel_sequence = envelope.sequence
             case DecisionFailed():
+                if self.decision_error is None:
+                    self.failing_since = at
                 self.decision_error = event.to_data()
             case DecisionRecovered():
                 self.decision_error = None
+                self.failing_since = None
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -412,6 +481,7 @@ class WorkflowRunSnapshot:
     def _decision(self) -> None:
         self.decided = True
         self.decision_error = None
+        self.failing_since = None
 
     def _deliver(self, signal_index: int, wait_id: str) -> None:
         signal = self.signals[signal_index]
@@ -420,6 +490,7 @@ class WorkflowRunSnapshot:
         self.signal_waits[wait_id] = replace(
             wait, delivered=True, payload=signal.payload, signal_sequence=signal.sequence
         )
+        self.signal_waits_open -= 1
 
     # -- JSON ----------------------------------------------------------------------------------
 
