@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 from flow_cli.errors import ConfigError, WorkflowError, WorkflowNotFound
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import Suspend, WorkflowContext
+from flow_cli.model.decision import Proposal
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
@@ -89,13 +90,19 @@ class Runtime:
         Raises ``WorkflowNotFound`` for an unknown workflow, ``WorkflowError`` when the code
         returns something that is not a command; exceptions of the code propagate.
         """
+        return self.propose(snapshot).command
+
+    def propose(self, snapshot: WorkflowRunSnapshot) -> Proposal:
+        """Like ``decide``, also saying whether the code stopped at a blocking helper."""
         fn = self.workflows.get(snapshot.spec.workflow)
         if fn is None:
             raise WorkflowNotFound(snapshot.spec.workflow, list(self.workflows))
+        blocking = False
         try:
             command = fn(WorkflowContext(snapshot))
         except Suspend as suspend:
             command = suspend.command
+            blocking = suspend.blocking
         if not isinstance(command, COMMAND_TYPES):
             raise WorkflowError(
                 snapshot.run_id,
@@ -103,7 +110,7 @@ class Runtime:
                 f"workflow {snapshot.spec.workflow!r} returned {type(command).__name__}; "
                 "return exactly one ctx command (ctx.schedule_step, ctx.complete, ...)",
             )
-        return command
+        return Proposal(command, blocking)
 
     def run_workflow(
         self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]

@@ -1,55 +1,60 @@
-"""The replay loop: history → snapshot → one command → validated append → again.
+"""The decision loop: load → decide → commit.
 
-``Decider.decide(run_id)`` drives one run as far as it can go right now: it records facts that
-are due (timers), calls the workflow, validates the command against history and appends its
-events, and repeats until the run waits on something or ends. Every append names the sequence
-it was decided on; an ``EventConflict`` means another writer got there first, and the loop
-re-reads and decides again.
+``Decider.decide(run_id)`` takes the run's snapshot, asks the pure decision function
+(``flow_cli.model.decision.decide``) what happens next, folds the events into the snapshot and
+asks again while the run has more to do, then commits everything in one transaction — with the
+run parked (its next wake-up time) in that same commit. Every append names the sequence it was
+decided on; an ``EventConflict`` means another writer got there first, and the loop re-reads and
+decides again. The step executor uses ``advance`` to commit a step's completion together with the
+run's next decision.
+
+What the decision function cannot do, because it involves other runs, happens here: child runs
+and successors are created, a parent learns that its child ended, children are asked to cancel,
+all in the same transaction as the decision that causes it.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 
-from flow_cli.engine.streams import Streams, Write
-from flow_cli.errors import (
-    EventConflict,
-    FlowError,
-    HookTokenInUse,
-    NonDeterminismError,
-    RunNotFound,
-)
+from flow_cli.engine.streams import Pending, Streams
+from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import Clock
-from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
-from flow_cli.model.determinism import Plan, engine_cancels, plan
+from flow_cli.model.decision import (
+    Append,
+    Failed,
+    Idle,
+    Park,
+    Terminate,
+    decide,
+    failed,
+    successor_run_id,
+    terminate,
+)
 from flow_cli.model.events import (
     CancelRequested,
     ChildCompleted,
     ChildScheduled,
-    DecisionFailed,
-    DecisionRecovered,
     Event,
     EventEnvelope,
-    RunCancelled,
-    RunCompleted,
-    RunContinuedAsNew,
-    RunFailed,
+    HookCreated,
     RunStarted,
     WaitCompleted,
 )
-from flow_cli.model.jsonval import canonical
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
-from flow_cli.model.status import RunStatus, StepStatus
+from flow_cli.model.status import RunStatus
 from flow_cli.runtime import Runtime
 from flow_cli.store.protocol import NewRun
 
 MAX_ROUNDS = 200
-"""Decisions one lease may make before handing the run back (a guard against runaway loops)."""
+"""Commits one call of ``decide`` may make (conflicts included) before handing the run back."""
+MAX_DECISIONS_PER_COMMIT = 100
+"""Decisions folded into one commit; a run with more to do is committed and decided again."""
 
 
 @dataclass(slots=True)
@@ -59,20 +64,23 @@ class DecideReport:
     decision_failures: int = 0
 
 
+@dataclass(slots=True)
+class Effects:
+    """What a decision does beyond its own run, committed in the same transaction."""
+
+    creates: list[NewRun] = field(default_factory=list)
+    others: list[Pending] = field(default_factory=list)
+    more: bool = False
+    """The run has more to decide now (it made ``MAX_DECISIONS_PER_COMMIT`` decisions)."""
+
+
 class Decider:
     """Decides runs of the builds in ``runtimes``."""
 
-    def __init__(
-        self,
-        streams: Streams,
-        runtimes: Mapping[str, Runtime],
-        clock: Clock,
-        decision_retry: timedelta = timedelta(seconds=5),
-    ) -> None:
+    def __init__(self, streams: Streams, runtimes: Mapping[str, Runtime], clock: Clock) -> None:
         self.streams = streams
         self.runtimes = runtimes
         self.clock = clock
-        self.decision_retry = decision_retry
         self.conflicts = 0
 
     def decide(self, run_id: str) -> DecideReport:
@@ -82,100 +90,123 @@ class Decider:
             try:
                 if not self._round(run_id, report):
                     return report
-            except EventConflict:
+            except (EventConflict, HookTokenInUse):
+                # Another writer moved the run (or took a hook token) first: decide again on
+                # fresh history.
                 report.conflicts += 1
                 self.conflicts += 1
         return report
 
-    # One round: returns True if it appended something and the loop should go on.
     def _round(self, run_id: str, report: DecideReport) -> bool:
-        snap = self.streams.load(run_id)
-        if snap.terminal:
-            return False
+        snap = self.streams.take(run_id)
         runtime = self.runtimes.get(snap.spec.runtime_build_id)
-        if runtime is None:
-            return False  # another build's worker decides it; the run waits, it is not failed
-        now = self.clock.now()
-
-        due = [w for w in snap.waits.values() if not w.done and w.deadline <= now]
-        if due:
-            facts: list[Event] = [
-                WaitCompleted(wait_id=w.wait_id, deadline=w.deadline)
-                for w in sorted(due, key=lambda w: (w.deadline, w.sequence))
-            ]
-            self.streams.commit([Write(snap, facts)], now)
-            return True
-
-        exhausted = [
-            s
-            for s in snap.steps.values()
-            if s.status is StepStatus.FAILED and s.retry.on_exhausted == "terminate"
-        ]
-        if exhausted:
-            step = min(exhausted, key=lambda s: s.sequence)
-            error = {
-                "type": "StepExhausted",
-                "message": f"step {step.step_id!r} failed after {step.attempts} attempt(s)",
-                "step_id": step.step_id,
-                "step_error": step.error,
-            }
-            self.terminate(snap, Fail(error=error), now, f"step {step.step_id!r} exhausted")
-            report.decisions += 1
+        if snap.terminal or runtime is None:
+            # A run of a build nobody here hosts waits for a worker that does; it is not failed.
+            self.streams.put(snap)
             return False
+        pending = Pending.on(snap, self.clock.now())
+        effects = self.advance(pending, runtime, report)
+        if not pending.events:
+            self.streams.put(snap)  # unchanged: still a true snapshot of its sequence
+            moved = not self.streams.store.park_run(
+                run_id, pending.expected_sequence, _decide_at(pending)
+            )
+            return moved  # a fact arrived meanwhile: decide again
+        self.commit(pending, effects)
+        return effects.more
 
-        try:
-            command = runtime.decide(snap)
-            result = plan(snap, command)
-        except NonDeterminismError as exc:
-            self._decision_failed(snap, exc, now, report)
-            return False
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # the workflow's own bug (even sys.exit): never a crash
-            self._decision_failed(snap, exc, now, report)
-            return False
+    def advance(self, pending: Pending, runtime: Runtime, report: DecideReport) -> Effects:
+        """Fold the run's next decisions into ``pending`` until it waits or ends.
 
-        report.decisions += 1
-        if engine_cancels(snap, result):
-            reason = snap.cancel_reason or "cancelled"
-            self.terminate(snap, Cancelled(reason=reason), now, reason)
-            return False
-        if result.events:
-            try:
-                self._append_decision(snap, result, now)
-            except HookTokenInUse as exc:  # the code chose a token another hook owns
-                self._decision_failed(snap, exc, now, report)
-                return False
-            except RunIdTaken as exc:
-                self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
-                return False
-            return True
-        if result.terminal is not None:
-            try:
-                self.terminate(snap, result.terminal, now, _reason(result.terminal))
-            except RunIdTaken as exc:
-                self._decision_failed(snap, exc, now, report, error_type="RunIdTaken")
-            return False
-        if result.waits_on_open and isinstance(snap.decision_error, dict):
-            # Fixed code decided cleanly but had nothing new to record: say so in history,
-            # so that the run stops showing as failing.
-            error_type = str(snap.decision_error.get("error_type"))
-            recovered = DecisionRecovered(error_type=error_type)
-            self.streams.commit([Write(snap, [recovered], failing=None)], now)
-            return True
-        if result.waits_on_open:
-            # park_run fails when a fact arrived meanwhile: then decide again.
-            return not self.streams.store.park_run(run_id, snap.last_sequence, snap.next_deadline())
-        stuck = RuntimeError(
-            "the workflow re-issued only identities that are already settled; read their "
-            "results (ctx.step_output, ctx.step_error, ctx.signal ...) and return the next "
-            "command"
-        )
-        self._decision_failed(snap, stuck, now, report, error_type="WorkflowStuck")
-        return False
+        Sets ``pending.decide_at`` to when the run should be decided next.
+        """
+        effects = Effects()
+        for _ in range(MAX_DECISIONS_PER_COMMIT):
+            snap = pending.snapshot
+            decision = decide(snap, runtime, pending.now)
+            if isinstance(decision, Append):
+                problem = self._check_new(snap, decision.events, effects)
+                if problem is not None:
+                    decision = failed(snap, problem, pending.now)
+            match decision:
+                case Idle():
+                    pending.decide_at = None
+                    return effects
+                case Append(events=events, settles=settles):
+                    if not all(isinstance(e, WaitCompleted) for e in events):
+                        report.decisions += 1
+                    effects.creates.extend(self._children(snap, events, pending.now))
+                    pending.add(events)
+                    if settles:
+                        pending.decide_at = pending.snapshot.next_deadline()
+                        return effects
+                case Park(until=until):
+                    pending.decide_at = until
+                    return effects
+                case Failed(event=event, retry_at=retry_at):
+                    report.decision_failures += 1
+                    if event is not None:
+                        pending.add([event])
+                    pending.decide_at = retry_at
+                    return effects
+                case Terminate():
+                    report.decisions += 1
+                    problem = self._end(pending, decision, effects)
+                    if problem is not None:
+                        failure = failed(snap, problem, pending.now)
+                        report.decision_failures += 1
+                        if failure.event is not None:
+                            pending.add([failure.event])
+                        pending.decide_at = failure.retry_at
+                    return effects
+        effects.more = True
+        pending.decide_at = pending.now
+        return effects
 
-    def _append_decision(self, snap: WorkflowRunSnapshot, result: Plan, now: datetime) -> None:
-        creates = [
+    def commit(self, pending: Pending, effects: Effects, *, keep: bool = False) -> None:
+        """Commit the run's events with everything they cause elsewhere, in one transaction.
+
+        With ``keep`` the caller goes on owning ``pending``'s snapshot.
+        """
+        self.streams.commit_pending([pending, *effects.others], effects.creates, keep_first=keep)
+
+    def terminate(
+        self, snap: WorkflowRunSnapshot, command: TerminalCommand, now: datetime, reason: str
+    ) -> None:
+        """End the run with ``command``: closing events (rule 4), children per policy, the
+        parent told, a successor created, all in one commit. Raises ``EventConflict``."""
+        pending = Pending.on(snap.copy(), now)
+        effects = Effects()
+        problem = self._end(pending, terminate(pending.snapshot, command, reason), effects)
+        if problem is not None:
+            raise problem
+        self.commit(pending, effects)
+
+    # -- effects on other runs ---------------------------------------------------------------------
+
+    def _check_new(
+        self, snap: WorkflowRunSnapshot, events: tuple[Event, ...], effects: Effects
+    ) -> FlowError | None:
+        """Run ids and hook tokens the decision claims must be free, or the append would fail
+        for ever; found here, it is a failed decision that fixed code can recover from."""
+        taken = {new.run_id for new in effects.creates}
+        for event in events:
+            if isinstance(event, ChildScheduled):
+                if event.child_run_id in taken or self.streams.store.get_run(event.child_run_id):
+                    return RunIdTaken(event.child_run_id)
+            elif isinstance(event, HookCreated):
+                owner = self.streams.store.find_hook(event.token)
+                if owner is not None and (owner.run_id, owner.hook_id) != (
+                    snap.run_id,
+                    event.hook_id,
+                ):
+                    return HookTokenInUse(event.token, owner.run_id, owner.hook_id)
+        return None
+
+    def _children(
+        self, snap: WorkflowRunSnapshot, events: tuple[Event, ...], now: datetime
+    ) -> list[NewRun]:
+        return [
             NewRun(
                 run_id=event.child_run_id,
                 spec=WorkflowSpec(
@@ -189,138 +220,80 @@ class Decider:
                 seed=secrets.token_hex(16),
                 decide_at=now,
             )
-            for event in result.events
+            for event in events
             if isinstance(event, ChildScheduled)
         ]
-        self._check_free(creates)
-        self.streams.commit([Write(snap, result.events, failing=None)], now, creates)
 
-    def _check_free(self, creates: list[NewRun]) -> None:
-        """Run ids the engine derives (children, successors) must be free, or the append would
-        conflict forever. A stale snapshot makes the decision_failed append conflict instead."""
-        for new in creates:
-            if self.streams.store.get_run(new.run_id) is not None:
-                raise RunIdTaken(new.run_id)
-
-    def _decision_failed(
-        self,
-        snap: WorkflowRunSnapshot,
-        exc: BaseException,
-        now: datetime,
-        report: DecideReport,
-        error_type: str | None = None,
-    ) -> None:
-        report.decision_failures += 1
-        mismatches = None
-        if isinstance(exc, NonDeterminismError):
-            mismatches = [
-                {
-                    "identity": m.identity,
-                    "field": m.field,
-                    "recorded": m.recorded,
-                    "produced": m.produced,
-                }
-                for m in exc.mismatches
-            ]
-        event = DecisionFailed(
-            error_type=error_type or type(exc).__name__, message=str(exc), mismatches=mismatches
-        )
-        retry_at = now + self.decision_retry
-        previous = snap.decision_error
-        # A non-determinism message names the sequence it was found at, which moves with every
-        # decision_failed appended; the mismatches are what identify the error.
-        same = ("error_type", "mismatches") if mismatches else ("error_type", "message")
-        if isinstance(previous, dict) and canonical(
-            {k: previous.get(k) for k in same}
-        ) == canonical({k: event.to_data()[k] for k in same}):
-            # The same error again: record it once, try again later (fixed code may be deployed).
-            self.streams.store.park_run(snap.run_id, snap.last_sequence, retry_at)
-            return
-        self.streams.commit(
-            [Write(snap, [event], decide_at=retry_at, failing=f"{event.error_type}: {exc}")], now
-        )
-
-    def terminate(
-        self, snap: WorkflowRunSnapshot, command: TerminalCommand, now: datetime, reason: str
-    ) -> None:
-        """End the run with ``command``: closing events (rule 4), children per policy, the
-        parent told, a successor created, all in one commit. Raises ``EventConflict``."""
-        events: list[Event] = closing_events(snap, reason)
-        creates: list[NewRun] = []
-        extra: list[Write] = []
-        outcome: dict[str, object]
+    def _end(self, pending: Pending, ending: Terminate, effects: Effects) -> FlowError | None:
+        """Fold the terminal events into ``pending`` and collect what they cause elsewhere."""
+        snap = pending.snapshot
+        now = pending.now
+        command = ending.command
+        outcome: dict[str, object] = {}
         match command:
             case Complete():
-                events.append(RunCompleted(result=command.result))
                 outcome = {"kind": "Completed", "result": command.result}
             case Fail():
-                events.append(RunFailed(error=command.error))
                 outcome = {"kind": "Failed", "error": command.error}
             case Cancelled():
-                events.append(RunCancelled(reason=command.reason))
                 outcome = {"kind": "Cancelled", "reason": command.reason}
             case ContinueAsNew():
-                successor = successor_run_id(snap.run_id)
-                events.append(
-                    RunContinuedAsNew(
-                        successor_run_id=successor,
-                        input=command.input,
-                        runtime_build_id=snap.spec.runtime_build_id,
-                        patches=snap.spec.patches,
-                    )
-                )
-                spec = snap.spec
-                creates.append(
-                    NewRun(
-                        run_id=successor,
-                        spec=WorkflowSpec(
-                            workflow=spec.workflow,
-                            input=command.input,
-                            runtime_build_id=spec.runtime_build_id,
-                            patches=spec.patches,
-                            parent_run_id=spec.parent_run_id,
-                            parent_child_id=spec.parent_child_id,
-                            predecessor_run_id=snap.run_id,
-                        ),
-                        seed=secrets.token_hex(16),
-                        decide_at=now,
-                    )
-                )
-                outcome = {}
+                successor = self._successor(snap, command, now)
+                if self.streams.store.get_run(successor.run_id) is not None:
+                    return RunIdTaken(successor.run_id)
+                effects.creates.append(successor)
                 if snap.cancel_requested:
                     # A cancellation request must not be shed by continuing as new: the
                     # successor starts with it, in the same transaction.
-                    extra.append(self._carry_cancel(creates[-1], snap.cancel_reason, now))
+                    effects.others.append(self._carry_cancel(successor, snap.cancel_reason, now))
         # Cancellation policy "cancel": ask each open child to stop, in the same transaction.
         for child in snap.children.values():
             if child.open and child.cancellation == "cancel":
-                child_write = self._cancel_child(child.run_id, f"parent {snap.run_id}: {reason}")
-                if child_write is not None:
-                    extra.append(child_write)
+                write = self._cancel_child(child.run_id, f"parent {snap.run_id}: {ending.reason}")
+                if write is not None:
+                    effects.others.append(write)
         # A child that ends (for good) tells its parent in the same transaction.
         if outcome and snap.spec.parent_run_id and snap.spec.parent_child_id:
-            parent_write = self._notify_parent(snap, outcome, now)
-            if parent_write is not None:
-                extra.append(parent_write)
-        self._check_free(creates)
-        self.streams.commit(
-            [Write(snap, events, decide_at=None, failing=None), *extra], now, creates
+            write = self._notify_parent(snap, outcome, now)
+            if write is not None:
+                effects.others.append(write)
+        pending.add(ending.events)
+        pending.decide_at = None
+        return None
+
+    def _successor(
+        self, snap: WorkflowRunSnapshot, command: ContinueAsNew, now: datetime
+    ) -> NewRun:
+        spec = snap.spec
+        return NewRun(
+            run_id=successor_run_id(snap.run_id),
+            spec=WorkflowSpec(
+                workflow=spec.workflow,
+                input=command.input,
+                runtime_build_id=spec.runtime_build_id,
+                patches=spec.patches,
+                parent_run_id=spec.parent_run_id,
+                parent_child_id=spec.parent_child_id,
+                predecessor_run_id=snap.run_id,
+            ),
+            seed=secrets.token_hex(16),
+            decide_at=now,
         )
 
-    def _carry_cancel(self, successor: NewRun, reason: str | None, now: datetime) -> Write:
+    def _carry_cancel(self, successor: NewRun, reason: str | None, now: datetime) -> Pending:
         started = EventEnvelope(
             run_id=successor.run_id,
             sequence=1,
             recorded_at=now,
             event=RunStarted(spec=successor.spec, seed=successor.seed),
         )
-        return Write(
-            WorkflowRunSnapshot.start(started),
-            [CancelRequested(reason=reason or "cancelled")],
-            decide_at=now,
-        )
+        write = Pending.on(WorkflowRunSnapshot.start(started), now)
+        write.add([CancelRequested(reason=reason or "cancelled")])
+        write.decide_at = now
+        return write
 
-    def _cancel_child(self, child_run_id: str, reason: str) -> Write | None:
+    def _cancel_child(self, child_run_id: str, reason: str) -> Pending | None:
+        now = self.clock.now()
         try:
             child = self.streams.load(child_run_id)
             # A child that continued as new lives on in its successor: cancel the live run.
@@ -330,11 +303,14 @@ class Decider:
             return None
         if child.terminal or child.cancel_requested:
             return None
-        return Write(child, [CancelRequested(reason=reason)], decide_at=self.clock.now())
+        write = Pending.on(child, now)
+        write.add([CancelRequested(reason=reason)])
+        write.decide_at = now
+        return write
 
     def _notify_parent(
         self, snap: WorkflowRunSnapshot, outcome: dict[str, object], now: datetime
-    ) -> Write | None:
+    ) -> Pending | None:
         parent_id = snap.spec.parent_run_id
         child_id = snap.spec.parent_child_id
         if parent_id is None or child_id is None:
@@ -346,8 +322,10 @@ class Decider:
         child = parent.children.get(child_id)
         if parent.terminal or child is None or not child.open:
             return None
-        event = ChildCompleted(child_id=child_id, child_run_id=snap.run_id, outcome=outcome)
-        return Write(parent, [event], decide_at=now)
+        write = Pending.on(parent, now)
+        write.add([ChildCompleted(child_id=child_id, child_run_id=snap.run_id, outcome=outcome)])
+        write.decide_at = now
+        return write
 
 
 class RunIdTaken(FlowError):
@@ -362,24 +340,9 @@ class RunIdTaken(FlowError):
         self.run_id = run_id
 
 
-def successor_run_id(run_id: str) -> str:
-    """``order-7`` → ``order-7~1`` → ``order-7~2``: the chain stays readable."""
-    base, sep, generation = run_id.rpartition("~")
-    if sep and generation.isdigit():
-        return f"{base}~{int(generation) + 1}"
-    return f"{run_id}~1"
+def _decide_at(pending: Pending) -> datetime | None:
+    value = pending.decide_at
+    return value if isinstance(value, datetime) or value is None else pending.now
 
 
-def _reason(command: TerminalCommand) -> str:
-    match command:
-        case Complete():
-            return "run completed"
-        case Fail():
-            return "run failed"
-        case Cancelled():
-            return command.reason
-        case ContinueAsNew():
-            return "run continued as new"
-
-
-__all__ = ["DecideReport", "Decider", "RunStatus", "successor_run_id"]
+__all__ = ["DecideReport", "Decider", "Effects", "RunIdTaken", "RunStatus", "successor_run_id"]

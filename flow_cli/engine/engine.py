@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flow_cli.engine.decider import Decider, DecideReport
+from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.steps import StepExecutor, StepOutcome
 from flow_cli.engine.streams import Streams, Write
 from flow_cli.errors import (
@@ -87,7 +88,6 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         default_build: str | None = None,
-        decision_retry: float = 5.0,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
@@ -101,10 +101,8 @@ class Engine:
             raise BuildNotHosted(default_build, list(self.runtimes))
         self.default_build = default_build
         self.streams = Streams(store)
-        self.decider = Decider(
-            self.streams, self.runtimes, self.clock, timedelta(seconds=decision_retry)
-        )
-        self.executor = StepExecutor(self.streams, self.runtimes, self.clock)
+        self.decider = Decider(self.streams, self.runtimes, self.clock)
+        self.executor = StepExecutor(self.streams, self.runtimes, self.clock, self.decider)
 
     @classmethod
     def open(
@@ -329,8 +327,16 @@ class Engine:
             self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
         )
 
-    def execute_step(self, lease: StepLease, lease_seconds: float = 30.0) -> StepOutcome:
-        return self.executor.execute(lease, self.worker_id, lease_seconds)
+    def execute_step(
+        self, lease: StepLease, lease_seconds: float = 30.0, keeper: LeaseKeeper | None = None
+    ) -> StepOutcome:
+        """Run a leased attempt, then the run's next steps as they become ready (each one leased
+        to this engine in the commit that records the previous one's end)."""
+        return self.executor.execute(lease, self.worker_id, lease_seconds, keeper=keeper)
+
+    def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
+        """A keeper that renews this engine's step leases while their handlers run."""
+        return LeaseKeeper(self.store, self.worker_id, self.clock, lease_seconds)
 
     def tick(
         self,
@@ -348,27 +354,29 @@ class Engine:
         Future timers and retries stay pending.
         """
         report = TickReport()
-        for _ in range(max_passes):
-            did = TickReport()
-            for run_id in self.lease_runs(lease_seconds, batch):
-                result = self.decide(run_id)
-                did.runs_decided += 1
-                did.decisions += result.decisions
-                did.conflicts += result.conflicts
-                did.decision_failures += result.decision_failures
-            for lease in self.lease_steps(lease_seconds, batch):
-                outcome = self.execute_step(lease, lease_seconds)
-                did.steps_run += int(outcome.ran)
-            report.passes += 1
-            report.decisions += did.decisions
-            report.runs_decided += did.runs_decided
-            report.steps_run += did.steps_run
-            report.conflicts += did.conflicts
-            report.decision_failures += did.decision_failures
-            if on_pass is not None:
-                on_pass(report)
-            if not until_idle or did.idle:
-                break
+        with self.lease_keeper(lease_seconds) as keeper:
+            for _ in range(max_passes):
+                did = TickReport()
+                for run_id in self.lease_runs(lease_seconds, batch):
+                    result = self.decide(run_id)
+                    did.runs_decided += 1
+                    did.decisions += result.decisions
+                    did.conflicts += result.conflicts
+                    did.decision_failures += result.decision_failures
+                for lease in self.lease_steps(lease_seconds, batch):
+                    keeper.hold(lease)
+                    outcome = self.execute_step(lease, lease_seconds, keeper)
+                    did.steps_run += outcome.steps_run
+                report.passes += 1
+                report.decisions += did.decisions
+                report.runs_decided += did.runs_decided
+                report.steps_run += did.steps_run
+                report.conflicts += did.conflicts
+                report.decision_failures += did.decision_failures
+                if on_pass is not None:
+                    on_pass(report)
+                if not until_idle or did.idle:
+                    break
         return report
 
     def next_due(self) -> datetime | None:

@@ -1,9 +1,15 @@
-"""Executing step attempts: at least once, with durable retries.
+"""Executing step attempts: at least once, with durable retries, one commit per step.
 
-A leased attempt is announced with ``step_started`` (carrying the lease's end), the handler runs,
-and its output becomes visible only when ``step_completed`` commits. A worker that dies between
-the two leaves the attempt's lease to expire; the next worker runs the *same* attempt again. A
-failure schedules the next attempt as a due time in the step index — no thread sleeps on it.
+Leasing an attempt records its ``step_started`` in the same transaction (the store does both).
+The handler runs, and its output becomes visible only when ``step_completed`` commits. That
+commit also carries the run's next decision (the executor asks the decision loop, which it can
+because it hosts the run's build): the next step is scheduled, the run is parked, and when the
+next step can start at once its ``step_started`` is recorded too, leased to this worker, which
+then runs it — a sequential workflow costs one commit per step.
+
+A worker that dies between ``step_started`` and ``step_completed`` leaves the attempt's lease
+to expire; the next worker runs the *same* attempt again. A failure schedules the next attempt
+as a due time in the step index — no thread sleeps on it.
 """
 
 from __future__ import annotations
@@ -11,37 +17,53 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from flow_cli.engine.streams import Streams, Write
-from flow_cli.errors import EventConflict
+from flow_cli.engine.decider import Decider, DecideReport, Effects
+from flow_cli.engine.leases import LeaseKeeper
+from flow_cli.engine.streams import Pending, Streams
+from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.clock import Clock
-from flow_cli.model.events import Event, StepCompleted, StepFailed, StepStarted
+from flow_cli.model.events import Event, StepCompleted, StepFailed, StepScheduled, StepStarted
 from flow_cli.model.jsonval import normalise
-from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
+from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.runtime import Runtime, StepInfo
-from flow_cli.store.protocol import KEEP, StepLease
+from flow_cli.store.protocol import StepLease
 
 log = logging.getLogger("flow.steps")
 
 MAX_CONFLICT_RETRIES = 100
+MAX_CHAIN = 10_000
+"""Steps one call may run back to back for one run before handing it back to the scheduler."""
 
 
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
     ran: bool
-    """Whether the handler was invoked."""
+    """Whether a handler was invoked."""
     state: str
-    """``completed``, ``retrying``, ``failed``, ``skipped`` or ``discarded``."""
+    """Of the last attempt: ``completed``, ``retrying``, ``failed``, ``skipped`` or
+    ``discarded``."""
+    steps_run: int = 0
+    """Handlers invoked, the first attempt and the ones that followed it in this worker."""
 
 
 class StepExecutor:
-    def __init__(self, streams: Streams, runtimes: Mapping[str, Runtime], clock: Clock) -> None:
+    def __init__(
+        self,
+        streams: Streams,
+        runtimes: Mapping[str, Runtime],
+        clock: Clock,
+        decider: Decider,
+    ) -> None:
         self.streams = streams
         self.runtimes = runtimes
         self.clock = clock
+        self.decider = decider
         self.conflicts = 0
+        self.decisions = DecideReport()
 
     def execute(
         self,
@@ -49,13 +71,52 @@ class StepExecutor:
         worker: str,
         lease_seconds: float,
         before_call: Callable[[], None] | None = None,
+        keeper: LeaseKeeper | None = None,
     ) -> StepOutcome:
-        """Run one leased attempt to its recorded end (or learn it is no longer wanted)."""
-        started = self._start(lease, worker, lease_seconds)
-        if started is None:
-            return StepOutcome(ran=False, state="skipped")
-        snap, step = started
-        runtime = self.runtimes[snap.spec.runtime_build_id]
+        """Run a leased attempt (its ``step_started`` is recorded) to its recorded end, then the
+        steps of the same run that can start at once, each leased to this worker."""
+        current: StepLease | None = lease
+        owned: WorkflowRunSnapshot | None = None
+        ran = 0
+        state = "skipped"
+        for index in range(MAX_CHAIN):
+            if current is None:
+                break
+            state, invoked, following, owned = self._one(
+                current, owned, worker, lease_seconds, before_call, index < MAX_CHAIN - 1
+            )
+            ran += invoked
+            if keeper is not None:
+                keeper.drop(current)
+                if following is not None:
+                    keeper.hold(following)
+            current = following
+        return StepOutcome(ran=ran > 0, state=state, steps_run=ran)
+
+    def _one(
+        self,
+        lease: StepLease,
+        owned: WorkflowRunSnapshot | None,
+        worker: str,
+        lease_seconds: float,
+        before_call: Callable[[], None] | None,
+        may_chain: bool,
+    ) -> tuple[str, int, StepLease | None, WorkflowRunSnapshot | None]:
+        snap = owned if owned is not None else self.streams.take(lease.run_id)
+        step = snap.steps.get(lease.step_id)
+        runtime = self.runtimes.get(snap.spec.runtime_build_id)
+        if (
+            snap.terminal
+            or runtime is None
+            or step is None
+            or step.status is not StepStatus.RUNNING
+            or step.attempt != lease.attempt
+            or step.worker != worker
+            or (step.lease_until is not None and step.lease_until <= self.clock.now())
+        ):
+            # Settled, cancelled, or our lease ran out and another worker owns the attempt now.
+            self.streams.put(snap)
+            return "skipped", 0, None, None
         info = StepInfo(
             run_id=snap.run_id,
             step_id=step.step_id,
@@ -63,93 +124,113 @@ class StepExecutor:
             attempt=step.attempt,
             worker=worker,
         )
+        payload = snap.json_payload(step.input)
         if before_call is not None:
             before_call()
+        event: Event
         try:
-            output = normalise(runtime.run_step(step.name, snap.json_payload(step.input), info))
+            output = normalise(runtime.run_step(step.name, payload, info))
+            event = StepCompleted(step_id=step.step_id, attempt=step.attempt, output=output)
+            state = "completed"
         except KeyboardInterrupt:
+            self.streams.put(snap)
             raise
         except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
-            return self._fail(lease, step, type(exc).__name__, str(exc) or repr(exc))
-        return self._complete(lease, step, output)
-
-    def _start(
-        self, lease: StepLease, worker: str, lease_seconds: float
-    ) -> tuple[WorkflowRunSnapshot, StepState] | None:
-        for _ in range(MAX_CONFLICT_RETRIES):
-            snap = self.streams.load(lease.run_id)
-            step = snap.steps.get(lease.step_id)
-            if snap.terminal or step is None or step.status.settled:
-                return None
-            if snap.spec.runtime_build_id not in self.runtimes:
-                return None
-            now = self.clock.now()
-            if lease.lease_until <= now:
-                return None  # our lease ran out before we began: another worker may hold it
-            if step.status is StepStatus.RUNNING and (
-                step.lease_until is not None and step.lease_until > now
-            ):
-                return None  # another worker started this attempt and its lease is live
-            if step.status is StepStatus.BACKOFF and (
-                step.next_attempt_at is not None and step.next_attempt_at > now
-            ):
-                return None
-            lease_until = now + timedelta(seconds=lease_seconds)
-            event = StepStarted(
-                step_id=step.step_id, attempt=step.attempt, worker=worker, lease_until=lease_until
+            event = self._failure(step.step_id, step.attempt, step.retry, exc)
+            state = (
+                "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
             )
-            try:
-                (after,) = self.streams.commit([Write(snap, [event])], now)
-            except EventConflict:
-                self.conflicts += 1
-                continue
-            return after, after.steps[step.step_id]
-        return None
+        recorded, following, after = self._record(
+            snap, lease, event, runtime, worker, lease_seconds if may_chain else None
+        )
+        return (state if recorded else "discarded"), 1, following, after
 
-    def _complete(self, lease: StepLease, started: StepState, output: object) -> StepOutcome:
-        event = StepCompleted(step_id=started.step_id, attempt=started.attempt, output=output)
-        return self._record(lease, started, event, "completed")
-
-    def _fail(
-        self, lease: StepLease, started: StepState, error_type: str, message: str
-    ) -> StepOutcome:
-        policy = started.retry
-        now = self.clock.now()
-        exhausted = error_type in policy.non_retryable or started.attempt >= policy.max_attempts
-        next_at: datetime | None = None
+    def _failure(
+        self, step_id: str, attempt: int, policy: RetryPolicy, exc: BaseException
+    ) -> StepFailed:
+        error_type = type(exc).__name__
+        exhausted = error_type in policy.non_retryable or attempt >= policy.max_attempts
+        next_at = None
         if not exhausted:
-            next_at = now + timedelta(seconds=policy.delay_after(started.attempt))
-        event = StepFailed(
-            step_id=started.step_id,
-            attempt=started.attempt,
+            next_at = self.clock.now() + timedelta(seconds=policy.delay_after(attempt))
+        return StepFailed(
+            step_id=step_id,
+            attempt=attempt,
             error_type=error_type,
-            message=message,
+            message=str(exc) or repr(exc),
             next_attempt_at=next_at,
             exhausted=exhausted,
         )
-        return self._record(lease, started, event, "failed" if exhausted else "retrying")
 
     def _record(
-        self, lease: StepLease, started: StepState, event: Event, state: str
-    ) -> StepOutcome:
+        self,
+        snap: WorkflowRunSnapshot,
+        lease: StepLease,
+        event: Event,
+        runtime: Runtime,
+        worker: str,
+        lease_seconds: float | None,
+    ) -> tuple[bool, StepLease | None, WorkflowRunSnapshot | None]:
+        """Commit the attempt's end with the run's next decision. Returns whether it was
+        recorded, and the next attempt this worker leased with its owned snapshot."""
+        current: WorkflowRunSnapshot | None = snap
         for _ in range(MAX_CONFLICT_RETRIES):
-            snap = self.streams.load(lease.run_id)
-            step = snap.steps.get(started.step_id)
+            if current is None:
+                current = self.streams.take(lease.run_id)
+            step = current.steps.get(lease.step_id)
             if (
-                snap.terminal
+                current.terminal
                 or step is None
                 or step.status is not StepStatus.RUNNING
-                or step.attempt != started.attempt
+                or step.attempt != lease.attempt
             ):
                 # Cancelled, or another worker settled this attempt first: drop our result.
-                return StepOutcome(ran=True, state="discarded")
+                self.streams.put(current)
+                return False, None, None
             now = self.clock.now()
-            wake = state != "retrying"
+            pending = Pending.on(current, now)
+            pending.add([event])
+            effects = Effects()
+            following: StepLease | None = None
+            if not (isinstance(event, StepFailed) and not event.exhausted):
+                effects = self.decider.advance(pending, runtime, self.decisions)
+                if not effects.more and lease_seconds is not None:
+                    following = self._start_next(pending, worker, lease_seconds)
             try:
-                self.streams.commit([Write(snap, [event], decide_at=now if wake else KEEP)], now)
-            except EventConflict:
+                self.decider.commit(pending, effects, keep=following is not None)
+            except (EventConflict, HookTokenInUse):
                 self.conflicts += 1
+                current = None  # dropped; read again
                 continue
-            return StepOutcome(ran=True, state=state)
-        log.warning("gave up recording %s of %s after repeated conflicts", state, lease)
-        return StepOutcome(ran=True, state="discarded")
+            return True, following, (pending.snapshot if following is not None else None)
+        log.warning("gave up recording the end of %s after repeated conflicts", lease)
+        return False, None, None
+
+    def _start_next(self, pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
+        """Lease to this worker the first step the decision just scheduled, in the same commit."""
+        snap = pending.snapshot
+        if snap.terminal:
+            return None
+        for event in pending.events:
+            if isinstance(event, StepScheduled):
+                step = snap.steps[event.step_id]
+                if step.status is not StepStatus.SCHEDULED:
+                    continue
+                until = pending.now + timedelta(seconds=lease_seconds)
+                pending.add(
+                    [
+                        StepStarted(
+                            step_id=step.step_id,
+                            attempt=step.attempt,
+                            worker=worker,
+                            lease_until=until,
+                        )
+                    ]
+                )
+                return StepLease(
+                    run_id=snap.run_id,
+                    step_id=step.step_id,
+                    attempt=step.attempt,
+                    lease_until=until,
+                )
+        return None

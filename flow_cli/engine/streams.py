@@ -1,8 +1,11 @@
-"""Reading and writing run streams: a snapshot cache in front of the store.
+"""Reading and writing run streams, with a snapshot cache in front of the store.
 
 A worker keeps recent snapshots and reads only the events after ``last_sequence``, so a long
-history is not re-read for every decision. Every write is validated by the store's
-``append_if_sequence`` semantics; the cache is only refreshed from committed results.
+history is not re-read for every decision. The decision loop *takes* a snapshot out of the cache
+(it then owns it and may fold events into it before they are committed) and *puts* it back once
+its events are committed; a snapshot whose commit failed is simply dropped, and the next load
+reads it again from the store. The cache is bounded in bytes of history, not in entries, so a
+worker's memory does not grow with the size of the inputs it has seen.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import KEEP, EventStore, Keep, NewRun, StreamWrite
 
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+"""History bytes the snapshot cache may hold (a snapshot in memory costs a few times that)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Write:
@@ -30,46 +36,118 @@ class Write:
     failing: str | Keep | None = KEEP
 
 
+@dataclass(slots=True)
+class Pending:
+    """Events folded into an owned snapshot ahead of their commit (see ``Streams.take``)."""
+
+    snapshot: WorkflowRunSnapshot
+    """The snapshot after ``events``: owned by the writer, not in the cache."""
+    expected_sequence: int
+    now: datetime
+    events: list[Event]
+    decide_at: datetime | Keep | None = KEEP
+
+    @classmethod
+    def on(cls, snapshot: WorkflowRunSnapshot, now: datetime) -> Pending:
+        return cls(snapshot, snapshot.last_sequence, now, [])
+
+    def add(self, events: Sequence[Event]) -> None:
+        """Fold ``events`` into the snapshot as the store will record them."""
+        snap = self.snapshot
+        for event in events:
+            snap.apply(
+                EventEnvelope(
+                    run_id=snap.run_id,
+                    sequence=snap.last_sequence + 1,
+                    recorded_at=self.now,
+                    event=event,
+                )
+            )
+        self.events.extend(events)
+
+    def stream_write(self) -> StreamWrite:
+        return StreamWrite(
+            run_id=self.snapshot.run_id,
+            expected_sequence=self.expected_sequence,
+            events=list(self.events),
+            index=index_for(
+                self.snapshot, self.events, decide_at=self.decide_at, failing=failing(self.snapshot)
+            ),
+        )
+
+
+def failing(snapshot: WorkflowRunSnapshot) -> str | None:
+    """The runs index's ``failing`` text: the last decision error while it stands."""
+    error = snapshot.decision_error
+    if not isinstance(error, dict):
+        return None
+    return f"{error.get('error_type')}: {error.get('message')}"
+
+
 class Streams:
     """Snapshot cache plus atomic multi-run writes."""
 
-    def __init__(self, store: EventStore, cache_size: int = 4096) -> None:
+    def __init__(self, store: EventStore, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.store = store
         self._cache: OrderedDict[str, WorkflowRunSnapshot] = OrderedDict()
-        self._cache_size = cache_size
+        self._bytes = 0
+        self.cache_bytes = cache_bytes
         self._lock = threading.Lock()
 
-    def load(self, run_id: str) -> WorkflowRunSnapshot:
-        """The run's current snapshot, as a private copy. Raises ``RunNotFound``."""
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes
+
+    def take(self, run_id: str) -> WorkflowRunSnapshot:
+        """The run's current snapshot, owned by the caller until ``put`` back.
+
+        Raises ``RunNotFound``.
+        """
         with self._lock:
-            cached = self._cache.get(run_id)
-            base = cached.copy() if cached is not None else None
-        if base is None:
+            snapshot = self._cache.pop(run_id, None)
+            if snapshot is not None:
+                self._bytes -= snapshot.size
+        if snapshot is None:
             history = self.store.read_history(run_id)
             if not history:
                 raise RunNotFound(run_id)
-            snapshot = project(history)
-        else:
-            snapshot = base
-            for envelope in self.store.read_history(run_id, after_sequence=base.last_sequence):
+            return project(history)
+        try:
+            for envelope in self.store.read_history(run_id, after_sequence=snapshot.last_sequence):
                 snapshot.apply(envelope)
-        self._remember(snapshot)  # the cache keeps its own copy; this one is the caller's
+        except BaseException:
+            raise  # the half-folded snapshot is dropped; the next take reads it whole
+        return snapshot
+
+    def put(self, snapshot: WorkflowRunSnapshot) -> None:
+        """Give a snapshot of committed events back to the cache."""
+        if snapshot.size > self.cache_bytes // 8:
+            return  # one huge run must not evict everything else
+        with self._lock:
+            cached = self._cache.get(snapshot.run_id)
+            if cached is not None:
+                if cached.last_sequence >= snapshot.last_sequence:
+                    self._cache.move_to_end(snapshot.run_id)
+                    return
+                self._bytes -= cached.size
+            self._cache[snapshot.run_id] = snapshot
+            self._cache.move_to_end(snapshot.run_id)
+            self._bytes += snapshot.size
+            while self._bytes > self.cache_bytes and self._cache:
+                _, evicted = self._cache.popitem(last=False)
+                self._bytes -= evicted.size
+
+    def load(self, run_id: str) -> WorkflowRunSnapshot:
+        """The run's current snapshot, as a private copy. Raises ``RunNotFound``."""
+        snapshot = self.take(run_id)
+        self.put(snapshot.copy())
         return snapshot
 
     def forget(self, run_id: str) -> None:
         with self._lock:
-            self._cache.pop(run_id, None)
-
-    def _remember(self, snapshot: WorkflowRunSnapshot) -> None:
-        with self._lock:
-            cached = self._cache.get(snapshot.run_id)
-            if cached is not None and cached.last_sequence >= snapshot.last_sequence:
-                self._cache.move_to_end(snapshot.run_id)
-                return
-            self._cache[snapshot.run_id] = snapshot.copy()
-            self._cache.move_to_end(snapshot.run_id)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            dropped = self._cache.pop(run_id, None)
+            if dropped is not None:
+                self._bytes -= dropped.size
 
     def commit(
         self, writes: Sequence[Write], now: datetime, creates: Sequence[NewRun] = ()
@@ -78,39 +156,55 @@ class Streams:
 
         Returns the snapshots after the writes. Raises ``EventConflict`` if any run moved.
         """
-        afters: list[WorkflowRunSnapshot] = []
-        stream_writes: list[StreamWrite] = []
+        pendings = []
         for write in writes:
-            after = simulate(write.before, write.events, now)
-            afters.append(after)
-            stream_writes.append(
-                StreamWrite(
-                    run_id=write.before.run_id,
-                    expected_sequence=write.before.last_sequence,
-                    events=list(write.events),
-                    index=index_for(
-                        after, write.events, decide_at=write.decide_at, failing=write.failing
-                    ),
-                )
+            pending = Pending.on(write.before.copy(), now)
+            pending.add(write.events)
+            pending.decide_at = write.decide_at
+            pendings.append((pending, write.failing))
+        stream_writes = [
+            StreamWrite(
+                run_id=p.snapshot.run_id,
+                expected_sequence=p.expected_sequence,
+                events=list(p.events),
+                index=index_for(p.snapshot, p.events, decide_at=p.decide_at, failing=f),
             )
+            for p, f in pendings
+        ]
         self.store.commit(stream_writes, creates, now)
+        afters = [p.snapshot for p, _ in pendings]
         for after in afters:
-            self._remember(after)
+            self.put(after.copy())
         return afters
+
+    def commit_pending(
+        self,
+        pendings: Sequence[Pending],
+        creates: Sequence[NewRun] = (),
+        *,
+        keep_first: bool = False,
+    ) -> None:
+        """Commit writes prepared on owned snapshots, in one transaction.
+
+        The snapshots go back to the cache (the caller must not touch them again), except the
+        first one with ``keep_first``: its caller goes on owning it. Raises ``EventConflict``
+        (nothing written) if any run moved: the caller drops its snapshots then.
+        """
+        if not pendings:
+            return
+        self.store.commit([p.stream_write() for p in pendings], creates, pendings[0].now)
+        for index, pending in enumerate(pendings):
+            pending.expected_sequence = pending.snapshot.last_sequence
+            pending.events = []
+            pending.decide_at = KEEP
+            if index or not keep_first:
+                self.put(pending.snapshot)
 
 
 def simulate(
     before: WorkflowRunSnapshot, events: Sequence[Event], now: datetime
 ) -> WorkflowRunSnapshot:
     """The snapshot after appending ``events`` at ``now`` (as the store will record them)."""
-    after = before.copy()
-    for offset, event in enumerate(events, start=1):
-        after.apply(
-            EventEnvelope(
-                run_id=before.run_id,
-                sequence=before.last_sequence + offset,
-                recorded_at=now,
-                event=event,
-            )
-        )
-    return after
+    pending = Pending.on(before.copy(), now)
+    pending.add(events)
+    return pending.snapshot

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from flow_cli.engine.engine import Engine
 from flow_cli.errors import StoreError
@@ -49,8 +48,7 @@ class Worker:
         self.on_store_error = on_store_error
         self.stats = WorkerStats()
         self._stop = threading.Event()
-        self._held: dict[tuple[str, str], StepLease] = {}
-        self._held_lock = threading.Lock()
+        self._keeper = engine.lease_keeper(lease_seconds)
         self._step_done = threading.Event()
 
     def stop(self) -> None:
@@ -62,8 +60,7 @@ class Worker:
 
     def run(self) -> WorkerStats:
         """Work until stopped; returns what was done."""
-        heartbeat = threading.Thread(target=self._renew_leases, name="flow-lease", daemon=True)
-        heartbeat.start()
+        self._keeper.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flow-step")
         in_flight: set[Future[None]] = set()
         backoff = 0.5
@@ -85,7 +82,7 @@ class Worker:
         finally:
             pool.shutdown(wait=True)  # finish the attempts in hand before exiting
             self._stop.set()
-            heartbeat.join(timeout=5)
+            self._keeper.stop()
         return self.stats
 
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
@@ -100,24 +97,22 @@ class Worker:
         free = self.concurrency - len(in_flight)
         if free > 0 and not self._stop.is_set():
             for lease in self.engine.lease_steps(self.lease_seconds, free):
-                with self._held_lock:
-                    self._held[(lease.run_id, lease.step_id)] = lease
+                self._keeper.hold(lease)
                 in_flight.add(pool.submit(self._run_step, lease))
                 busy = True
         return busy
 
     def _run_step(self, lease: StepLease) -> None:
         try:
-            self.engine.execute_step(lease, self.lease_seconds)
-            self.stats.steps_run += 1
+            outcome = self.engine.execute_step(lease, self.lease_seconds, self._keeper)
+            self.stats.steps_run += outcome.steps_run
         except StoreError as exc:
             self.stats.store_errors += 1
             log.warning("%s", exc)
         except Exception:  # keep the worker alive; the lease expires and another worker retries
             log.exception("step %s of run %s crashed the executor", lease.step_id, lease.run_id)
         finally:
-            with self._held_lock:
-                self._held.pop((lease.run_id, lease.step_id), None)
+            self._keeper.drop(lease)
             self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _idle(self, in_flight: set[Future[None]]) -> None:
@@ -133,19 +128,3 @@ class Worker:
             timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
             self.engine.store.wait_for_change(timeout)
-
-    def _renew_leases(self) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
-        while not self._stop.wait(interval) or self._held:
-            with self._held_lock:
-                held = list(self._held.values())
-            until = self.engine.clock.now() + timedelta(seconds=self.lease_seconds)
-            for lease in held:
-                try:
-                    self.engine.store.renew_step(
-                        lease.run_id, lease.step_id, self.engine.worker_id, until
-                    )
-                except StoreError as exc:
-                    log.warning("%s", exc)
-            if self._stop.is_set() and not held:
-                return

@@ -43,9 +43,11 @@ class Suspend(BaseException):
     A BaseException so that a workflow's ``except Exception`` cannot swallow it.
     """
 
-    def __init__(self, command: RuntimeCommand) -> None:
+    def __init__(self, command: RuntimeCommand, *, blocking: bool = False) -> None:
         super().__init__(command)
         self.command = command
+        self.blocking = blocking
+        """The code cannot go on until this command's identity settles (``ctx.step``)."""
 
 
 class StepFailedError(Exception):
@@ -279,12 +281,12 @@ class WorkflowContext:
             return self._snap.json_payload(step.output)
         if step is not None and step.status is StepStatus.FAILED:
             raise StepFailedError(step_id, self._snap.json_payload(step.error))
-        self.suspend(self.schedule_step(step_id, name, input, retry))
+        self.suspend(self.schedule_step(step_id, name, input, retry), blocking=True)
 
     def sleep_until(self, wait_id: str, deadline: datetime) -> None:
         """Return once the timer fired; otherwise end this decision waiting for it."""
         if not self.wait_done(wait_id):
-            self.suspend(self.wait_until(wait_id, deadline))
+            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
 
     def sleep(self, wait_id: str, seconds: float | timedelta) -> None:
         """Sleep relative to the run's recorded start (deterministic)."""
@@ -304,7 +306,7 @@ class WorkflowContext:
     def receive(self, wait_id: str, signal_name: str) -> JsonValue:
         """The payload of signal ``signal_name`` once delivered; otherwise wait for it."""
         if not self.wait_done(wait_id):
-            self.suspend(self.wait_for_signal(wait_id, signal_name))
+            self.suspend(self.wait_for_signal(wait_id, signal_name), blocking=True)
         return self.signal(wait_id)
 
     def child(
@@ -317,12 +319,16 @@ class WorkflowContext:
         """The child's outcome once it ended; otherwise start it (or keep waiting)."""
         outcome = self.child_outcome(child_id)
         if outcome is None:
-            self.suspend(self.start_child(child_id, workflow, input, cancellation))
+            self.suspend(self.start_child(child_id, workflow, input, cancellation), blocking=True)
         return outcome
 
-    def suspend(self, command: RuntimeCommand) -> NoReturn:
-        """End this decision now with ``command``."""
-        raise Suspend(command)
+    def suspend(self, command: RuntimeCommand, *, blocking: bool = False) -> NoReturn:
+        """End this decision now with ``command``.
+
+        ``blocking=True`` promises that, called again before the command's identity settles, the
+        code would stop at the same place: the engine then parks the run without asking again.
+        """
+        raise Suspend(command, blocking=blocking)
 
 
 def _json(value: JsonValue, what: str) -> JsonValue:

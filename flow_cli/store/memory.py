@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
-from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
+from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
@@ -246,13 +246,15 @@ class MemoryStore(AppendViaCommit):
             run = self._runs.get(run_id)
             if run is None:
                 raise RunNotFound(run_id)
-            rows = list(enumerate(run.events, 1))[max(after_sequence, 0) :]
+            after = max(after_sequence, 0)
+            rows = list(enumerate(run.events[after:], after + 1))
         return [
             EventEnvelope(
                 run_id=run_id,
                 sequence=seq,
                 recorded_at=row.recorded_at,
                 event=event_from_data(row.event_key, json.loads(row.data)),
+                size=len(row.data),
             )
             for seq, row in rows
         ]
@@ -321,7 +323,8 @@ class MemoryStore(AppendViaCommit):
         lease_until: datetime,
         limit: int,
     ) -> list[StepLease]:
-        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
+        ``step_started`` for each in the same step."""
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
             ready = sorted(
@@ -335,6 +338,14 @@ class MemoryStore(AppendViaCommit):
             for _, (run_id, step_id) in ready:
                 task = self._tasks[(run_id, step_id)]
                 task.available_at, task.lease_owner = until, worker
+                run = self._runs[run_id]
+                started = StepStarted(
+                    step_id=step_id, attempt=task.attempt, worker=worker, lease_until=until
+                )
+                run.events.extend(_encode([started], now))
+                run.updated_at = now
+                if run.status is not RunStatus.CANCELLING:
+                    run.status = RunStatus.RUNNING
                 leases.append(
                     StepLease(
                         run_id=run_id, step_id=step_id, attempt=task.attempt, lease_until=until

@@ -38,7 +38,7 @@ from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flow_cli.errors import ConfigError, EventConflict, RunNotFound, StoreError
-from flow_cli.model.events import EventEnvelope, event_from_data
+from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
@@ -299,16 +299,51 @@ class PostgresStore(AppendViaCommit):
         lease_until: datetime,
         limit: int,
     ) -> list[StepLease]:
-        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
+        ``step_started`` for each in the same transaction.
+
+        The runs' rows are locked first (skipping runs another transaction holds), in the order
+        ``commit`` locks them, so a lease and a commit never deadlock.
+        """
         if not build_ids or limit <= 0:
             return []
-        with self._transaction(durable=False) as conn:
+        params = _due_params(worker, build_ids, now, lease_until, limit)
+        with self._reading() as conn:
+            # Look before locking: an idle worker must not open a write transaction every pass.
+            candidates = conn.execute(tables.READY_STEPS, params).fetchall()
+        if not candidates:
+            return []
+        with self._transaction() as conn:
+            locked = tables.lock_runs(
+                conn, sorted({run_id for run_id, _ in candidates}), skip_locked=True
+            )
+            if not locked:
+                return []
             rows = conn.execute(
                 tables.LEASE_STEPS,
-                _due_params(worker, build_ids, now, lease_until, limit),
+                {
+                    **params,
+                    "runs": list(locked),
+                    "steps": [s for r, s in candidates if r in locked],
+                },
             ).fetchall()
+            rows.sort(key=lambda row: (row[3], row[0], row[1]))
+            with conn.pipeline():
+                for run_id, step_id, attempt, _ in rows:
+                    target = locked[run_id]
+                    started = StepStarted(
+                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                    )
+                    tables.insert_events(conn, run_id, target.last_sequence, [started], now)
+                    target.last_sequence += 1
+                for run_id in {row[0] for row in rows}:
+                    conn.execute(
+                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                        "WHERE run_id = %s",
+                        (locked[run_id].last_sequence, now, run_id),
+                    )
         self._count_rows(len(rows))
-        rows.sort(key=lambda row: (row[3], row[0], row[1]))
         return [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows

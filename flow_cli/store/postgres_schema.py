@@ -297,16 +297,23 @@ LEASE_RUNS = (
 )
 """Lease due runs: rows of (run_id, old decide_at, created_order)."""
 
-LEASE_STEPS = (
-    "WITH due AS ("
-    " SELECT run_id, step_id, available_at FROM step_tasks"
+READY_STEPS = (
+    "SELECT run_id, step_id FROM step_tasks"
     " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-    ") UPDATE step_tasks t SET available_at = %(until)s, lease_owner = %(worker)s"
-    " FROM due WHERE t.run_id = due.run_id AND t.step_id = due.step_id"
-    " RETURNING t.run_id, t.step_id, t.attempt, due.available_at"
+    " ORDER BY available_at LIMIT %(limit)s"
 )
-"""Lease ready step tasks: rows of (run_id, step_id, attempt, old available_at)."""
+"""Step tasks ready now, read without locking: rows of (run_id, step_id)."""
+
+LEASE_STEPS = (
+    "UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
+    " FROM (SELECT available_at AS was, run_id, step_id FROM step_tasks"
+    "       WHERE run_id = ANY(%(runs)s) AND step_id = ANY(%(steps)s)"
+    "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
+    " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
+    " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was"
+)
+"""Lease ready step tasks of runs whose rows this transaction holds: rows of (run_id, step_id,
+attempt, old available_at)."""
 
 NEXT_DUE = (
     "SELECT (SELECT min(decide_at) FROM runs"
@@ -324,15 +331,19 @@ class LockedRun:
     build_id: str
 
 
-def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
+def lock_runs(
+    conn: Connection, run_ids: Iterable[str], *, skip_locked: bool = False
+) -> dict[str, LockedRun]:
     """Lock these runs' rows (missing ids are left out) until the transaction ends.
 
     Rows are locked in run id order, so two commits touching the same runs (a parent and its
-    child) queue one behind the other instead of deadlocking.
+    child) queue one behind the other instead of deadlocking. ``skip_locked`` leaves out rows
+    another transaction holds instead of waiting for them.
     """
     rows = conn.execute(
         "SELECT run_id, last_sequence, build_id FROM runs "
-        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
+        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE"
+        + (" SKIP LOCKED" if skip_locked else ""),
         (sorted(set(run_ids)),),
     )
     return {run_id: LockedRun(last, build_id) for run_id, last, build_id in rows}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from flow_cli.errors import ConfigError, EventConflict, HookTokenInUse, RunNotFound, StoreError
-from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
+from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
@@ -537,6 +537,7 @@ class SQLiteStore(AppendViaCommit):
                     sequence=seq,
                     recorded_at=_dt(at),
                     event=event_from_data(key, json.loads(data)),
+                    size=len(data),
                 )
                 for seq, key, at, data in rows
             ]
@@ -599,15 +600,16 @@ class SQLiteStore(AppendViaCommit):
         if not build_ids or limit <= 0:
             return []
         marks = ", ".join("?" * len(build_ids))
+        select = (
+            f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
+            "ORDER BY decide_at LIMIT ?"
+        )
+        params = (_ts(now), *build_ids, limit)
+        # Look before locking: an idle worker must not take the write lock every pass.
+        if not self._conn().execute(select, params).fetchone():
+            return []
         with self._write() as conn:
-            run_ids = [
-                row[0]
-                for row in conn.execute(
-                    f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
-                    "ORDER BY decide_at LIMIT ?",
-                    (_ts(now), *build_ids, limit),
-                )
-            ]
+            run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
                 [(_ts(lease_until), worker, run_id) for run_id in run_ids],
@@ -624,26 +626,56 @@ class SQLiteStore(AppendViaCommit):
         lease_until: datetime,
         limit: int,
     ) -> list[StepLease]:
-        """Lease up to ``limit`` ready step tasks of these builds, oldest first."""
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
+        ``step_started`` for each in the same transaction."""
         if not build_ids or limit <= 0:
             return []
         marks = ", ".join("?" * len(build_ids))
+        select = (
+            "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
+            "JOIN runs r ON r.run_id = t.run_id "
+            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) "
+            "ORDER BY t.available_at LIMIT ?"
+        )
+        params = (_ts(now), *build_ids, limit)
+        conn = self._conn()
+        # Look before locking: an idle worker must not take the write lock every pass.
+        if not conn.execute(select, params).fetchone():
+            return []
         until = _ts(lease_until)
+        until_dt = _dt(until)
+        stamp = _ts(now)
         with self._write() as conn:
-            rows = conn.execute(
-                "SELECT run_id, step_id, attempt FROM step_tasks "
-                f"WHERE available_at <= ? AND build_id IN ({marks}) "
-                "ORDER BY available_at LIMIT ?",
-                (_ts(now), *build_ids, limit),
-            ).fetchall()
+            rows = conn.execute(select, params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
-                [(until, worker, run_id, step_id) for run_id, step_id, _ in rows],
+                [(until, worker, run_id, step_id) for run_id, step_id, _, _ in rows],
+            )
+            last: dict[str, int] = {}
+            events = []
+            for run_id, step_id, attempt, sequence in rows:
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
+                )
+                ((key, data),) = _encode([started])
+                last[run_id] = last.get(run_id, sequence) + 1
+                events.append((run_id, last[run_id], key, stamp, data))
+            conn.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                events,
+            )
+            conn.executemany(
+                "UPDATE runs SET last_sequence = ?, updated_at = ?, "
+                "status = CASE WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = ?",
+                [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
         self.stats.scheduler_rows_read += len(rows)
-        until_dt = _dt(until)
-        return [StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a in rows]
+        return [
+            StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
+        ]
 
     @_guarded
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:

@@ -1,0 +1,81 @@
+"""Keeping step leases alive while their handlers run.
+
+Every process that runs steps (``flow worker`` and ``flow tick`` alike) renews the leases of the
+attempts in hand, so a long step is never run a second time by another worker while the first is
+still at it. A process that dies stops renewing, and its attempts become available once their
+leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from flow_cli.errors import StoreError
+from flow_cli.model.clock import Clock
+from flow_cli.store.protocol import EventStore, StepLease
+
+log = logging.getLogger("flow.leases")
+
+
+class LeaseKeeper:
+    """Renews the held step leases every third of ``lease_seconds`` on a background thread."""
+
+    def __init__(
+        self, store: EventStore, worker_id: str, clock: Clock, lease_seconds: float
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self._held: dict[tuple[str, str], StepLease] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.renewals = 0
+
+    def hold(self, lease: StepLease) -> None:
+        with self._lock:
+            self._held[(lease.run_id, lease.step_id)] = lease
+
+    def drop(self, lease: StepLease) -> None:
+        with self._lock:
+            self._held.pop((lease.run_id, lease.step_id), None)
+
+    @property
+    def held(self) -> list[StepLease]:
+        with self._lock:
+            return list(self._held.values())
+
+    def __enter__(self) -> LeaseKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="flow-lease", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def renew_now(self) -> None:
+        """Extend every held lease by ``lease_seconds`` from now."""
+        until = self.clock.now() + timedelta(seconds=self.lease_seconds)
+        for lease in self.held:
+            try:
+                if self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until):
+                    self.renewals += 1
+            except StoreError as exc:
+                log.warning("%s", exc)
+
+    def _run(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self._stop.wait(interval):
+            self.renew_now()
