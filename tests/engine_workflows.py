@@ -61,16 +61,17 @@ def hang_step(engine: Engine, run_id: str, step_id: str, lease_seconds: float = 
     """Start ``step_id``'s attempt as a worker that then hangs (or died): ``step_started`` is
     committed with a long lease and the attempt never finishes. Other ready steps leased on the
     way are run to their end, so the only open attempt is the hung one."""
-    leases = engine.lease_steps(lease_seconds, 100)
+    hung = Engine(
+        engine.store, list(engine.runtimes.values()), clock=engine.clock, worker_id="hung-worker"
+    )
+    # Leasing records step_started in the same transaction: not running it is hanging.
+    leases = hung.lease_steps(lease_seconds, 100)
     target = [lease for lease in leases if (lease.run_id, lease.step_id) == (run_id, step_id)]
     if len(target) != 1:
         raise AssertionError(f"step {step_id!r} of {run_id!r} is not ready: {leases}")
-    started = engine.executor._start(target[0], "hung-worker", lease_seconds)
-    if started is None:
-        raise AssertionError(f"step {step_id!r} of {run_id!r} did not start")
     for lease in leases:
         if lease is not target[0]:
-            engine.execute_step(lease)
+            hung.execute_step(lease)
 
 
 def check_history_invariants(history: list[EventEnvelope]) -> None:

@@ -62,7 +62,7 @@ def _race(
 ) -> list[int]:
     """Make ``runtime``'s decisions of ``run_id`` at its next ``times`` distinct sequences race
     against ``other`` (which loses them whenever ``other`` has something to append)."""
-    original = runtime.decide
+    original = runtime.propose
     raced: list[int] = []
 
     def decide_and_lose_the_race(snapshot: WorkflowRunSnapshot) -> Any:
@@ -72,7 +72,7 @@ def _race(
             other.decide(run_id)  # decides on the same history and appends first
         return command
 
-    monkeypatch.setattr(runtime, "decide", decide_and_lose_the_race)
+    monkeypatch.setattr(runtime, "propose", decide_and_lose_the_race)
     return raced
 
 
@@ -120,7 +120,7 @@ def test_a_signal_that_lands_mid_decision_is_not_lost(
     engine = make_engine(store, [runtime], clock, "w1")
     sender = make_engine(store, [scenario_runtime()], clock, "sender")
     engine.start("one-signal", run_id="sig")
-    original = runtime.decide
+    original = runtime.propose
     sent: list[int] = []
 
     def decide_while_a_signal_arrives(snapshot: WorkflowRunSnapshot) -> Any:
@@ -129,7 +129,7 @@ def test_a_signal_that_lands_mid_decision_is_not_lost(
             sent.append(sender.signal("sig", "approve", "raced in"))
         return command
 
-    monkeypatch.setattr(runtime, "decide", decide_while_a_signal_arrives)
+    monkeypatch.setattr(runtime, "propose", decide_while_a_signal_arrives)
     report = engine.decide("sig")
     assert sent == [2]
     assert report.conflicts == 1

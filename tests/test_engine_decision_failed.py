@@ -51,14 +51,14 @@ def test_raising_workflow_records_one_decision_failed_per_distinct_error(
 
     # The same error on every retry: still one event.
     for _ in range(3):
-        clock.advance(10)
+        clock.advance(300)
         engine.tick(until_idle=True)
     assert keys(engine, "flip") == ["run_started", "decision_failed"]
 
     # A different error is a new event, once.
     errors[0] = "boom two"
     for _ in range(3):
-        clock.advance(10)
+        clock.advance(300)
         engine.tick(until_idle=True)
     assert keys(engine, "flip") == ["run_started", "decision_failed", "decision_failed"]
     assert [d["message"] for d in data(engine, "flip", "decision_failed")] == [
@@ -68,7 +68,7 @@ def test_raising_workflow_records_one_decision_failed_per_distinct_error(
 
     # Fixed code: the run resumes and completes.
     errors[0] = None
-    clock.advance(10)
+    clock.advance(300)
     engine.tick(until_idle=True)
     assert keys(engine, "flip") == [
         "run_started",

@@ -258,7 +258,7 @@ def test_replay_history_reports_a_renamed_step_id_as_another_command(
     first = result.divergences[0]
     assert (first.sequence, first.identity, first.field) == (2, "step 's'", "command")
     assert first.recorded["step_scheduled"]["step_id"] == "s"
-    assert first.produced["ScheduleStep"]["step_id"] == "s2"
+    assert first.produced["step_scheduled"]["step_id"] == "s2"
 
 
 # -- continuation: input, build id and patch markers --------------------------------------------
@@ -401,7 +401,9 @@ def test_a_batch_with_one_differing_member_appends_nothing_of_the_batch(
         clock,
         "worker-b",
     )
-    changed.tick(until_idle=True)  # a's completion woke the run
+    # a's completion was decided by the worker that ran it (code A: keep waiting for b); the
+    # changed code decides the run the next time it is due.
+    changed.decide(RUN)
     assert keys(changed, RUN) == [*before, "decision_failed"]
     (failed,) = data(changed, RUN, "decision_failed")
     assert failed["mismatches"] == [

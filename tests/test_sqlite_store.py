@@ -250,7 +250,7 @@ def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
     store.next_due([BUILD])
     store._conn().set_trace_callback(None)
     selects = [s for s in statements if s.startswith("SELECT")]
-    assert len(selects) == 4
+    assert len(selects) == 6  # each lease looks before it locks
     with sqlite3.connect(db_path) as conn:
         for sql in selects:
             plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))

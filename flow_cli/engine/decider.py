@@ -43,7 +43,9 @@ from flow_cli.model.events import (
     EventEnvelope,
     HookCreated,
     RunStarted,
+    SignalWaitStarted,
     WaitCompleted,
+    WaitStarted,
 )
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
@@ -137,10 +139,11 @@ class Decider:
                         report.decisions += 1
                     effects.creates.extend(self._children(snap, events, pending.now))
                     pending.add(events)
-                    if settles:
+                    if settles and not _settled_at_once(pending, events):
                         pending.decide_at = pending.snapshot.next_deadline()
                         return effects
                 case Park(until=until):
+                    report.decisions += 1
                     pending.decide_at = until
                     return effects
                 case Failed(event=event, retry_at=retry_at):
@@ -338,6 +341,18 @@ class RunIdTaken(FlowError):
             "under another id."
         )
         self.run_id = run_id
+
+
+def _settled_at_once(pending: Pending, events: tuple[Event, ...]) -> bool:
+    """Whether a wait just opened is already over: a signal that came first was matched to it,
+    or its deadline has passed. The code must then be asked again at once."""
+    snap = pending.snapshot
+    for event in events:
+        if isinstance(event, SignalWaitStarted) and snap.signal_waits[event.wait_id].delivered:
+            return True
+        if isinstance(event, WaitStarted) and event.deadline <= pending.now:
+            return True
+    return False
 
 
 def _decide_at(pending: Pending) -> datetime | None:

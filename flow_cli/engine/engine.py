@@ -367,6 +367,8 @@ class Engine:
                     keeper.hold(lease)
                     outcome = self.execute_step(lease, lease_seconds, keeper)
                     did.steps_run += outcome.steps_run
+                    did.decisions += outcome.decisions
+                    did.decision_failures += outcome.decision_failures
                 report.passes += 1
                 report.decisions += did.decisions
                 report.runs_decided += did.runs_decided

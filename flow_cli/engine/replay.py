@@ -9,14 +9,12 @@ the recorded spec (input, patch markers); only the build id may differ. It is wh
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flow_cli.errors import NonDeterminismError
-from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, RuntimeCommand
-from flow_cli.model.determinism import engine_cancels, plan
+from flow_cli.model.decision import Append, Decision, Failed, Idle, Park, Terminate, decide
 from flow_cli.model.events import (
     ChildAbandoned,
     ChildCancelled,
@@ -36,7 +34,6 @@ from flow_cli.model.events import (
 )
 from flow_cli.model.jsonval import canonical
 from flow_cli.model.snapshot import WorkflowRunSnapshot
-from flow_cli.model.status import StepStatus
 from flow_cli.runtime import Runtime
 
 _NEW_IDENTITY = (StepScheduled, WaitStarted, SignalWaitStarted, HookCreated, ChildScheduled)
@@ -195,48 +192,26 @@ def _identity(event: Event) -> str:
             return "run outcome"
 
 
-def _describe(command: RuntimeCommand | None) -> Any:
-    if command is None:
-        return None
-    name = type(command).__name__
-    data = {k: getattr(command, k) for k in command.__slots__}
-    return {name: json.loads(json.dumps(data, default=_json_default))}
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, tuple):
-        return list(value)
-    return repr(value)
-
-
 def _check_point(
     runtime: Runtime, snap: WorkflowRunSnapshot, chunk: list[EventEnvelope], diverge: Any
 ) -> None:
+    """Ask the decision function what it would record here, and compare with what was."""
     sequence = chunk[0].sequence
-    terminal = chunk[-1].event
-    if isinstance(terminal, RunFailed) and _engine_failed(snap, terminal):
-        return  # the engine ended the run on an exhausted step; the code was not asked
-    try:
-        command = runtime.decide(snap)
-        result = plan(snap, command)
-    except NonDeterminismError as exc:
-        for m in exc.mismatches:
-            diverge(sequence, m.identity, m.field, m.recorded, m.produced)
-        return
-    except Exception as exc:
-        diverge(sequence, "workflow", "error", None, f"{type(exc).__name__}: {exc}")
-        return
-
-    if isinstance(terminal, _TERMINAL):
-        engine_cancel = engine_cancels(snap, result)
-        _compare_terminal(snap, terminal, command, engine_cancel, sequence, diverge)
-        return
+    decision = decide(snap, runtime, chunk[0].recorded_at, replaying=True)
+    produced: tuple[Event, ...] = ()
+    match decision:
+        case Append(events=events) | Terminate(events=events):
+            produced = events
+        case Failed(error=NonDeterminismError() as error):
+            for m in error.mismatches:
+                diverge(sequence, m.identity, m.field, m.recorded, m.produced)
+            return
+        case Failed(error=error):
+            diverge(sequence, "workflow", "error", None, f"{type(error).__name__}: {error}")
+            return
+        case Park() | Idle():
+            produced = ()
     recorded = [e.event for e in chunk]
-    produced = result.events
     for index, event in enumerate(recorded):
         other = produced[index] if index < len(produced) else None
         if other is None or type(other) is not type(event) or _identity(other) != _identity(event):
@@ -244,8 +219,8 @@ def _check_point(
                 chunk[index].sequence,
                 _identity(event),
                 "command",
-                {event.event_key(): event.to_data()},
-                _describe(command),
+                _describe(event),
+                _describe(other) if other is not None else _describe_nothing(decision),
             )
             return
         mine, theirs = event.to_data(), other.to_data()
@@ -253,63 +228,31 @@ def _check_point(
             if canonical(mine[key]) != canonical(theirs.get(key)):
                 diverge(chunk[index].sequence, _identity(event), key, mine[key], theirs.get(key))
     for extra in produced[len(recorded) :]:
-        diverge(sequence, _identity(extra), "command", None, {extra.event_key(): extra.to_data()})
+        diverge(sequence, _identity(extra), "command", None, _describe(extra))
 
 
-def _engine_failed(snap: WorkflowRunSnapshot, event: RunFailed) -> bool:
-    error = event.error if isinstance(event.error, dict) else {}
-    step = snap.steps.get(str(error.get("step_id")))
-    return (
-        error.get("type") == "StepExhausted"
-        and step is not None
-        and step.status is StepStatus.FAILED
-        and step.retry.on_exhausted == "terminate"
-    )
+def _describe(event: Event) -> dict[str, Any]:
+    """An event in the vocabulary of history: ``{event_key: data}``."""
+    return {event.event_key(): event.to_data()}
 
 
-def _compare_terminal(
-    snap: WorkflowRunSnapshot,
-    terminal: Event,
-    command: RuntimeCommand,
-    engine_cancel: bool,
-    sequence: int,
-    diverge: Any,
-) -> None:
-    identity = _identity(terminal)
-    match terminal, command:
-        case RunCompleted(), Complete():
-            if canonical(terminal.result) != canonical(command.result):
-                diverge(sequence, identity, "result", terminal.result, command.result)
-        case RunFailed(), Fail():
-            if canonical(terminal.error) != canonical(command.error):
-                diverge(sequence, identity, "error", terminal.error, command.error)
-        case RunCancelled(), Cancelled():
-            if terminal.reason != command.reason:
-                diverge(sequence, identity, "reason", terminal.reason, command.reason)
-        case RunCancelled(), _ if engine_cancel:
-            pass  # no cleanup: the engine cancelled on the workflow's behalf
-        case RunContinuedAsNew(), ContinueAsNew():
-            if canonical(terminal.input) != canonical(command.input):
-                diverge(sequence, identity, "input", terminal.input, command.input)
-        case _:
-            diverge(
-                sequence,
-                identity,
-                "command",
-                {terminal.event_key(): terminal.to_data()},
-                _describe(command),
-            )
+def _describe_nothing(decision: Decision) -> str:
+    if isinstance(decision, Park):
+        return "nothing new (the code only re-issued what is still open)"
+    return "nothing"
 
 
 def _check_open_end(runtime: Runtime, snap: WorkflowRunSnapshot, diverge: Any) -> None:
     """At the end of a run still in progress, re-issued identities must still match."""
-    try:
-        plan(snap, runtime.decide(snap))
-    except NonDeterminismError as exc:
-        for m in exc.mismatches:
+    decision = decide(snap, runtime, snap.last_event_at or snap.started_at, replaying=True)
+    if not isinstance(decision, Failed):
+        return
+    error = decision.error
+    if isinstance(error, NonDeterminismError):
+        for m in error.mismatches:
             diverge(snap.last_sequence, m.identity, m.field, m.recorded, m.produced)
-    except Exception as exc:
-        recorded = snap.decision_error if isinstance(snap.decision_error, dict) else {}
-        if recorded.get("error_type") == type(exc).__name__:
-            return  # the run is already stuck on this error; this build does not make it worse
-        diverge(snap.last_sequence, "workflow", "error", None, f"{type(exc).__name__}: {exc}")
+        return
+    recorded = snap.decision_error if isinstance(snap.decision_error, dict) else {}
+    if recorded.get("error_type") == type(error).__name__:
+        return  # the run is already stuck on this error; this build does not make it worse
+    diverge(snap.last_sequence, "workflow", "error", None, f"{type(error).__name__}: {error}")

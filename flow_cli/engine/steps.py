@@ -48,6 +48,9 @@ class StepOutcome:
     ``discarded``."""
     steps_run: int = 0
     """Handlers invoked, the first attempt and the ones that followed it in this worker."""
+    decisions: int = 0
+    """Decisions made with the attempts' ends."""
+    decision_failures: int = 0
 
 
 class StepExecutor:
@@ -63,7 +66,6 @@ class StepExecutor:
         self.clock = clock
         self.decider = decider
         self.conflicts = 0
-        self.decisions = DecideReport()
 
     def execute(
         self,
@@ -75,6 +77,7 @@ class StepExecutor:
     ) -> StepOutcome:
         """Run a leased attempt (its ``step_started`` is recorded) to its recorded end, then the
         steps of the same run that can start at once, each leased to this worker."""
+        report = DecideReport()
         current: StepLease | None = lease
         owned: WorkflowRunSnapshot | None = None
         ran = 0
@@ -83,7 +86,7 @@ class StepExecutor:
             if current is None:
                 break
             state, invoked, following, owned = self._one(
-                current, owned, worker, lease_seconds, before_call, index < MAX_CHAIN - 1
+                current, owned, worker, lease_seconds, before_call, index < MAX_CHAIN - 1, report
             )
             ran += invoked
             if keeper is not None:
@@ -91,7 +94,13 @@ class StepExecutor:
                 if following is not None:
                     keeper.hold(following)
             current = following
-        return StepOutcome(ran=ran > 0, state=state, steps_run=ran)
+        return StepOutcome(
+            ran=ran > 0,
+            state=state,
+            steps_run=ran,
+            decisions=report.decisions,
+            decision_failures=report.decision_failures,
+        )
 
     def _one(
         self,
@@ -101,6 +110,7 @@ class StepExecutor:
         lease_seconds: float,
         before_call: Callable[[], None] | None,
         may_chain: bool,
+        report: DecideReport,
     ) -> tuple[str, int, StepLease | None, WorkflowRunSnapshot | None]:
         snap = owned if owned is not None else self.streams.take(lease.run_id)
         step = snap.steps.get(lease.step_id)
@@ -141,7 +151,7 @@ class StepExecutor:
                 "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
             )
         recorded, following, after = self._record(
-            snap, lease, event, runtime, worker, lease_seconds if may_chain else None
+            snap, lease, event, runtime, worker, lease_seconds if may_chain else None, report
         )
         return (state if recorded else "discarded"), 1, following, after
 
@@ -170,6 +180,7 @@ class StepExecutor:
         runtime: Runtime,
         worker: str,
         lease_seconds: float | None,
+        report: DecideReport,
     ) -> tuple[bool, StepLease | None, WorkflowRunSnapshot | None]:
         """Commit the attempt's end with the run's next decision. Returns whether it was
         recorded, and the next attempt this worker leased with its owned snapshot."""
@@ -193,7 +204,7 @@ class StepExecutor:
             effects = Effects()
             following: StepLease | None = None
             if not (isinstance(event, StepFailed) and not event.exhausted):
-                effects = self.decider.advance(pending, runtime, self.decisions)
+                effects = self.decider.advance(pending, runtime, report)
                 if not effects.more and lease_seconds is not None:
                     following = self._start_next(pending, worker, lease_seconds)
             try:

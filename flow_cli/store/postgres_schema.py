@@ -300,7 +300,7 @@ LEASE_RUNS = (
 READY_STEPS = (
     "SELECT run_id, step_id FROM step_tasks"
     " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at LIMIT %(limit)s"
+    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s"
 )
 """Step tasks ready now, read without locking: rows of (run_id, step_id)."""
 
