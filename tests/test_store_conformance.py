@@ -425,8 +425,9 @@ def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> 
     leases = store.lease_steps("w1", [BUILD], now, until, 10)
     assert [(s.step_id, s.attempt, s.lease_until) for s in leases] == [("s1", 1, until)]
     # Upsert: a new attempt replaces the task and ends w1's lease; None deletes s2.
+    # (The lease recorded s1's step_started: sequence 3.)
     retry = {"s1": StepTask(step_id="s1", attempt=2, available_at=now), "s2": None}
-    store.append_if_sequence("r1", 2, [signal(2)], idx(steps=retry), now)
+    store.append_if_sequence("r1", 3, [signal(3)], idx(steps=retry), now)
     assert not store.renew_step("r1", "s1", "w1", until)
     later = clock.advance(10)
     again = store.lease_steps("w2", [BUILD], later, later + timedelta(seconds=30), 10)
@@ -538,6 +539,32 @@ def test_lease_steps_semantics(store: EventStore, clock: ManualClock) -> None:
     expired = clock.advance(1)
     again = store.lease_steps("w3", [BUILD, "shop-0"], expired, expired + timedelta(seconds=30), 10)
     assert sorted((s.run_id, s.step_id) for s in again) == [("old", "x"), ("r1", "a"), ("r1", "b")]
+
+
+def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "r1", now)
+    _schedule(store, "r1", now, a=now, b=now)
+    until = now + timedelta(seconds=30)
+    leases = store.lease_steps("w1", [BUILD], now, until, 10)
+    assert sorted(s.step_id for s in leases) == ["a", "b"]
+    history = store.read_history("r1")
+    assert [e.sequence for e in history] == [1, 2, 3, 4]
+    started = [e.event for e in history[2:]]
+    assert sorted((e.step_id, e.attempt, e.worker, e.lease_until) for e in started) == [  # type: ignore[union-attr]
+        ("a", 1, "w1", until),
+        ("b", 1, "w1", until),
+    ]
+    record = store.get_run("r1")
+    assert record is not None
+    assert (record.last_sequence, record.status) == (4, RUNNING)
+    # Nothing ready: no event, no write.
+    commits = store.stats.durable_commits
+    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
+    assert len(store.read_history("r1")) == 4
+    assert store.stats.durable_commits == commits
 
 
 def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualClock) -> None:

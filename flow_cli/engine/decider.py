@@ -16,7 +16,7 @@ all in the same transaction as the decision that causes it.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -51,7 +51,7 @@ from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.runtime import Runtime
-from flow_cli.store.protocol import NewRun
+from flow_cli.store.protocol import CommitGroup, NewRun
 
 MAX_ROUNDS = 200
 """Commits one call of ``decide`` may make (conflicts included) before handing the run back."""
@@ -97,6 +97,57 @@ class Decider:
                 # fresh history.
                 report.conflicts += 1
                 self.conflicts += 1
+        return report
+
+    def decide_many(self, run_ids: Sequence[str]) -> DecideReport:
+        """Decide several runs, committing all their decisions in one transaction (a savepoint
+        each); a run that conflicts is decided again on its own."""
+        report = DecideReport()
+        prepared: list[tuple[Pending, Effects]] = []
+        again: list[str] = []
+        for run_id in run_ids:
+            try:
+                snap = self.streams.take(run_id)
+            except RunNotFound:
+                continue
+            runtime = self.runtimes.get(snap.spec.runtime_build_id)
+            if snap.terminal or runtime is None:
+                self.streams.put(snap)
+                continue
+            pending = Pending.on(snap, self.clock.now())
+            effects = self.advance(pending, runtime, report)
+            if not pending.events:
+                self.streams.put(snap)
+                if not self.streams.store.park_run(
+                    run_id, pending.expected_sequence, _decide_at(pending)
+                ):
+                    again.append(run_id)
+                continue
+            prepared.append((pending, effects))
+        if prepared:
+            groups = [
+                CommitGroup(
+                    writes=[p.stream_write() for p in (pending, *effects.others)],
+                    creates=effects.creates,
+                    now=pending.now,
+                )
+                for pending, effects in prepared
+            ]
+            results = self.streams.store.commit_groups(groups)
+            for (pending, effects), error in zip(prepared, results, strict=True):
+                if error is None:
+                    self.streams.committed([pending, *effects.others])
+                    if effects.more:
+                        again.append(pending.snapshot.run_id)
+                else:
+                    report.conflicts += 1
+                    self.conflicts += 1
+                    again.append(pending.snapshot.run_id)
+        for run_id in again:
+            more = self.decide(run_id)
+            report.decisions += more.decisions
+            report.conflicts += more.conflicts
+            report.decision_failures += more.decision_failures
         return report
 
     def _round(self, run_id: str, report: DecideReport) -> bool:

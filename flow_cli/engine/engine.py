@@ -357,9 +357,10 @@ class Engine:
         with self.lease_keeper(lease_seconds) as keeper:
             for _ in range(max_passes):
                 did = TickReport()
-                for run_id in self.lease_runs(lease_seconds, batch):
-                    result = self.decide(run_id)
-                    did.runs_decided += 1
+                run_ids = self.lease_runs(lease_seconds, batch)
+                if run_ids:
+                    result = self.decider.decide_many(run_ids)
+                    did.runs_decided += len(run_ids)
                     did.decisions += result.decisions
                     did.conflicts += result.conflicts
                     did.decision_failures += result.decision_failures

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.indexing import index_for
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
-from flow_cli.store.protocol import KEEP, EventStore, Keep, NewRun, StreamWrite
+from flow_cli.store.protocol import KEEP, CommitGroup, EventStore, Keep, NewRun, StreamWrite
 
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 """History bytes the snapshot cache may hold (a snapshot in memory costs a few times that)."""
@@ -93,6 +94,8 @@ class Streams:
         self._bytes = 0
         self.cache_bytes = cache_bytes
         self._lock = threading.Lock()
+        self.group: GroupCommitter | None = None
+        """Set by a worker whose threads commit concurrently: their commits are grouped."""
 
     @property
     def cached_bytes(self) -> int:
@@ -192,7 +195,16 @@ class Streams:
         """
         if not pendings:
             return
-        self.store.commit([p.stream_write() for p in pendings], creates, pendings[0].now)
+        writes = [p.stream_write() for p in pendings]
+        if self.group is not None:
+            self.group.commit(CommitGroup(writes=writes, creates=creates, now=pendings[0].now))
+        else:
+            self.store.commit(writes, creates, pendings[0].now)
+        self.committed(pendings, keep_first=keep_first)
+
+    def committed(self, pendings: Sequence[Pending], *, keep_first: bool = False) -> None:
+        """After their commit: the snapshots are true again; back to the cache they go (but the
+        first with ``keep_first``: its caller goes on owning it)."""
         for index, pending in enumerate(pendings):
             pending.expected_sequence = pending.snapshot.last_sequence
             pending.events = []

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.errors import StoreError
 from flow_cli.store.protocol import StepLease
 
@@ -61,6 +62,8 @@ class Worker:
     def run(self) -> WorkerStats:
         """Work until stopped; returns what was done."""
         self._keeper.start()
+        # The step threads' commits (an attempt's end with the run's next decision) are grouped.
+        self.engine.streams.group = GroupCommitter(self.engine.store)
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flow-step")
         in_flight: set[Future[None]] = set()
         backoff = 0.5
@@ -83,15 +86,15 @@ class Worker:
             pool.shutdown(wait=True)  # finish the attempts in hand before exiting
             self._stop.set()
             self._keeper.stop()
+            self.engine.streams.group = None
         return self.stats
 
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
-        for run_id in self.engine.lease_runs(self.lease_seconds, 50):
-            if self._stop.is_set():
-                break
-            self.engine.decide(run_id)
-            self.stats.runs_decided += 1
+        run_ids = self.engine.lease_runs(self.lease_seconds, 100)
+        if run_ids:
+            self.engine.decider.decide_many(run_ids)
+            self.stats.runs_decided += len(run_ids)
             busy = True
         in_flight.difference_update({f for f in in_flight if f.done()})
         free = self.concurrency - len(in_flight)

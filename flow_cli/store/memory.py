@@ -16,13 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
+from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
+    GROUP_ERRORS,
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    CommitGroup,
     HookRecord,
     NewRun,
     RunIndex,
@@ -149,6 +151,19 @@ class MemoryStore(AppendViaCommit):
             for w in writes
         ]
 
+    def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        """Each group as one ``commit``, under one lock (see ``EventStore``)."""
+        results: list[FlowError | None] = []
+        with self._lock:
+            for group in groups:
+                try:
+                    self.commit(group.writes, group.creates, group.now)
+                except GROUP_ERRORS as exc:
+                    results.append(exc)
+                else:
+                    results.append(None)
+        return results
+
     def _validate(self, writes: Sequence[StreamWrite], creates: Sequence[NewRun]) -> None:
         """Raise what ``commit`` would raise, before anything changes."""
         last: dict[str, int] = {}
@@ -223,8 +238,12 @@ class MemoryStore(AppendViaCommit):
                 token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
             )
 
-    def _touched(self) -> None:
+    def _touched(self, *, durable: bool = True) -> None:
         self._version += 1
+        if durable:
+            self.stats.durable_commits += 1
+        else:
+            self.stats.index_commits += 1
         self._changed.notify_all()
 
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -235,7 +254,7 @@ class MemoryStore(AppendViaCommit):
                 return False
             run.decide_at = None if decide_at is None else _utc(decide_at)
             run.lease_owner = None
-            self._touched()
+            self._touched(durable=False)
             return True
 
     # -- reads ------------------------------------------------------------------------------------
@@ -311,7 +330,7 @@ class MemoryStore(AppendViaCommit):
             for run in leased:
                 run.decide_at, run.lease_owner = until, worker
             if leased:
-                self._touched()
+                self._touched(durable=False)
             self.stats.scheduler_rows_read += len(leased)
             return [r.run_id for r in leased]
 
@@ -363,7 +382,7 @@ class MemoryStore(AppendViaCommit):
             if task is None or task.lease_owner != worker:
                 return False
             task.available_at = _utc(lease_until)
-            self._touched()
+            self._touched(durable=False)
             return True
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:

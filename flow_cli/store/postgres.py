@@ -24,7 +24,7 @@ import json
 import math
 import os
 import re
-import selectors
+import select
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -37,15 +37,17 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from flow_cli.errors import ConfigError, EventConflict, RunNotFound, StoreError
+from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
+    GROUP_ERRORS,
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    CommitGroup,
     HookRecord,
     NewRun,
     RunIndex,
@@ -110,7 +112,7 @@ class PostgresStore(AppendViaCommit):
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
-            with self._transaction() as conn:
+            with self._transaction(writes=False) as conn:
                 tables.ensure_schema(conn, self.schema, create=create)
         except BaseException:
             self.close()
@@ -170,52 +172,83 @@ class PostgresStore(AppendViaCommit):
         """
         try:
             with self._transaction() as conn:
-                for run in creates:
-                    if tables.insert_run(conn, run, now) is None:
-                        raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
-                locked = tables.lock_runs(conn, (write.run_id for write in writes))
-                expected: dict[str, int] = {}
-                for write in writes:
-                    target = locked.get(write.run_id)
-                    if target is None:
-                        raise RunNotFound(write.run_id)
-                    # A second write to the same run in this commit continues from the first.
-                    current = expected.get(write.run_id, target.last_sequence)
-                    if current != write.expected_sequence:
-                        raise EventConflict(write.run_id, write.expected_sequence, current)
-                    expected[write.run_id] = current + len(write.events)
-                results = []
-                # Everything past the sequence check is sent as one pipeline: no waiting for
-                # each statement's answer (errors still surface before the commit).
-                first = writes[0] if writes else None
-                with (
-                    tables.unique_violations_as_conflict(
-                        first.run_id if first else "?", first.expected_sequence if first else 0
-                    ),
-                    conn.pipeline(),
-                ):
-                    for write in writes:
-                        target = locked[write.run_id]
-                        results.append(
-                            tables.insert_events(
-                                conn, write.run_id, target.last_sequence, write.events, now
-                            )
-                        )
-                        target.last_sequence += len(write.events)
-                        tables.apply_index(conn, target, write.run_id, write.index, now)
-                    if any(_schedules_work(w.index) for w in writes) or any(
-                        r.decide_at is not None for r in creates
-                    ):
-                        self._notify(conn)
-                return results
+                return self._apply(conn, writes, creates, now)
         except EventConflict:
             with self._lock:
                 self.stats.conflicts += 1
             raise
 
+    def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        """Each group in its own savepoint of one transaction (see ``EventStore``).
+
+        Every run the groups write is locked first, in run id order, so two workers' group
+        commits queue instead of deadlocking.
+        """
+        results: list[FlowError | None] = []
+        with self._transaction() as conn:
+            tables.lock_runs(conn, (w.run_id for g in groups for w in g.writes))
+            for group in groups:
+                try:
+                    with conn.transaction():
+                        self._apply(conn, group.writes, group.creates, group.now)
+                except GROUP_ERRORS as exc:
+                    if isinstance(exc, EventConflict):
+                        with self._lock:
+                            self.stats.conflicts += 1
+                    results.append(exc)
+                else:
+                    results.append(None)
+        return results
+
+    def _apply(
+        self,
+        conn: Connection,
+        writes: Sequence[StreamWrite],
+        creates: Sequence[NewRun],
+        now: datetime,
+    ) -> list[list[EventEnvelope]]:
+        for run in creates:
+            if tables.insert_run(conn, run, now) is None:
+                raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
+        locked = tables.lock_runs(conn, (write.run_id for write in writes))
+        expected: dict[str, int] = {}
+        for write in writes:
+            target = locked.get(write.run_id)
+            if target is None:
+                raise RunNotFound(write.run_id)
+            # A second write to the same run in this commit continues from the first.
+            current = expected.get(write.run_id, target.last_sequence)
+            if current != write.expected_sequence:
+                raise EventConflict(write.run_id, write.expected_sequence, current)
+            expected[write.run_id] = current + len(write.events)
+        results = []
+        # Everything past the sequence check is sent as one pipeline: no waiting for each
+        # statement's answer (errors still surface before the commit).
+        first = writes[0] if writes else None
+        with (
+            tables.unique_violations_as_conflict(
+                first.run_id if first else "?", first.expected_sequence if first else 0
+            ),
+            conn.pipeline(),
+        ):
+            for write in writes:
+                target = locked[write.run_id]
+                results.append(
+                    tables.insert_events(
+                        conn, write.run_id, target.last_sequence, write.events, now
+                    )
+                )
+                target.last_sequence += len(write.events)
+                tables.apply_index(conn, target, write.run_id, write.index, now)
+            if any(_schedules_work(w.index) for w in writes) or any(
+                r.decide_at is not None for r in creates
+            ):
+                self._notify(conn)
+        return results
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run's index row, or ``None``."""
-        with self._transaction() as conn:
+        with self._transaction(writes=False) as conn:
             row = conn.execute(
                 f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
             ).fetchone()
@@ -229,7 +262,7 @@ class PostgresStore(AppendViaCommit):
         limit: int | None = None,
     ) -> list[RunRecord]:
         """Runs newest first (creation order breaks ties), optionally filtered."""
-        with self._transaction() as conn:
+        with self._transaction(writes=False) as conn:
             rows = conn.execute(
                 f"SELECT {tables.RUN_COLUMNS} FROM runs "
                 "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
@@ -245,7 +278,7 @@ class PostgresStore(AppendViaCommit):
 
     def find_hook(self, token: str) -> HookRecord | None:
         """The hook owning ``token``, or ``None``."""
-        with self._transaction() as conn:
+        with self._transaction(writes=False) as conn:
             row = conn.execute(
                 "SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = %s", (token,)
             ).fetchone()
@@ -363,7 +396,7 @@ class PostgresStore(AppendViaCommit):
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         if not build_ids:
             return None
-        with self._transaction() as conn:
+        with self._transaction(writes=False) as conn:
             row = conn.execute(
                 tables.NEXT_DUE,
                 {"builds": list(build_ids)},
@@ -509,7 +542,7 @@ class PostgresStore(AppendViaCommit):
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
         """A pooled connection in autocommit mode for one read: no BEGIN/COMMIT round trips."""
-        with self._transaction() as conn:
+        with self._transaction(writes=False) as conn:
             conn.autocommit = True
             try:
                 yield conn
@@ -517,7 +550,7 @@ class PostgresStore(AppendViaCommit):
                 conn.autocommit = False
 
     @contextmanager
-    def _transaction(self, *, durable: bool = True) -> Iterator[Connection]:
+    def _transaction(self, *, durable: bool = True, writes: bool = True) -> Iterator[Connection]:
         """A pooled connection inside a transaction: committed on success, else rolled back.
 
         ``durable=False`` is for index-only writes (leases, parking): their commit does not
@@ -534,6 +567,12 @@ class PostgresStore(AppendViaCommit):
                 conn.execute("SET LOCAL synchronous_commit TO OFF")
             yield conn
             conn.commit()
+            if writes:
+                with self._lock:
+                    if durable:
+                        self.stats.durable_commits += 1
+                    else:
+                        self.stats.index_commits += 1
         except psycopg.Error as exc:
             lost = conn.broken or conn.closed
             if lost:
@@ -669,16 +708,16 @@ def _alive(conn: Connection) -> bool:
     """Whether an idle pooled connection still looks usable, without a round trip.
 
     An idle connection has nothing to read: if its socket is readable, the server closed it
-    or sent a fatal error (restart, ``pg_terminate_backend``), so a fresh one is better.
+    or sent a fatal error (restart, ``pg_terminate_backend``), so a fresh one is better. One
+    ``select`` call, no statement sent.
     """
     if conn.broken or conn.closed:
         return False
     try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(conn.fileno(), selectors.EVENT_READ)
-            return not selector.select(timeout=0)
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
     except (OSError, ValueError, psycopg.Error):
         return False
+    return not readable
 
 
 def _close_quietly(conn: Connection) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Protocol
 
+from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
@@ -84,6 +85,20 @@ class StreamWrite:
     expected_sequence: int
     events: Sequence[Event]
     index: RunIndex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitGroup:
+    """One atomic unit of a group commit: what one ``commit`` call would apply."""
+
+    writes: Sequence[StreamWrite]
+    creates: Sequence[NewRun]
+    now: datetime
+    """The time its events are recorded at (each group keeps the time it was decided at)."""
+
+
+GROUP_ERRORS = (EventConflict, HookTokenInUse, RunNotFound)
+"""What leaves one group out of a group commit without failing the others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +172,12 @@ class StoreStats:
     """Rows returned by the due-work queries (``lease_runs``, ``lease_steps``, ``next_due``)."""
     conflicts: int = 0
     """``EventConflict`` raised by ``commit``."""
+    durable_commits: int = 0
+    """Transactions that waited for the disk: every SQLite write; on PostgreSQL the ones that
+    append events. What one step costs in fsyncs."""
+    index_commits: int = 0
+    """PostgreSQL transactions that change only indexes (leases, parking) and do not wait for
+    the WAL flush."""
 
 
 class EventStore(Protocol):
@@ -197,6 +218,16 @@ class EventStore(Protocol):
         Raises ``EventConflict`` (writing nothing) if any write's expected sequence is stale or
         a created run id exists, and ``HookTokenInUse`` if a new hook token is taken.
         Returns the appended envelopes per write, in order.
+        """
+        ...
+
+    def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        """Apply several independent commits in one transaction (group commit).
+
+        Each group is applied whole or not at all, as ``commit`` would (a savepoint each): a
+        group that raises ``EventConflict``, ``HookTokenInUse`` or ``RunNotFound`` is left out
+        and its error returned in its place; the others are committed. Any other failure fails
+        the whole call.
         """
         ...
 

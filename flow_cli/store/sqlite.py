@@ -28,13 +28,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from flow_cli.errors import ConfigError, EventConflict, HookTokenInUse, RunNotFound, StoreError
+from flow_cli.errors import (
+    ConfigError,
+    EventConflict,
+    FlowError,
+    HookTokenInUse,
+    RunNotFound,
+    StoreError,
+)
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
+from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.protocol import (
+    GROUP_ERRORS,
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    CommitGroup,
     HookRecord,
     NewRun,
     RunIndex,
@@ -54,7 +64,9 @@ Migration = Callable[["Database"], None]
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _POLL_SECONDS = 0.05
-"""How often ``wait_for_change`` looks at ``PRAGMA data_version``."""
+"""How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
+_FALLBACK_POLL_SECONDS = 1.0
+"""How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
 
 
 def _v1_initial(db: Database) -> None:
@@ -202,9 +214,11 @@ class SQLiteStore(AppendViaCommit):
         self._conns: dict[threading.Thread, sqlite3.Connection] = {}
         self._conns_lock = threading.Lock()
         self._closed = False
-        # Commits by this process wake local waiters at once; other processes are seen by polling.
+        # Local waiters without a doorbell are woken through this condition.
         self._changed = threading.Condition()
         self._changes = 0
+        self._write_lock = threading.Lock()
+        self._doorbell = Doorbell(self.path)
         self._check_path(create)
         try:
             self._ensure_schema(self._conn(), create)
@@ -269,14 +283,18 @@ class SQLiteStore(AppendViaCommit):
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise."""
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        # Threads of one process queue here, not in SQLite's busy handler, which sleeps in
+        # steps of up to 100 ms; other processes still meet the busy timeout.
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+                self.stats.durable_commits += 1
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         with self._changed:
             self._changes += 1
             self._changed.notify_all()
@@ -476,6 +494,7 @@ class SQLiteStore(AppendViaCommit):
         with self._write() as conn:
             if not self._create(conn, run, _ts(now), must_create=False):
                 return None
+        self._doorbell.ring()
         event = RunStarted(spec=run.spec, seed=run.seed)
         return EventEnvelope(run_id=run.run_id, sequence=1, recorded_at=_dt(_ts(now)), event=event)
 
@@ -488,22 +507,47 @@ class SQLiteStore(AppendViaCommit):
         encoded = [_encode(w.events) for w in writes]  # before BEGIN: bad JSON writes nothing
         try:
             with self._write() as conn:
-                for run in creates:
-                    self._create(conn, run, stamp, must_create=True)
-                for write, rows in zip(writes, encoded, strict=True):
-                    self._append(conn, write.run_id, write.expected_sequence, rows, stamp)
-                    self._apply_index(conn, write.run_id, write.index, stamp)
+                self._apply(conn, writes, encoded, creates, stamp)
         except EventConflict:
             self.stats.conflicts += 1
             raise
-        recorded_at = _dt(stamp)
-        return [
-            [
-                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=recorded_at, event=e)
-                for seq, e in enumerate(w.events, w.expected_sequence + 1)
-            ]
-            for w in writes
-        ]
+        self._doorbell.ring()
+        return _envelopes(writes, stamp)
+
+    @_guarded
+    def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        """Each group in its own savepoint of one transaction (see ``EventStore``)."""
+        encoded = [[_encode(w.events) for w in g.writes] for g in groups]
+        results: list[FlowError | None] = []
+        with self._write() as conn:
+            for group, rows in zip(groups, encoded, strict=True):
+                conn.execute("SAVEPOINT flow_group")
+                try:
+                    self._apply(conn, group.writes, rows, group.creates, _ts(group.now))
+                except GROUP_ERRORS as exc:
+                    conn.execute("ROLLBACK TO flow_group")
+                    if isinstance(exc, EventConflict):
+                        self.stats.conflicts += 1
+                    results.append(exc)
+                else:
+                    results.append(None)
+                conn.execute("RELEASE flow_group")
+        self._doorbell.ring()
+        return results
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        writes: Sequence[StreamWrite],
+        encoded: Sequence[list[tuple[str, str]]],
+        creates: Sequence[NewRun],
+        stamp: str,
+    ) -> None:
+        for run in creates:
+            self._create(conn, run, stamp, must_create=True)
+        for write, rows in zip(writes, encoded, strict=True):
+            self._append(conn, write.run_id, write.expected_sequence, rows, stamp)
+            self._apply_index(conn, write.run_id, write.index, stamp)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -784,23 +828,34 @@ class SQLiteStore(AppendViaCommit):
 
     @_guarded
     def wait_for_change(self, timeout: float) -> None:
-        """Sleep up to ``timeout`` seconds; return early once any connection commits."""
+        """Sleep up to ``timeout`` seconds; return early once any connection commits work.
+
+        Commits of any process ring this process's doorbell (see ``flow_cli.store.doorbell``);
+        ``PRAGMA data_version`` is still read now and then, in case a ring was missed.
+        """
         conn = self._conn()
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         seen = self._changes
         deadline = time.monotonic() + timeout
+        rung = self._doorbell.listen()
+        poll = _FALLBACK_POLL_SECONDS if rung else _POLL_SECONDS
         while (remaining := deadline - time.monotonic()) > 0:
-            with self._changed:
-                if self._changes == seen:
-                    self._changed.wait(min(_POLL_SECONDS, remaining))
-                if self._changes != seen:
-                    return  # this process committed
+            if rung:
+                if self._doorbell.wait(min(poll, remaining)):
+                    return
+            else:
+                with self._changed:
+                    if self._changes == seen:
+                        self._changed.wait(min(poll, remaining))
+                    if self._changes != seen:
+                        return  # this process committed
             # data_version moves when another connection (thread or process) commits.
             if conn.execute("PRAGMA data_version").fetchone()[0] != version:
                 return
 
     def close(self) -> None:
         """Close every thread's connection; further calls raise ``StoreError``."""
+        self._doorbell.close()
         with self._conns_lock:
             self._closed = True
             conns, self._conns = list(self._conns.values()), {}
@@ -810,6 +865,17 @@ class SQLiteStore(AppendViaCommit):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+
+def _envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvelope]]:
+    recorded_at = _dt(stamp)
+    return [
+        [
+            EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=recorded_at, event=e)
+            for seq, e in enumerate(w.events, w.expected_sequence + 1)
+        ]
+        for w in writes
+    ]
 
 
 _RUN_SELECT = (
