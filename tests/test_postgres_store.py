@@ -512,7 +512,7 @@ def test_due_work_queries_use_the_due_time_indexes(
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
         for query, index in (
             (postgres_schema.LEASE_RUNS, "runs_decide_at"),
-            (postgres_schema.LEASE_STEPS, "step_tasks_available_at"),
+            (postgres_schema.READY_STEPS, "step_tasks_available_at"),
             (postgres_schema.NEXT_DUE, "runs_decide_at"),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flow_cli.engine.streams import Pending, Streams
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
@@ -44,14 +44,16 @@ from flow_cli.model.events import (
     HookCreated,
     RunStarted,
     SignalWaitStarted,
+    StepScheduled,
+    StepStarted,
     WaitCompleted,
     WaitStarted,
 )
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
-from flow_cli.model.status import RunStatus
+from flow_cli.model.status import RunStatus, StepStatus
 from flow_cli.runtime import Runtime
-from flow_cli.store.protocol import CommitGroup, NewRun
+from flow_cli.store.protocol import CommitGroup, NewRun, StepLease
 
 MAX_ROUNDS = 200
 """Commits one call of ``decide`` may make (conflicts included) before handing the run back."""
@@ -64,6 +66,17 @@ class DecideReport:
     decisions: int = 0
     conflicts: int = 0
     decision_failures: int = 0
+    started: list[StepLease] = field(default_factory=list)
+    """Steps started (leased to this worker) in the decisions' own commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartSteps:
+    """Start steps that decisions schedule in the same commit, leased to ``worker``."""
+
+    worker: str
+    lease_seconds: float
+    limit: int
 
 
 @dataclass(slots=True)
@@ -99,9 +112,18 @@ class Decider:
                 self.conflicts += 1
         return report
 
-    def decide_many(self, run_ids: Sequence[str]) -> DecideReport:
+    def decide_many(
+        self,
+        run_ids: Sequence[str],
+        *,
+        start: StartSteps | None = None,
+    ) -> DecideReport:
         """Decide several runs, committing all their decisions in one transaction (a savepoint
-        each); a run that conflicts is decided again on its own."""
+        each); a run that conflicts is decided again on its own.
+
+        With ``start``, a step a decision schedules is also started in the same commit, leased
+        to ``start.worker``, up to ``start.limit`` of them: they are in ``report.started``.
+        """
         report = DecideReport()
         prepared: list[tuple[Pending, Effects]] = []
         again: list[str] = []
@@ -123,6 +145,10 @@ class Decider:
                 ):
                     again.append(run_id)
                 continue
+            if start is not None and len(report.started) < start.limit and not effects.more:
+                lease = start_scheduled(pending, start.worker, start.lease_seconds)
+                if lease is not None:
+                    report.started.append(lease)
             prepared.append((pending, effects))
         if prepared:
             groups = [
@@ -143,6 +169,8 @@ class Decider:
                     report.conflicts += 1
                     self.conflicts += 1
                     again.append(pending.snapshot.run_id)
+                    run_id = pending.snapshot.run_id
+                    report.started = [s for s in report.started if s.run_id != run_id]
         for run_id in again:
             more = self.decide(run_id)
             report.decisions += more.decisions
@@ -392,6 +420,28 @@ class RunIdTaken(FlowError):
             "under another id."
         )
         self.run_id = run_id
+
+
+def start_scheduled(pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
+    """Lease to ``worker`` the first step the decisions in ``pending`` just scheduled, recording
+    its ``step_started`` in the same commit: the worker runs it without another transaction."""
+    snap = pending.snapshot
+    if snap.terminal:
+        return None
+    for event in pending.events:
+        if isinstance(event, StepScheduled):
+            step = snap.steps[event.step_id]
+            if step.status is not StepStatus.SCHEDULED:
+                continue
+            until = pending.now + timedelta(seconds=lease_seconds)
+            started = StepStarted(
+                step_id=step.step_id, attempt=step.attempt, worker=worker, lease_until=until
+            )
+            pending.add([started])
+            return StepLease(
+                run_id=snap.run_id, step_id=step.step_id, attempt=step.attempt, lease_until=until
+            )
+    return None
 
 
 def _settled_at_once(pending: Pending, events: tuple[Event, ...]) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from flow_cli.engine.decider import Decider, DecideReport
+from flow_cli.engine.decider import Decider, DecideReport, StartSteps
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.steps import StepExecutor, StepOutcome
 from flow_cli.engine.streams import Streams, Write
@@ -357,14 +357,17 @@ class Engine:
         with self.lease_keeper(lease_seconds) as keeper:
             for _ in range(max_passes):
                 did = TickReport()
+                started: list[StepLease] = []
                 run_ids = self.lease_runs(lease_seconds, batch)
                 if run_ids:
-                    result = self.decider.decide_many(run_ids)
+                    start = StartSteps(self.worker_id, lease_seconds, batch)
+                    result = self.decider.decide_many(run_ids, start=start)
+                    started = result.started
                     did.runs_decided += len(run_ids)
                     did.decisions += result.decisions
                     did.conflicts += result.conflicts
                     did.decision_failures += result.decision_failures
-                for lease in self.lease_steps(lease_seconds, batch):
+                for lease in started + self.lease_steps(lease_seconds, batch):
                     keeper.hold(lease)
                     outcome = self.execute_step(lease, lease_seconds, keeper)
                     did.steps_run += outcome.steps_run

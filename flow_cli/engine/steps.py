@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from flow_cli.engine.decider import Decider, DecideReport, Effects
+from flow_cli.engine.decider import Decider, DecideReport, Effects, start_scheduled
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.streams import Pending, Streams
 from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.clock import Clock
-from flow_cli.model.events import Event, StepCompleted, StepFailed, StepScheduled, StepStarted
+from flow_cli.model.events import Event, StepCompleted, StepFailed
 from flow_cli.model.jsonval import normalise
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
@@ -206,7 +206,7 @@ class StepExecutor:
             if not (isinstance(event, StepFailed) and not event.exhausted):
                 effects = self.decider.advance(pending, runtime, report)
                 if not effects.more and lease_seconds is not None:
-                    following = self._start_next(pending, worker, lease_seconds)
+                    following = start_scheduled(pending, worker, lease_seconds)
             try:
                 self.decider.commit(pending, effects, keep=following is not None)
             except (EventConflict, HookTokenInUse):
@@ -216,32 +216,3 @@ class StepExecutor:
             return True, following, (pending.snapshot if following is not None else None)
         log.warning("gave up recording the end of %s after repeated conflicts", lease)
         return False, None, None
-
-    def _start_next(self, pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
-        """Lease to this worker the first step the decision just scheduled, in the same commit."""
-        snap = pending.snapshot
-        if snap.terminal:
-            return None
-        for event in pending.events:
-            if isinstance(event, StepScheduled):
-                step = snap.steps[event.step_id]
-                if step.status is not StepStatus.SCHEDULED:
-                    continue
-                until = pending.now + timedelta(seconds=lease_seconds)
-                pending.add(
-                    [
-                        StepStarted(
-                            step_id=step.step_id,
-                            attempt=step.attempt,
-                            worker=worker,
-                            lease_until=until,
-                        )
-                    ]
-                )
-                return StepLease(
-                    run_id=snap.run_id,
-                    step_id=step.step_id,
-                    attempt=step.attempt,
-                    lease_until=until,
-                )
-        return None

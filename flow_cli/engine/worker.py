@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.errors import StoreError
@@ -91,12 +92,19 @@ class Worker:
 
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
+        in_flight.difference_update({f for f in in_flight if f.done()})
         run_ids = self.engine.lease_runs(self.lease_seconds, 100)
         if run_ids:
-            self.engine.decider.decide_many(run_ids)
+            # A step the decisions schedule starts in their own commit when a thread is free.
+            free = max(0, self.concurrency - len(in_flight))
+            start = StartSteps(self.engine.worker_id, self.lease_seconds, free)
+            report = self.engine.decider.decide_many(run_ids, start=start)
+            for lease in report.started:
+                self._keeper.hold(lease)
+                in_flight.add(pool.submit(self._run_step, lease))
             self.stats.runs_decided += len(run_ids)
             busy = True
-        in_flight.difference_update({f for f in in_flight if f.done()})
+            in_flight.difference_update({f for f in in_flight if f.done()})
         free = self.concurrency - len(in_flight)
         if free > 0 and not self._stop.is_set():
             for lease in self.engine.lease_steps(self.lease_seconds, free):

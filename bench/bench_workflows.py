@@ -1,0 +1,28 @@
+"""Workflows of the W1-W4 workloads (bench/workloads.py), the same shapes as the peers' ones."""
+
+from datetime import timedelta
+
+from flow_cli import Runtime
+
+runtime = Runtime(build_id="bench-1")
+
+
+@runtime.workflow("chain")
+def chain(ctx):  # type: ignore[no-untyped-def]
+    """input {"steps": n, "x": x0}: n sequential trivial steps, each returns its input + 1."""
+    x = ctx.input["x"]
+    for i in range(ctx.input["steps"]):
+        x = ctx.step(f"s{i}", "inc", x)
+    return ctx.complete(x)
+
+
+@runtime.step("inc")
+def inc(x, info):  # type: ignore[no-untyped-def]
+    return x + 1
+
+
+@runtime.workflow("sleeper")
+def sleeper(ctx):  # type: ignore[no-untyped-def]
+    """A durable timer of input["secs"] seconds from the recorded start, then one step."""
+    ctx.sleep_until("t", ctx.started_at + timedelta(seconds=ctx.input["secs"]))
+    return ctx.complete(ctx.step("after", "inc", 0))
