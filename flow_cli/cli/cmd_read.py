@@ -86,12 +86,20 @@ def runs(
     render.console().print(render.runs_table(records))
 
 
-def show(ctx: typer.Context, run_id: RunArg, json_output: JsonFlag = False) -> None:
+def show(
+    ctx: typer.Context,
+    run_id: RunArg,
+    json_output: JsonFlag = False,
+    all_steps: Annotated[
+        bool, typer.Option("--all", help="List every step (a long list is summarised).")
+    ] = False,
+) -> None:
     """Show the state of RUN.
 
     Status, steps, timers, signals, hooks, children, progress and outcome. Everything is
     projected from the run's history. A run stuck on a failed decision shows a "failing" line
-    with the error.
+    with the error. Of a long list of steps, the ones not completed and the latest completed
+    ones are printed; --all prints every step, --json has them all.
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
@@ -105,7 +113,9 @@ def show(ctx: typer.Context, run_id: RunArg, json_output: JsonFlag = False) -> N
         child_status = _child_status(engine, data)
     from flow_cli.cli import render
 
-    render.console().print(render.show_view(data, record.failing, child_status))
+    render.console().print(
+        render.show_view(data, record.failing, child_status, all_steps=all_steps)
+    )
 
 
 def _child_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:

@@ -147,13 +147,22 @@ def runs_table(records: Sequence[RunRecord]) -> RenderableType:
 # -- flow show -------------------------------------------------------------------------------
 
 
+STEP_ROWS = 30
+"""Step rows ``flow show`` prints without ``--all``: every step that is not completed comes
+first, then the latest completed ones."""
+
+
 def show_view(
-    snap: Mapping[str, Any], failing: str | None, child_status: Mapping[str, str]
+    snap: Mapping[str, Any],
+    failing: str | None,
+    child_status: Mapping[str, str],
+    *,
+    all_steps: bool = False,
 ) -> RenderableType:
     """The ``flow show`` screen, built from the stable ``--json`` shape of the snapshot."""
     parts: list[RenderableType] = [_header(snap, failing)]
     if snap["steps"]:
-        parts.append(_steps(snap["steps"]))
+        parts.append(_steps(snap["steps"], all_steps=all_steps))
     if snap["waits"]:
         parts.append(_timers(snap["waits"]))
     signals = snap["signals"]
@@ -197,12 +206,32 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     )
 
 
-def _steps(steps: Mapping[str, Mapping[str, Any]]) -> RenderableType:
+def _shown_steps(
+    steps: Mapping[str, Mapping[str, Any]], all_steps: bool
+) -> tuple[list[tuple[str, Mapping[str, Any]]], int]:
+    """The step rows to print (in history order) and how many completed ones are left out."""
+    items = list(steps.items())
+    if all_steps or len(items) <= STEP_ROWS:
+        return items, 0
+    keep = {step_id for step_id, step in items if step["state"] != "completed"}
+    room = max(STEP_ROWS - len(keep), 5)
+    completed = [step_id for step_id, step in items if step["state"] == "completed"]
+    keep.update(completed[-room:])
+    return [item for item in items if item[0] in keep], len(items) - len(keep)
+
+
+def _steps(steps: Mapping[str, Mapping[str, Any]], *, all_steps: bool = False) -> RenderableType:
+    shown, hidden = _shown_steps(steps, all_steps)
     table = _table("steps")
+    if hidden:
+        table.caption = (
+            f"{hidden:,} earlier completed steps not shown (flow show RUN --all lists every "
+            "step; --json has them all)"
+        )
     for column in ("id", "name", "state", "attempts", "timing"):
         table.add_column(column, no_wrap=column != "timing")
     table.add_column("output / error", overflow="fold")
-    for step_id, step in steps.items():
+    for step_id, step in shown:
         state = step["state"]
         if step.get("finished_at"):
             timing = f"took {duration(step.get('scheduled_at'), step['finished_at'])}"
