@@ -180,6 +180,7 @@ class WorkflowRunSnapshot:
             seed=event.seed,
             started_at=envelope.recorded_at,
             last_event_at=envelope.recorded_at,
+            size=envelope.size,
         )
 
     # -- derived -------------------------------------------------------------------------------

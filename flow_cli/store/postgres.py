@@ -138,7 +138,7 @@ class PostgresStore(AppendViaCommit):
         start = max(after_sequence, 1)
         with self._reading() as conn:
             rows = conn.execute(
-                "SELECT sequence, event_key, recorded_at, data FROM events "
+                "SELECT sequence, event_key, recorded_at, data, pg_column_size(data) FROM events "
                 "WHERE run_id = %s AND sequence >= %s ORDER BY sequence",
                 (run_id, start),
             ).fetchall()
@@ -152,8 +152,9 @@ class PostgresStore(AppendViaCommit):
                     sequence=sequence,
                     recorded_at=tables.utc(recorded_at),
                     event=event_from_data(event_key, data),
+                    size=size,
                 )
-                for sequence, event_key, recorded_at, data in rows
+                for sequence, event_key, recorded_at, data, size in rows
             ]
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(

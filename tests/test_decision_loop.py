@@ -1,0 +1,240 @@
+"""The rebuilt decision loop (issue 7): one decision function, its guards, its costs.
+
+- A rule lives in one place: breaking it on purpose changes what the engine records *and* what
+  replay-check accepts.
+- A failed decision is recorded once per cause (a deadline read from the clock changes on every
+  call but is one cause) and retried after a back-off that grows.
+- A step name the build does not have is a failed decision at decision time, not three burnt
+  attempts; the run goes on once fixed code is deployed.
+- The snapshot cache is bounded in bytes; ``flow tick`` renews the leases of its steps; a commit
+  in another process rings a SQLite waiter's doorbell.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from engine_workflows import StepLog, hang_step, keys, make_engine, scenario_runtime
+from flow_cli import Runtime
+from flow_cli.engine.engine import Engine
+from flow_cli.engine.replay import replay_history
+from flow_cli.engine.streams import Streams
+from flow_cli.model import decision
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.decision import DECISION_RETRY_MAX, DECISION_RETRY_MIN
+from flow_cli.store.memory import MemoryStore
+from flow_cli.store.protocol import EventStore
+from flow_cli.store.sqlite import SQLiteStore
+
+# -- one place per rule ---------------------------------------------------------------------------
+
+
+def test_breaking_the_closing_rule_changes_the_engine_and_replay_check_alike(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 4 (closing events before a terminal event) exists once: in the decision function."""
+
+    def exhaust(engine: Engine, run_id: str) -> None:
+        engine.start("batch-terminate", run_id=run_id)
+        engine.decide(run_id)
+        hang_step(engine, run_id, "b")  # "b" stays unsettled; "a" fails and is retried
+        for _ in range(3):
+            clock.advance(10)
+            engine.tick(until_idle=True)
+
+    engine = make_engine(store, [scenario_runtime(StepLog())], clock)
+    exhaust(engine, "good")
+    good = engine.history("good")
+    assert "step_cancelled" in [e.event_key for e in good]
+    assert replay_history(scenario_runtime(StepLog()), good).ok
+
+    monkeypatch.setattr(decision, "closing_events", lambda snapshot, reason: [])
+    # The engine no longer writes the closing events ...
+    broken = make_engine(store, [scenario_runtime(StepLog())], clock, "w2")
+    exhaust(broken, "bad")
+    assert "step_cancelled" not in keys(broken, "bad")
+    assert keys(broken, "bad")[-1] == "run_failed"
+    # ... and replay-check, running the same function, no longer accepts the good history.
+    result = replay_history(scenario_runtime(StepLog()), good)
+    assert not result.ok
+    assert any(d.identity.startswith("step ") for d in result.divergences)
+
+
+# -- failed decisions -------------------------------------------------------------------------------
+
+
+def _clock_reader() -> Runtime:
+    rt = Runtime(build_id="clock-1")
+
+    @rt.workflow("reads-clock")
+    def reads_clock(ctx):  # type: ignore[no-untyped-def]
+        # The mistake: a deadline from the wall clock, different on every call.
+        ctx.sleep_until("deadline", datetime.now(UTC) + timedelta(hours=1))
+        return ctx.complete(None)
+
+    return rt
+
+
+def test_a_clock_read_is_one_decision_failed_however_often_it_is_retried(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [_clock_reader()], clock)
+    engine.start("reads-clock", run_id="clock")
+    engine.tick(until_idle=True)  # records the timer with one deadline
+    assert keys(engine, "clock") == ["run_started", "wait_started"]
+    engine.signal("clock", "poke")  # wakes it: the code now proposes another deadline
+    for _ in range(6):
+        engine.tick(until_idle=True)
+        clock.advance(DECISION_RETRY_MAX.total_seconds())
+    failed = [e for e in engine.history("clock") if e.event_key == "decision_failed"]
+    assert len(failed) == 1
+    (mismatch,) = failed[0].event.to_data()["mismatches"]
+    assert (mismatch["identity"], mismatch["field"]) == ("wait 'deadline'", "deadline")
+
+
+def test_retries_of_a_failing_decision_back_off_from_5_seconds_to_the_cap(
+    store: EventStore, clock: ManualClock
+) -> None:
+    rt = Runtime(build_id="raise-1")
+
+    @rt.workflow("raises")
+    def raises(ctx):  # type: ignore[no-untyped-def]
+        raise ValueError("always")
+
+    engine = make_engine(store, [rt], clock)
+    engine.start("raises", run_id="r")
+    start = clock.now()
+    retries: list[float] = []
+    for _ in range(12):
+        engine.tick(until_idle=True)
+        due = engine.get_run("r").decide_at
+        assert due is not None
+        retries.append((due - clock.now()).total_seconds())
+        clock.advance((due - clock.now()).total_seconds())
+    assert retries[0] == DECISION_RETRY_MIN.total_seconds()
+    assert retries == sorted(retries)  # never shorter than the one before
+    assert retries[-1] == DECISION_RETRY_MAX.total_seconds()
+    assert (clock.now() - start) > DECISION_RETRY_MAX
+    assert keys(engine, "r") == ["run_started", "decision_failed"]
+
+
+def test_an_unknown_step_name_fails_the_decision_not_the_run_and_fixed_code_resumes(
+    store: EventStore, clock: ManualClock
+) -> None:
+    calls: list[str] = []
+
+    def build(name: str) -> Runtime:
+        rt = Runtime(build_id="typo-1")
+
+        @rt.workflow("typo")
+        def typo(ctx):  # type: ignore[no-untyped-def]
+            return ctx.complete(ctx.step("s", name, {"n": 1}))
+
+        @rt.step("send")
+        def send(input, info):  # type: ignore[no-untyped-def]
+            calls.append(info.step_id)
+            return input
+
+        return rt
+
+    engine = make_engine(store, [build("nopp")], clock)
+    engine.start("typo", run_id="t")
+    engine.tick(until_idle=True)
+    assert keys(engine, "t") == ["run_started", "decision_failed"]
+    (failed,) = [e.event.to_data() for e in engine.history("t") if e.event_key == "decision_failed"]
+    assert failed["error_type"] == "UnknownStep"
+    assert "'nopp'" in failed["message"] and "known steps: send" in failed["message"]
+    assert calls == []  # no attempt burnt
+    assert not engine.snapshot("t").terminal
+
+    fixed = make_engine(store, [build("send")], clock, "w2")
+    clock.advance(DECISION_RETRY_MIN.total_seconds())
+    fixed.tick(until_idle=True)
+    assert calls == ["s"]
+    outcome = fixed.snapshot("t").outcome
+    assert outcome is not None and outcome.result == {"n": 1}
+
+
+# -- the snapshot cache ----------------------------------------------------------------------------
+
+
+def test_the_snapshot_cache_is_bounded_in_bytes(clock: ManualClock) -> None:
+    store = MemoryStore()
+    engine = Engine(store, [scenario_runtime(StepLog())], clock=clock)
+    streams = Streams(store, cache_bytes=200_000)
+    payload = {"blob": "x" * 10_000}
+    for i in range(100):
+        engine.start("one-signal", payload, run_id=f"r{i}")
+        streams.load(f"r{i}")
+        assert streams.cached_bytes <= 200_000
+    assert streams.cached_bytes > 100_000  # it does cache what fits
+    engine.start("one-signal", {"blob": "x" * 100_000}, run_id="huge")
+    before = streams.cached_bytes
+    streams.load("huge")  # bigger than an eighth of the budget: read, never cached
+    assert streams.cached_bytes == before
+
+
+# -- leases held by `flow tick` -------------------------------------------------------------------------
+
+
+def test_tick_renews_the_lease_of_a_step_it_is_running(tmp_path: Path) -> None:
+    rt = Runtime(build_id="slow-1")
+    started = threading.Event()
+
+    @rt.workflow("slow")
+    def slow(ctx):  # type: ignore[no-untyped-def]
+        return ctx.complete(ctx.step("s", "slow"))
+
+    @rt.step("slow")
+    def slow_step(input, info):  # type: ignore[no-untyped-def]
+        started.set()
+        time.sleep(2.0)  # four times the lease
+        return "done"
+
+    url = tmp_path / "flow.db"
+    ticker = Engine(SQLiteStore(url), [rt], worker_id="ticker")
+    other = Engine(SQLiteStore(url), [rt], worker_id="other")
+    ticker.start("slow", run_id="r")
+    thread = threading.Thread(target=ticker.tick, kwargs={"until_idle": True, "lease_seconds": 0.5})
+    thread.start()
+    stolen = []
+    started.wait(10)
+    while thread.is_alive():
+        stolen += other.lease_steps(0.5, 10)
+        time.sleep(0.05)
+    thread.join()
+    assert stolen == []
+    history = [e.event_key for e in ticker.history("r")]
+    assert history.count("step_started") == 1
+    assert history[-1] == "run_completed"
+    ticker.close()
+    other.close()
+
+
+# -- doorbells ---------------------------------------------------------------------------------------
+
+
+def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: Path) -> None:
+    db = tmp_path / "flow.db"
+    waiter = SQLiteStore(db)
+    assert waiter._doorbell.listen()
+    script = (
+        "import sys; from datetime import datetime, UTC\n"
+        "from flow_cli.store.sqlite import SQLiteStore\n"
+        "from flow_cli.store.protocol import NewRun\n"
+        "from flow_cli.model.spec import WorkflowSpec\n"
+        "s = SQLiteStore(sys.argv[1])\n"
+        "spec = WorkflowSpec(workflow='w', input=None, runtime_build_id='b', patches=())\n"
+        "s.create_run(NewRun(run_id='r', spec=spec, seed='00', decide_at=None), datetime.now(UTC))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(db)], check=True)
+    assert waiter._doorbell.wait(10)  # a datagram arrived: no poll involved
+    waiter.close()
+    assert not any(waiter._doorbell.directory.glob("*.sock"))  # its socket is gone with it
