@@ -304,6 +304,11 @@ class PostgresStore(AppendViaCommit):
         """
         if not build_ids or limit <= 0:
             return []
+        params = _due_params(worker, build_ids, now, lease_until, limit)
+        with self._reading() as conn:
+            # Look before locking: an idle worker must not open a write transaction every pass.
+            if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
+                return []
         with self._transaction(durable=False) as conn:
             rows = conn.execute(
                 tables.LEASE_RUNS,

@@ -297,6 +297,9 @@ LEASE_RUNS = (
 )
 """Lease due runs: rows of (run_id, old decide_at, created_order)."""
 
+ANY_DUE_RUN = "SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
+"""Whether any run of these builds is due (read before leasing, without locking)."""
+
 READY_STEPS = (
     "SELECT run_id, step_id FROM step_tasks"
     " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
