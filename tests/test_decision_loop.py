@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from engine_workflows import StepLog, hang_step, keys, make_engine, scenario_runtime
+
 from flow_cli import Runtime
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay import replay_history
@@ -33,7 +33,7 @@ from flow_cli.store.memory import MemoryStore
 from flow_cli.store.protocol import EventStore
 from flow_cli.store.sqlite import SQLiteStore
 
-# -- one place per rule ---------------------------------------------------------------------------
+# -- one place per rule ----------------------------------------------------------------------------
 
 
 def test_breaking_the_closing_rule_changes_the_engine_and_replay_check_alike(
@@ -67,7 +67,7 @@ def test_breaking_the_closing_rule_changes_the_engine_and_replay_check_alike(
     assert any(d.identity.startswith("step ") for d in result.divergences)
 
 
-# -- failed decisions -------------------------------------------------------------------------------
+# -- failed decisions ------------------------------------------------------------------------------
 
 
 def _clock_reader() -> Runtime:
@@ -181,7 +181,7 @@ def test_the_snapshot_cache_is_bounded_in_bytes(clock: ManualClock) -> None:
     assert streams.cached_bytes == before
 
 
-# -- leases held by `flow tick` -------------------------------------------------------------------------
+# -- leases held by `flow tick` --------------------------------------------------------------------
 
 
 def test_tick_renews_the_lease_of_a_step_it_is_running(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_tick_renews_the_lease_of_a_step_it_is_running(tmp_path: Path) -> None:
     other.close()
 
 
-# -- doorbells ---------------------------------------------------------------------------------------
+# -- doorbells -------------------------------------------------------------------------------------
 
 
 def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: Path) -> None:
@@ -232,7 +232,8 @@ def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: P
         "from flow_cli.model.spec import WorkflowSpec\n"
         "s = SQLiteStore(sys.argv[1])\n"
         "spec = WorkflowSpec(workflow='w', input=None, runtime_build_id='b', patches=())\n"
-        "s.create_run(NewRun(run_id='r', spec=spec, seed='00', decide_at=None), datetime.now(UTC))\n"
+        "run = NewRun(run_id='r', spec=spec, seed='00', decide_at=None)\n"
+        "s.create_run(run, datetime.now(UTC))\n"
     )
     subprocess.run([sys.executable, "-c", script, str(db)], check=True)
     assert waiter._doorbell.wait(10)  # a datagram arrived: no poll involved
