@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from flow_cli.errors import ConfigError, WorkflowError, WorkflowNotFound
+from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
-from flow_cli.model.context import Suspend, WorkflowContext
+from flow_cli.model.context import STEP_NAME_ATTRIBUTE, Suspend, WorkflowContext
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
@@ -73,11 +73,21 @@ class Runtime:
         return register
 
     def step(self, name: str) -> Callable[[F], F]:
-        """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``."""
+        """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``.
+
+        The function remembers its name, so workflows can pass it to ``ctx.step`` directly.
+        """
 
         def register(fn: F) -> F:
             if name in self.steps:
                 raise ConfigError(f"build {self.build_id!r} defines step {name!r} twice")
+            known = getattr(fn, STEP_NAME_ATTRIBUTE, name)
+            if known != name:
+                raise ConfigError(
+                    f"{fn.__qualname__} is already registered as step {known!r}; one function "
+                    "has one step name"
+                )
+            setattr(fn, STEP_NAME_ATTRIBUTE, name)
             self.steps[name] = fn
             return fn
 
@@ -96,6 +106,12 @@ class Runtime:
             command = fn(WorkflowContext(snapshot))
         except Suspend as suspend:
             command = suspend.command
+        if command is None:
+            raise WorkflowError(
+                snapshot.run_id,
+                "InvalidCommand",
+                f"workflow {snapshot.spec.workflow!r} returned None. Hint: {HINT_MISSING_RETURN}",
+            )
         if not isinstance(command, COMMAND_TYPES):
             raise WorkflowError(
                 snapshot.run_id,

@@ -273,15 +273,7 @@ class Decider:
                 creates.append(
                     NewRun(
                         run_id=successor,
-                        spec=WorkflowSpec(
-                            workflow=spec.workflow,
-                            input=command.input,
-                            runtime_build_id=spec.runtime_build_id,
-                            patches=spec.patches,
-                            parent_run_id=spec.parent_run_id,
-                            parent_child_id=spec.parent_child_id,
-                            predecessor_run_id=snap.run_id,
-                        ),
+                        spec=spec.successor(command.input, snap.run_id, snap.started_at),
                         seed=secrets.token_hex(16),
                         decide_at=now,
                     )

@@ -78,6 +78,8 @@ class WaitState:
     sequence: int
     done: bool = False
     fired_at: datetime | None = None
+    fired_sequence: int | None = None
+    """Sequence of its ``wait_completed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +109,8 @@ class HookState:
     sequence: int
     resolved: bool = False
     payload: JsonValue = None
+    resolved_sequence: int | None = None
+    """Sequence of its ``hook_resolved``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +198,12 @@ class WorkflowRunSnapshot:
             or any(not h.resolved for h in self.hooks.values())
             or any(c.open for c in self.children.values())
         )
+
+    def timed_out(self, wait_id: str) -> bool:
+        """Whether the deadline timer of wait ``wait_id`` (``ctx.receive(..., deadline=)``,
+        ``ctx.hook(..., deadline=)``) has fired. A signal wait that timed out takes no signal."""
+        timer = self.waits.get(deadline_wait_id(wait_id))
+        return timer is not None and timer.done
 
     def next_deadline(self) -> datetime | None:
         """The earliest open timer deadline."""
@@ -321,7 +331,9 @@ class WorkflowRunSnapshot:
                 )
             case WaitCompleted():
                 wait = self.waits[event.wait_id]
-                self.waits[event.wait_id] = replace(wait, done=True, fired_at=at)
+                self.waits[event.wait_id] = replace(
+                    wait, done=True, fired_at=at, fired_sequence=envelope.sequence
+                )
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
@@ -342,7 +354,11 @@ class WorkflowRunSnapshot:
                     )
                 )
                 for signal_wait in self.signal_waits.values():
-                    if not signal_wait.delivered and signal_wait.signal_name == event.signal_name:
+                    if (
+                        not signal_wait.delivered
+                        and signal_wait.signal_name == event.signal_name
+                        and not self.timed_out(signal_wait.wait_id)
+                    ):
                         self._deliver(len(self.signals) - 1, signal_wait.wait_id)
                         break
             case HookCreated():
@@ -355,7 +371,9 @@ class WorkflowRunSnapshot:
                 )
             case HookResolved():
                 hook = self.hooks[event.hook_id]
-                self.hooks[event.hook_id] = replace(hook, resolved=True, payload=event.payload)
+                self.hooks[event.hook_id] = replace(
+                    hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
+                )
             case ChildScheduled():
                 self._decision()
                 self.children[event.child_id] = ChildState(
@@ -507,6 +525,11 @@ class WorkflowRunSnapshot:
     def json_payload(self, value: JsonValue) -> JsonValue:
         """A private copy of a stored value, so workflow code cannot mutate the snapshot."""
         return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
+def deadline_wait_id(wait_id: str) -> str:
+    """The id of the timer that bounds wait or hook ``wait_id`` when given a deadline."""
+    return f"{wait_id}:deadline"
 
 
 def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:
