@@ -37,6 +37,12 @@ def live_run(engine: Engine, run_id: str) -> str:
     return chain_from(engine, run_id)[-1]
 
 
+def follow(engine: Engine, run_id: str) -> tuple[str, str | None]:
+    """The live run for ``run_id`` and the note to show when it is another run."""
+    chain = chain_from(engine, run_id)
+    return chain[-1], followed_note(chain)
+
+
 def followed_note(chain: list[str]) -> str | None:
     """What to tell an operator when a chain was followed (``None`` when it was not)."""
     if len(chain) < 2:
