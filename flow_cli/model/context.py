@@ -364,9 +364,12 @@ class WorkflowContext:
         every one has completed.
 
         Raises ``StepFailedError`` for the first member (in order) that failed for good under
-        ``on_exhausted="surface"``.
+        ``on_exhausted="surface"``. An empty list gives an empty list at once.
         """
-        batch = self.schedule_steps(steps, batch_id)
+        members = list(steps)
+        if not members:
+            return []
+        batch = self.schedule_steps(members, batch_id)
         recorded = []
         for member in batch.steps:
             self._use_step(member)
@@ -521,8 +524,12 @@ class WorkflowContext:
         self, children: Iterable[StartChild], batch_id: str | None = None
     ) -> list[WorkflowTerminalOutcome]:
         """Start ``ctx.start_child(...)`` commands as one batch; their outcomes, in order, once
-        every child has ended (whatever the outcome: check ``outcome.kind``)."""
-        batch = self.start_children(children, batch_id)
+        every child has ended (whatever the outcome: check ``outcome.kind``). An empty list
+        gives an empty list at once."""
+        members = list(children)
+        if not members:
+            return []
+        batch = self.start_children(members, batch_id)
         outcomes: list[WorkflowTerminalOutcome] = []
         pending = False
         for member in batch.children:
