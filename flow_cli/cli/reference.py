@@ -61,8 +61,11 @@ def cli_reference() -> str:
             help_text = inspect.cleandoc(command.help or "").replace("\b\n", "")
             if help_text:
                 parts.append(f"\n{help_text}\n")
-        rows = [_row(param) for param in command.params if not getattr(param, "hidden", False)]
-        rows = [row for row in rows if row is not None]
+        rows = [
+            row
+            for param in command.params
+            if not getattr(param, "hidden", False) and (row := _row(param)) is not None
+        ]
         if rows:
             parts.append("\n| argument / option | meaning |\n| --- | --- |\n")
             parts.extend(f"| {name} | {meaning} |\n" for name, meaning in rows)

@@ -30,11 +30,11 @@ from flow_cli.model.commands import (
     WaitUntil,
 )
 from flow_cli.model.jsonval import JsonValue, normalise
-from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.retry import RetryPolicy, intern
 from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
-DEFAULT_RETRY = RetryPolicy()
+DEFAULT_RETRY = intern(RetryPolicy())
 STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 """Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
 
