@@ -19,7 +19,9 @@ if TYPE_CHECKING:
         RunNotFound,
         WorkflowNotFound,
     )
-    from flow_cli.model.context import StepFailedError, WorkflowContext
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.model.commands import RuntimeCommand
+    from flow_cli.model.context import TIMED_OUT, StepFailedError, WorkflowContext
     from flow_cli.model.retry import RetryPolicy
     from flow_cli.model.status import RunStatus, WorkflowTerminalOutcome
     from flow_cli.runtime import Runtime, StepInfo
@@ -31,7 +33,10 @@ _EXPORTS = {
     "NonDeterminismError": "flow_cli.errors",
     "RunNotFound": "flow_cli.errors",
     "WorkflowNotFound": "flow_cli.errors",
+    "ManualClock": "flow_cli.model.clock",
+    "RuntimeCommand": "flow_cli.model.commands",
     "StepFailedError": "flow_cli.model.context",
+    "TIMED_OUT": "flow_cli.model.context",
     "WorkflowContext": "flow_cli.model.context",
     "RetryPolicy": "flow_cli.model.retry",
     "RunStatus": "flow_cli.model.status",
@@ -40,14 +45,17 @@ _EXPORTS = {
     "StepInfo": "flow_cli.runtime",
 }
 __all__ = [
+    "TIMED_OUT",
     "Engine",
     "EventConflict",
     "FlowError",
+    "ManualClock",
     "NonDeterminismError",
     "RetryPolicy",
     "RunNotFound",
     "RunStatus",
     "Runtime",
+    "RuntimeCommand",
     "StepFailedError",
     "StepInfo",
     "WorkflowContext",

@@ -95,6 +95,37 @@ class Mismatch:
     produced: Any
     """The value the workflow code proposes now."""
 
+    @property
+    def hint(self) -> str:
+        """What to do about it, chosen by the cause (see ``mismatch_hint``)."""
+        return mismatch_hint(self)
+
+
+HINT_CLOCK = "did workflow code read the clock? derive deadlines from ctx.now or ctx.started_at"
+HINT_REUSED_ID = "ids are unique within a run: give each call its own id (e.g. f'send-{recipient}')"
+HINT_PATCHED = (
+    "a change under the same build: guard it with ctx.patched('...') or start new runs "
+    "under a new build id"
+)
+HINT_MISSING_RETURN = (
+    "the workflow returned None: return the command, e.g. `return ctx.complete(result)`"
+)
+REUSED_ID_FIELD = "id"
+"""The ``Mismatch.field`` of one identity used twice in one decision."""
+
+
+def mismatch_hint(mismatch: Mismatch) -> str:
+    """The hint that fits a mismatch's cause.
+
+    A moved deadline is nearly always a clock read; a reused id is named as such; anything
+    else is a change of code under the same build.
+    """
+    if mismatch.field == "deadline":
+        return HINT_CLOCK
+    if mismatch.field == REUSED_ID_FIELD:
+        return HINT_REUSED_ID
+    return HINT_PATCHED
+
 
 class NonDeterminismError(FlowError):
     """The workflow code proposed a decision that history contradicts."""
@@ -103,11 +134,14 @@ class NonDeterminismError(FlowError):
         parts = "; ".join(
             f"{m.identity}: {m.field} was recorded as {_short(m.recorded)} "
             f"but the workflow now proposes {_short(m.produced)}"
+            if m.field != REUSED_ID_FIELD
+            else f"{m.identity}: used twice in one decision, first with {_short(m.recorded)} "
+            f"then with {_short(m.produced)}"
             for m in mismatches
         )
+        hints = list(dict.fromkeys(m.hint for m in mismatches))
         super().__init__(
-            f"Run {run_id!r} at sequence {sequence}: {parts}. Guard the change with "
-            "ctx.patched('...') or start new runs under a new build id."
+            f"Run {run_id!r} at sequence {sequence}: {parts}. Hint: {'; '.join(hints)}."
         )
         self.run_id = run_id
         self.sequence = sequence

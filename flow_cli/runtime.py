@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from flow_cli.errors import ConfigError, WorkflowError, WorkflowNotFound
+from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
-from flow_cli.model.context import Suspend, WorkflowContext
+from flow_cli.model.context import STEP_NAME_ATTRIBUTE, Suspend, WorkflowContext
 from flow_cli.model.decision import Proposal
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.jsonval import JsonValue
@@ -74,11 +74,21 @@ class Runtime:
         return register
 
     def step(self, name: str) -> Callable[[F], F]:
-        """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``."""
+        """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``.
+
+        The function remembers its name, so workflows can pass it to ``ctx.step`` directly.
+        """
 
         def register(fn: F) -> F:
             if name in self.steps:
                 raise ConfigError(f"build {self.build_id!r} defines step {name!r} twice")
+            known = getattr(fn, STEP_NAME_ATTRIBUTE, name)
+            if known != name:
+                raise ConfigError(
+                    f"{fn.__qualname__} is already registered as step {known!r}; one function "
+                    "has one step name"
+                )
+            setattr(fn, STEP_NAME_ATTRIBUTE, name)
             self.steps[name] = fn
             return fn
 
@@ -97,12 +107,20 @@ class Runtime:
         fn = self.workflows.get(snapshot.spec.workflow)
         if fn is None:
             raise WorkflowNotFound(snapshot.spec.workflow, list(self.workflows))
-        blocking = False
         try:
             command = fn(WorkflowContext(snapshot))
         except Suspend as suspend:
-            command = suspend.command
-            blocking = suspend.blocking
+            return Proposal(suspend.command, suspend.blocking)
+        return self.proposal(snapshot, command)
+
+    def proposal(self, snapshot: WorkflowRunSnapshot, command: object) -> Proposal:
+        """What the workflow function returned, checked to be one command."""
+        if command is None:
+            raise WorkflowError(
+                snapshot.run_id,
+                "InvalidCommand",
+                f"workflow {snapshot.spec.workflow!r} returned None. Hint: {HINT_MISSING_RETURN}",
+            )
         if not isinstance(command, COMMAND_TYPES):
             raise WorkflowError(
                 snapshot.run_id,
@@ -110,7 +128,7 @@ class Runtime:
                 f"workflow {snapshot.spec.workflow!r} returned {type(command).__name__}; "
                 "return exactly one ctx command (ctx.schedule_step, ctx.complete, ...)",
             )
-        return Proposal(command, blocking)
+        return Proposal(command)
 
     def run_workflow(
         self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]

@@ -15,14 +15,17 @@ def test_every_exported_name_resolves() -> None:
 
 def test_exports_are_pinned() -> None:
     assert flow_cli.__all__ == [
+        "TIMED_OUT",
         "Engine",
         "EventConflict",
         "FlowError",
+        "ManualClock",
         "NonDeterminismError",
         "RetryPolicy",
         "RunNotFound",
         "RunStatus",
         "Runtime",
+        "RuntimeCommand",
         "StepFailedError",
         "StepInfo",
         "WorkflowContext",

@@ -13,8 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flow_cli import Runtime, WorkflowContext
-from flow_cli.model.commands import RuntimeCommand
+from flow_cli import Runtime, RuntimeCommand, WorkflowContext
 from workflows_example.shared import PAYMENT_RETRY, register_shared
 
 runtime = Runtime(build_id="shop-2026.12.1", patches=["tax-rounding-fix"])
@@ -55,13 +54,12 @@ def run_order(ctx: WorkflowContext, amount: float) -> RuntimeCommand:
     )
 
     parcels = order.get("parcels", [])
-    if parcels and any(ctx.child_outcome(f"parcel-{p}") is None for p in parcels):
-        return ctx.start_children(
-            [ctx.start_child(f"parcel-{p}", "parcel", {"parcel": p}) for p in parcels]
-        )
+    packed = ctx.all_children(
+        [ctx.start_child(f"parcel-{p}", "parcel", {"parcel": p}) for p in parcels]
+    )
 
     shipment = ctx.receive("shipped", "shipped")
-    labels = [ctx.child_result(f"parcel-{p}")["label"] for p in parcels]
+    labels = [outcome.result["label"] for outcome in packed]
     return ctx.complete(
         {
             "order": ctx.run_id,

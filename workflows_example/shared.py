@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
-from flow_cli import RetryPolicy, Runtime, StepInfo, WorkflowContext
-from flow_cli.model.commands import RuntimeCommand
+from flow_cli import TIMED_OUT, RetryPolicy, Runtime, RuntimeCommand, StepInfo, WorkflowContext
 from workflows_example.services import apply_once, record_call
 
 
@@ -79,7 +79,7 @@ def register_shared(runtime: Runtime) -> None:
 
     @runtime.workflow("parcel")
     def parcel(ctx: WorkflowContext) -> RuntimeCommand:
-        packed = ctx.step("pack", "packParcel", {"parcel": ctx.input["parcel"]})
+        packed = ctx.step("pack", pack_parcel, {"parcel": ctx.input["parcel"]})
         return ctx.complete(packed)
 
     @runtime.workflow("inbox-poller")
@@ -99,11 +99,43 @@ def register_shared(runtime: Runtime) -> None:
             ctx.sleep_until(f"pause-{current}", ctx.started_at + _pause(offset))
         return ctx.continue_as_new({**state, "round": round_no + rounds_per_run, "total": total})
 
+    @runtime.step("sendReminder")
+    def send_reminder(input: dict[str, Any], info: StepInfo) -> dict[str, Any]:
+        apply_once(info.idempotency_key("reminder"), {"effect": "remind", "round": input["round"]})
+        return {"reminded": input["round"]}
 
-def _pause(offset: int) -> Any:
-    from datetime import timedelta
+    @runtime.workflow("fan-in")
+    def fan_in(ctx: WorkflowContext) -> RuntimeCommand:
+        # 50 steps and 5 children, each group one atomic batch, read back in order.
+        quotes = [ctx.schedule_step(f"r-{i}", read_exchange_rate, {"pair": i}) for i in range(50)]
+        rates = ctx.all_steps(quotes)
+        boxes = [ctx.start_child(f"box-{p}", "parcel", {"parcel": f"b{p}"}) for p in range(5)]
+        kids = ctx.all_children(boxes)
+        return ctx.complete({"rates": len(rates), "labels": [k.result["label"] for k in kids]})
 
+    @runtime.workflow("approval")
+    def approval(ctx: WorkflowContext) -> RuntimeCommand:
+        # Wait up to 30 days from the start of the chain for a decision, reminding every 7 days,
+        # with a fresh history every two rounds.
+        expires = ctx.chain_started_at + APPROVAL_EXPIRES
+        first = (ctx.input or {}).get("round", 0)
+        for k in range(first, first + 2):
+            round_end = min(ctx.chain_started_at + REMIND_EVERY * (k + 1), expires)
+            answer = ctx.receive(f"decision-{k}", "decision", deadline=round_end)
+            if answer is not TIMED_OUT:
+                return ctx.complete({"approved": bool(answer.get("ok")), "round": k})
+            if round_end >= expires:
+                return ctx.complete({"approved": False, "expired": True})
+            ctx.step(f"remind-{k}", send_reminder, {"round": k})
+        return ctx.continue_as_new({"round": first + 2})
+
+
+def _pause(offset: int) -> timedelta:
     return timedelta(minutes=5 * (offset + 1))
+
+
+REMIND_EVERY = timedelta(days=7)
+APPROVAL_EXPIRES = timedelta(days=30)
 
 
 PAYMENT_RETRY = RetryPolicy(

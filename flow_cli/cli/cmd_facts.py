@@ -6,14 +6,17 @@ creates or changes a database. Only ``start`` may create a missing SQLite file.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flow_cli.cli.io import emit_json, out, parse_json_arg
+from flow_cli.cli.io import emit_json, note, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
 
 hook_app = typer.Typer(
     name="hook",
@@ -92,11 +95,13 @@ def signal_run(
     """Deliver signal NAME to RUN.
 
     A signal that arrives before the workflow waits for it is kept and matched later, in order.
+    A run that continued as new passes the signal on to its live successor (said on stderr).
     Signalling a run that already ended fails (exit 1).
     """
     state = CliState.of(ctx)
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
+        run_id = _follow(engine, run_id)
         sequence = engine.signal(run_id, name, value)
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
@@ -126,11 +131,14 @@ def hook_resolve(
     """Deliver the callback of the hook with TOKEN.
 
     A hook takes exactly one callback: an unknown token is exit 2, a token that was already
-    resolved (or whose run ended) is exit 1.
+    resolved (or whose run ended) is exit 1. --run naming a run that continued as new means its
+    live successor (said on stderr).
     """
     state = CliState.of(ctx)
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
+        if run_id is not None:
+            run_id = _follow(engine, run_id)
         owner, hook_id = engine.resolve_hook(token, value, run_id=run_id)
     if state.want_json(json_output):
         emit_json({"run_id": owner, "hook_id": hook_id, "token": token})
@@ -149,10 +157,12 @@ def cancel(
     """Request cancellation of RUN.
 
     The run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled.
-    Asking twice is harmless. Cancelling a run that already ended fails (exit 1).
+    Asking twice is harmless. A run that continued as new has its live successor cancelled
+    (said on stderr). Cancelling a run that already ended fails (exit 1).
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
+        run_id = _follow(engine, run_id)
         requested = engine.cancel(run_id, reason)
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "requested": requested})
@@ -160,3 +170,13 @@ def cancel(
         out(f"cancellation of run {run_id} requested")
     else:
         out(f"cancellation of run {run_id} was already requested")
+
+
+def _follow(engine: Engine, run_id: str) -> str:
+    """The live run of ``run_id``'s continue-as-new chain; a note on stderr when it differs."""
+    from flow_cli.ops.chain import follow
+
+    live, message = follow(engine, run_id)
+    if message is not None:
+        note(message)
+    return live

@@ -89,6 +89,13 @@ def runs(
 def show(
     ctx: typer.Context,
     run_id: RunArg,
+    no_follow: Annotated[
+        bool,
+        typer.Option(
+            "--no-follow",
+            help="Show RUN itself even if it continued as new (default: its live successor).",
+        ),
+    ] = False,
     json_output: JsonFlag = False,
     all_steps: Annotated[
         bool, typer.Option("--all", help="List every step (a long list is summarised).")
@@ -98,11 +105,18 @@ def show(
 
     Status, steps, timers, signals, hooks, children, progress and outcome. Everything is
     projected from the run's history. A run stuck on a failed decision shows a "failing" line
-    with the error. Of a long list of steps, the ones not completed and the latest completed
-    ones are printed; --all prints every step, --json has them all.
+    with the error. A run that continued as new is shown as its live successor (said on stderr;
+    --no-follow shows the run itself). Of a long list of steps, the ones not completed and the
+    latest completed ones are printed; --all prints every step, --json has them all.
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
+        if not no_follow:
+            from flow_cli.ops.chain import follow
+
+            run_id, message = follow(engine, run_id)
+            if message is not None:
+                note(message.replace("acting on", "showing"))
         snap = engine.snapshot(run_id)
         record = engine.get_run(run_id)
         data: dict[str, Any] = snap.to_json()

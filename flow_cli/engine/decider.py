@@ -346,18 +346,9 @@ class Decider:
     def _successor(
         self, snap: WorkflowRunSnapshot, command: ContinueAsNew, now: datetime
     ) -> NewRun:
-        spec = snap.spec
         return NewRun(
             run_id=successor_run_id(snap.run_id),
-            spec=WorkflowSpec(
-                workflow=spec.workflow,
-                input=command.input,
-                runtime_build_id=spec.runtime_build_id,
-                patches=spec.patches,
-                parent_run_id=spec.parent_run_id,
-                parent_child_id=spec.parent_child_id,
-                predecessor_run_id=snap.run_id,
-            ),
+            spec=snap.spec.successor(command.input, snap.run_id, snap.started_at),
             seed=secrets.token_hex(16),
             decide_at=now,
         )

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random as _random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, Final, NoReturn
 
-from flow_cli.errors import InputError
+from flow_cli.errors import REUSED_ID_FIELD, InputError, Mismatch, NonDeterminismError
 from flow_cli.model.commands import (
     CancellationPolicy,
     Cancelled,
@@ -30,11 +30,35 @@ from flow_cli.model.commands import (
     WaitUntil,
 )
 from flow_cli.model.jsonval import JsonValue, normalise
-from flow_cli.model.retry import RetryPolicy
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.retry import RetryPolicy, intern
+from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
-DEFAULT_RETRY = RetryPolicy()
+DEFAULT_RETRY = intern(RetryPolicy())
+STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
+"""Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
+
+
+class _TimedOut:
+    """The type of ``TIMED_OUT``: one instance, compared with ``is``."""
+
+    _instance: _TimedOut | None = None
+
+    def __new__(cls) -> _TimedOut:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "TIMED_OUT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+TIMED_OUT: Final = _TimedOut()
+"""What ``ctx.receive(..., deadline=)`` and ``ctx.hook(..., deadline=)`` return when the
+deadline passed before the signal or the callback arrived."""
 
 
 class Suspend(BaseException):
@@ -66,6 +90,9 @@ class WorkflowContext:
     def __init__(self, snapshot: WorkflowRunSnapshot) -> None:
         self._snap = snapshot
         self._rng: _random.Random | None = None
+        # Identities the sequential helpers used in this decision, with what they were given.
+        self._used_steps: dict[str, tuple[str, JsonValue]] = {}
+        self._used: dict[tuple[str, str], JsonValue] = {}
 
     # -- readers -------------------------------------------------------------------------------
 
@@ -86,6 +113,23 @@ class WorkflowContext:
     def started_at(self) -> datetime:
         """The recorded UTC start of the run: the deterministic base for deadlines."""
         return self._snap.started_at
+
+    @property
+    def now(self) -> datetime:
+        """The recorded time of the latest event in history: "now" for this decision, the same
+        on every replay (never read the wall clock in workflow code)."""
+        return self._snap.last_event_at or self._snap.started_at
+
+    @property
+    def first_run_id(self) -> str:
+        """The first run of this ``continue_as_new`` chain (this run if it is the first)."""
+        return self._snap.spec.first_run_id or self._snap.run_id
+
+    @property
+    def chain_started_at(self) -> datetime:
+        """When the first run of this ``continue_as_new`` chain started: carry deadlines
+        across continuations from here."""
+        return self._snap.spec.chain_started_at or self._snap.started_at
 
     @property
     def cancel_requested(self) -> bool:
@@ -133,13 +177,6 @@ class WorkflowContext:
             return None
         return self._snap.json_payload(wait.payload)
 
-    def hook(self, hook_id: str) -> JsonValue:
-        """The hook's callback payload once resolved, else ``None``."""
-        hook = self._snap.hooks.get(hook_id)
-        if hook is None or not hook.resolved:
-            return None
-        return self._snap.json_payload(hook.payload)
-
     def hook_resolved(self, hook_id: str) -> bool:
         hook = self._snap.hooks.get(hook_id)
         return hook is not None and hook.resolved
@@ -174,14 +211,15 @@ class WorkflowContext:
     def schedule_step(
         self,
         step_id: str,
-        name: str,
+        name: str | Callable[..., Any],
         input: JsonValue = None,
         retry: RetryPolicy | None = None,
     ) -> ScheduleStep:
-        """Run step handler ``name`` under identity ``step_id`` (at least once)."""
+        """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
+        ``step_id`` (at least once)."""
         return ScheduleStep(
             step_id=step_id,
-            name=name,
+            name=step_name(name),
             input=_json(input, "step input"),
             retry=retry or DEFAULT_RETRY,
         )
@@ -189,12 +227,18 @@ class WorkflowContext:
     def schedule_steps(
         self, steps: Iterable[ScheduleStep], batch_id: str | None = None
     ) -> ScheduleSteps:
-        """One atomic batch of ``ctx.schedule_step(...)`` commands."""
+        """One atomic batch of ``ctx.schedule_step(...)`` commands.
+
+        The default ``batch_id`` is a short hash of the member ids.
+        """
         members = tuple(steps)
         if not members:
             raise InputError("schedule_steps needs at least one step")
+        ids = [s.step_id for s in members]
+        first = self._snap.steps.get(ids[0])
         return ScheduleSteps(
-            steps=members, batch_id=batch_id or "+".join(s.step_id for s in members)
+            steps=members,
+            batch_id=batch_id or _default_batch_id(ids, first.batch_id if first else None),
         )
 
     def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
@@ -235,8 +279,11 @@ class WorkflowContext:
         members = tuple(children)
         if not members:
             raise InputError("start_children needs at least one child")
+        ids = [c.child_id for c in members]
+        first = self._snap.children.get(ids[0])
         return StartChildren(
-            children=members, batch_id=batch_id or "+".join(c.child_id for c in members)
+            children=members,
+            batch_id=batch_id or _default_batch_id(ids, first.batch_id if first else None),
         )
 
     def complete(self, result: JsonValue = None) -> Complete:
@@ -264,34 +311,100 @@ class WorkflowContext:
         return Cancelled(reason=reason or self._snap.cancel_reason or "cancelled")
 
     # -- sequential style ----------------------------------------------------------------------
+    #
+    # Each helper compares what it is given with what history recorded for that identity,
+    # settled or not, exactly as a returned command is compared (``plan`` in
+    # model/determinism.py), and refuses an identity used twice in one decision. The fast path
+    # compares with ``==``; only when that differs is the command built and compared whole.
 
     def step(
         self,
         step_id: str,
-        name: str,
+        name: str | Callable[..., Any],
         input: JsonValue = None,
         retry: RetryPolicy | None = None,
     ) -> JsonValue:
         """The step's output if recorded; otherwise end this decision by scheduling it.
 
-        Raises ``StepFailedError`` when the step failed for good under ``on_exhausted="surface"``.
+        ``name`` is the step's registered name or the ``@runtime.step`` function itself.
+        Raises ``StepFailedError`` when the step failed for good under ``on_exhausted="surface"``,
+        and ``NonDeterminismError`` when history recorded ``step_id`` with other parameters or
+        the id was already used in this decision.
         """
+        if not isinstance(name, str):
+            name = step_name(name)
+        policy = DEFAULT_RETRY if retry is None else retry
+        used = self._used_steps
+        if step_id in used:
+            first_name, first_input = used[step_id]
+            self._reused(
+                f"step {step_id!r}",
+                {"name": first_name, "input": first_input},
+                {"name": name, "input": input},
+            )
+        used[step_id] = (name, input)
         step = self._snap.steps.get(step_id)
-        if step is not None and step.status is StepStatus.COMPLETED:
+        if step is None:
+            self.suspend(self.schedule_step(step_id, name, input, policy), blocking=True)
+        if not (
+            step.name == name
+            and step.input == input
+            and (step.retry is policy or step.retry == policy)
+            and step.batch_id is None
+        ):
+            self._check(self.schedule_step(step_id, name, input, policy))
+        if step.status is StepStatus.COMPLETED:
             return self._snap.json_payload(step.output)
-        if step is not None and step.status is StepStatus.FAILED:
+        if step.status is StepStatus.FAILED:
             raise StepFailedError(step_id, self._snap.json_payload(step.error))
-        self.suspend(self.schedule_step(step_id, name, input, retry), blocking=True)
+        self.suspend(self.schedule_step(step_id, name, input, policy), blocking=True)
+
+    def all_steps(
+        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
+    ) -> list[JsonValue]:
+        """Run ``ctx.schedule_step(...)`` commands as one batch; their outputs, in order, once
+        every one has completed.
+
+        Raises ``StepFailedError`` for the first member (in order) that failed for good under
+        ``on_exhausted="surface"``. An empty list gives an empty list at once.
+        """
+        members = list(steps)
+        if not members:
+            return []
+        batch = self.schedule_steps(members, batch_id)
+        recorded = []
+        for member in batch.steps:
+            self._use_step(member)
+            step = self._snap.steps.get(member.step_id)
+            if step is not None and not (
+                step.name == member.name
+                and step.input == member.input
+                and step.retry == member.retry
+                and step.batch_id == batch.batch_id
+            ):
+                self._check(batch)
+            recorded.append(step)
+        outputs: list[JsonValue] = []
+        for step in recorded:
+            if step is not None and step.status is StepStatus.FAILED:
+                raise StepFailedError(step.step_id, self._snap.json_payload(step.error))
+        for step in recorded:
+            if step is None or step.status is not StepStatus.COMPLETED:
+                self.suspend(batch, blocking=True)
+            outputs.append(self._snap.json_payload(step.output))
+        return outputs
 
     def sleep_until(self, wait_id: str, deadline: datetime) -> None:
         """Return once the timer fired; otherwise end this decision waiting for it."""
-        if not self.wait_done(wait_id):
-            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
+        if not self.timer(wait_id, deadline):
+            self.suspend(self.wait_until(wait_id, deadline))
 
-    def sleep(self, wait_id: str, seconds: float | timedelta) -> None:
-        """Sleep relative to the run's recorded start (deterministic)."""
-        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
-        self.sleep_until(wait_id, self.started_at + delta)
+    def sleep(self, wait_id: str, duration: float | timedelta) -> None:
+        """Sleep ``duration`` (seconds or a ``timedelta``) counted from ``ctx.now`` at the
+        decision that opens the timer; later decisions keep the recorded deadline."""
+        delta = duration if isinstance(duration, timedelta) else timedelta(seconds=duration)
+        wait = self._snap.waits.get(wait_id)
+        self.sleep_until(wait_id, wait.deadline if wait is not None else self.now + delta)
 
     def timer(self, wait_id: str, deadline: datetime) -> bool:
         """Open a timer without waiting on it; True once it has fired.
@@ -299,15 +412,96 @@ class WorkflowContext:
         The first call ends this decision to record the timer; later calls return at once, and
         the run wakes when the timer fires whatever it is waiting on then (a deadline).
         """
-        if wait_id not in self._snap.waits:
-            self.suspend(self.wait_until(wait_id, deadline))
-        return self.wait_done(wait_id)
+        self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
+        wait = self._snap.waits.get(wait_id)
+        if wait is None:
+            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
+        if wait.deadline != deadline:
+            self._check(self.wait_until(wait_id, deadline))
+        return wait.done
 
-    def receive(self, wait_id: str, signal_name: str) -> JsonValue:
-        """The payload of signal ``signal_name`` once delivered; otherwise wait for it."""
-        if not self.wait_done(wait_id):
-            self.suspend(self.wait_for_signal(wait_id, signal_name), blocking=True)
-        return self.signal(wait_id)
+    def receive(
+        self, wait_id: str, signal_name: str, deadline: datetime | None = None
+    ) -> JsonValue:
+        """The payload of signal ``signal_name`` once delivered; otherwise wait for it.
+
+        With ``deadline`` (a UTC datetime), returns ``TIMED_OUT`` if the deadline passes first;
+        a signal that arrives later is kept for the next wait on that name. Waiting on both
+        takes two decisions: the first opens the signal wait (a signal that came early is
+        delivered at once), the second opens the timer ``f"{wait_id}:deadline"``; then the run
+        parks until one of them happens.
+        """
+        snap = self._snap
+        given = {"signal_name": signal_name, "deadline": _iso(deadline)}
+        self._use("wait", wait_id, f"signal wait {wait_id!r}", given)
+        wait = snap.signal_waits.get(wait_id)
+        if (wait is None and wait_id in snap.waits) or (
+            wait is not None and wait.signal_name != signal_name
+        ):
+            self._check(self.wait_for_signal(wait_id, signal_name))
+        timed_out = self._deadline(f"signal wait {wait_id!r}", wait_id, deadline)
+        if wait is not None and wait.delivered:
+            return self._snap.json_payload(wait.payload)
+        if timed_out:
+            return TIMED_OUT
+        if wait is None or deadline is None or deadline_wait_id(wait_id) in snap.waits:
+            # With a deadline still to open, the next decision must open its timer.
+            opened = deadline is None or deadline_wait_id(wait_id) in snap.waits
+            self.suspend(self.wait_for_signal(wait_id, signal_name), blocking=opened)
+        self.suspend(self.wait_until(deadline_wait_id(wait_id), deadline), blocking=True)
+
+    def hook(
+        self,
+        hook_id: str,
+        deadline: datetime | None = None,
+        *,
+        token: str | None = None,
+        metadata: JsonValue = None,
+    ) -> JsonValue:
+        """The hook's callback payload once resolved, else ``None`` (a reader).
+
+        Given ``deadline`` or ``token`` it waits instead: it creates the hook (token
+        ``ctx.new_token(hook_id)`` unless given) and ends this decision until the callback
+        arrives, or returns ``TIMED_OUT`` once ``deadline`` passed first. As with
+        ``ctx.receive``, the hook and its timer ``f"{hook_id}:deadline"`` are opened by two
+        decisions.
+        """
+        snap = self._snap
+        hook = snap.hooks.get(hook_id)
+        if deadline is None and token is None:
+            if hook is None or not hook.resolved:
+                return None
+            return snap.json_payload(hook.payload)
+        given = {"token": token, "deadline": _iso(deadline)}
+        self._use("hook", hook_id, f"hook {hook_id!r}", given)
+        if hook is not None and (
+            (token is not None and hook.token != token)
+            or (metadata is not None and hook.metadata != metadata)
+        ):
+            self._check(
+                self.create_hook(
+                    hook_id, token or hook.token, hook.metadata if metadata is None else metadata
+                )
+            )
+        timed_out = self._deadline(f"hook {hook_id!r}", hook_id, deadline)
+        timer = snap.waits.get(deadline_wait_id(hook_id))
+        if hook is not None and hook.resolved:
+            fired_first = (
+                timed_out
+                and timer is not None
+                and (timer.fired_sequence or 0) < (hook.resolved_sequence or 0)
+            )
+            if not fired_first:
+                return snap.json_payload(hook.payload)
+        if timed_out:
+            return TIMED_OUT
+        if hook is None:
+            # With a deadline, the next decision must open its timer: not a blocking wait yet.
+            new = self.create_hook(hook_id, token or self.new_token(hook_id), metadata)
+            self.suspend(new, blocking=deadline is None)
+        if deadline is not None and timer is None:
+            self.suspend(self.wait_until(deadline_wait_id(hook_id), deadline), blocking=True)
+        self.suspend(self.create_hook(hook_id, hook.token, hook.metadata), blocking=True)
 
     def child(
         self,
@@ -317,10 +511,52 @@ class WorkflowContext:
         cancellation: CancellationPolicy = "cancel",
     ) -> WorkflowTerminalOutcome:
         """The child's outcome once it ended; otherwise start it (or keep waiting)."""
+        given = {"workflow": workflow, "input": input, "cancellation": cancellation}
+        self._use("child", child_id, f"child {child_id!r}", given)
+        child = self._snap.children.get(child_id)
+        if child is not None and not (
+            child.workflow == workflow
+            and child.input == input
+            and child.cancellation == cancellation
+            and child.batch_id is None
+        ):
+            self._check(self.start_child(child_id, workflow, input, cancellation))
         outcome = self.child_outcome(child_id)
         if outcome is None:
             self.suspend(self.start_child(child_id, workflow, input, cancellation), blocking=True)
         return outcome
+
+    def all_children(
+        self, children: Iterable[StartChild], batch_id: str | None = None
+    ) -> list[WorkflowTerminalOutcome]:
+        """Start ``ctx.start_child(...)`` commands as one batch; their outcomes, in order, once
+        every child has ended (whatever the outcome: check ``outcome.kind``). An empty list
+        gives an empty list at once."""
+        members = list(children)
+        if not members:
+            return []
+        batch = self.start_children(members, batch_id)
+        outcomes: list[WorkflowTerminalOutcome] = []
+        pending = False
+        for member in batch.children:
+            given = {"workflow": member.workflow, "input": member.input}
+            self._use("child", member.child_id, f"child {member.child_id!r}", given)
+            child = self._snap.children.get(member.child_id)
+            if child is not None and not (
+                child.workflow == member.workflow
+                and child.input == member.input
+                and child.cancellation == member.cancellation
+                and child.batch_id == batch.batch_id
+            ):
+                self._check(batch)
+            outcome = self.child_outcome(member.child_id)
+            if outcome is None:
+                pending = True
+            else:
+                outcomes.append(outcome)
+        if pending:
+            self.suspend(batch, blocking=True)
+        return outcomes
 
     def suspend(self, command: RuntimeCommand, *, blocking: bool = False) -> NoReturn:
         """End this decision now with ``command``.
@@ -330,9 +566,93 @@ class WorkflowContext:
         """
         raise Suspend(command, blocking=blocking)
 
+    # -- guards --------------------------------------------------------------------------------
+
+    def _check(self, command: RuntimeCommand) -> None:
+        """Compare ``command`` with history as a returned command is; raise on a mismatch."""
+        from flow_cli.model.determinism import plan
+
+        plan(self._snap, command)
+
+    def _use_step(self, member: ScheduleStep) -> None:
+        used = self._used_steps
+        if member.step_id in used:
+            first_name, first_input = used[member.step_id]
+            self._reused(
+                f"step {member.step_id!r}",
+                {"name": first_name, "input": first_input},
+                {"name": member.name, "input": member.input},
+            )
+        used[member.step_id] = (member.name, member.input)
+
+    def _use(self, kind: str, ident: str, label: str, given: JsonValue) -> None:
+        key = (kind, ident)
+        if key in self._used:
+            self._reused(label, self._used[key], given)
+        self._used[key] = given
+
+    def _reused(self, identity: str, first: JsonValue, second: JsonValue) -> NoReturn:
+        mismatch = Mismatch(
+            identity=identity, field=REUSED_ID_FIELD, recorded=first, produced=second
+        )
+        raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
+
+    def _deadline(self, identity: str, wait_id: str, deadline: datetime | None) -> bool:
+        """Check the deadline timer of a wait or hook against history; True once it fired."""
+        timer = self._snap.waits.get(deadline_wait_id(wait_id))
+        if timer is None:
+            return False
+        if deadline is None:
+            mismatch = Mismatch(
+                identity=identity,
+                field="deadline",
+                recorded=_iso(timer.deadline),
+                produced=None,
+            )
+            raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
+        if timer.deadline != deadline:
+            self._check(self.wait_until(deadline_wait_id(wait_id), deadline))
+        return timer.done
+
 
 def _json(value: JsonValue, what: str) -> JsonValue:
     try:
         return normalise(value)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not a JSON value: {exc}") from None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+BATCH_ID_MAX_JOINED = 40
+"""Default batch ids up to this length are the member ids joined by ``+``."""
+
+
+def _default_batch_id(ids: list[str], recorded: str | None) -> str:
+    """A short stable id for a batch: the member ids joined by ``+`` when that is short
+    (``a+b+c``), else ``b-`` and 12 hex digits of a hash of the member ids.
+
+    Long batches recorded before the hash existed were labelled with all their ids joined;
+    re-issued, they keep that label so that runs in flight continue unchanged.
+    """
+    legacy = "+".join(ids)
+    if len(legacy) <= BATCH_ID_MAX_JOINED or recorded == legacy:
+        return legacy
+    digest = hashlib.sha256("\x1f".join(ids).encode()).hexdigest()
+    return f"b-{digest[:12]}"
+
+
+def step_name(handler: str | Callable[..., Any]) -> str:
+    """The registered name of a step handler given by name or as the decorated function."""
+    if isinstance(handler, str):
+        return handler
+    name = getattr(handler, STEP_NAME_ATTRIBUTE, None)
+    if not isinstance(name, str):
+        label = getattr(handler, "__qualname__", repr(handler))
+        raise InputError(
+            f"{label} is not a step handler: decorate it with @runtime.step(name), or pass "
+            "the step's name"
+        )
+    return name

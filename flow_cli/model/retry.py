@@ -71,7 +71,9 @@ class RetryPolicy:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetryPolicy:
-        return cls(
+        """The policy; equal policies read back as one shared instance, so that comparing a
+        recorded policy with the code's (``ctx.step`` does it on every call) is usually ``is``."""
+        policy = cls(
             max_attempts=data["max_attempts"],
             initial_interval=data["initial_interval"],
             backoff_coefficient=data["backoff_coefficient"],
@@ -79,3 +81,18 @@ class RetryPolicy:
             non_retryable=tuple(data.get("non_retryable", ())),
             on_exhausted=data.get("on_exhausted", "terminate"),
         )
+        return intern(policy)
+
+
+_INTERNED: dict[RetryPolicy, RetryPolicy] = {}
+_INTERN_LIMIT = 1024
+
+
+def intern(policy: RetryPolicy) -> RetryPolicy:
+    """The shared instance equal to ``policy`` (programs use a handful of policies)."""
+    shared = _INTERNED.get(policy)
+    if shared is not None:
+        return shared
+    if len(_INTERNED) < _INTERN_LIMIT:
+        _INTERNED[policy] = policy
+    return policy

@@ -78,6 +78,8 @@ class WaitState:
     sequence: int
     done: bool = False
     fired_at: datetime | None = None
+    fired_sequence: int | None = None
+    """Sequence of its ``wait_completed``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +109,8 @@ class HookState:
     sequence: int
     resolved: bool = False
     payload: JsonValue = None
+    resolved_sequence: int | None = None
+    """Sequence of its ``hook_resolved``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +225,12 @@ class WorkflowRunSnapshot:
             + counts.get(StepStatus.RUNNING, 0)
             + counts.get(StepStatus.BACKOFF, 0)
         )
+
+    def timed_out(self, wait_id: str) -> bool:
+        """Whether the deadline timer of wait ``wait_id`` (``ctx.receive(..., deadline=)``,
+        ``ctx.hook(..., deadline=)``) has fired. A signal wait that timed out takes no signal."""
+        timer = self.waits.get(deadline_wait_id(wait_id))
+        return timer is not None and timer.done
 
     def next_deadline(self) -> datetime | None:
         """The earliest open timer deadline."""
@@ -376,7 +386,9 @@ class WorkflowRunSnapshot:
                 self.open_deadlines[event.wait_id] = event.deadline
             case WaitCompleted():
                 wait = self.waits[event.wait_id]
-                self.waits[event.wait_id] = replace(wait, done=True, fired_at=at)
+                self.waits[event.wait_id] = replace(
+                    wait, done=True, fired_at=at, fired_sequence=envelope.sequence
+                )
                 self.open_deadlines.pop(event.wait_id, None)
             case SignalWaitStarted():
                 self._decision()
@@ -401,11 +413,18 @@ class WorkflowRunSnapshot:
                         sequence=envelope.sequence,
                     )
                 )
-                waiting = self.waiting_signals.get(event.signal_name)
-                if waiting:
-                    self._deliver(len(self.signals) - 1, waiting.pop(0))
-                    if not waiting:
-                        del self.waiting_signals[event.signal_name]
+                # The oldest wait for this name takes it; a wait whose deadline passed first
+                # (ctx.receive(..., deadline=)) takes no signal any more.
+                waiting = self.waiting_signals.get(event.signal_name, [])
+                taker = None
+                while waiting and taker is None:
+                    candidate = waiting.pop(0)
+                    if not self.timed_out(candidate):
+                        taker = candidate
+                if not waiting:
+                    self.waiting_signals.pop(event.signal_name, None)
+                if taker is not None:
+                    self._deliver(len(self.signals) - 1, taker)
                 else:
                     self.buffered_signals.setdefault(event.signal_name, []).append(
                         len(self.signals) - 1
@@ -421,7 +440,9 @@ class WorkflowRunSnapshot:
                 self.hooks_open += 1
             case HookResolved():
                 hook = self.hooks[event.hook_id]
-                self.hooks[event.hook_id] = replace(hook, resolved=True, payload=event.payload)
+                self.hooks[event.hook_id] = replace(
+                    hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
+                )
                 self.hooks_open -= int(not hook.resolved)
             case ChildScheduled():
                 self._decision()
@@ -579,6 +600,11 @@ class WorkflowRunSnapshot:
     def json_payload(self, value: JsonValue) -> JsonValue:
         """A private copy of a stored value, so workflow code cannot mutate the snapshot."""
         return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
+def deadline_wait_id(wait_id: str) -> str:
+    """The id of the timer that bounds wait or hook ``wait_id`` when given a deadline."""
+    return f"{wait_id}:deadline"
 
 
 def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:

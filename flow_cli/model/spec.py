@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
@@ -30,9 +31,26 @@ class WorkflowSpec:
     """For a child run: its child id in the parent."""
     predecessor_run_id: str | None = None
     """For a continuation: the run that continued as new into this one."""
+    first_run_id: str | None = None
+    """For a continuation: the first run of the chain (``ctx.first_run_id``)."""
+    chain_started_at: datetime | None = None
+    """For a continuation: when the first run of the chain started (``ctx.chain_started_at``)."""
+
+    def successor(
+        self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
+    ) -> WorkflowSpec:
+        """The spec of the run that ``continue_as_new(input)`` starts: the same code, the
+        chain's first run and start carried over."""
+        return replace(
+            self,
+            input=input,
+            predecessor_run_id=predecessor_run_id,
+            first_run_id=self.first_run_id or predecessor_run_id,
+            chain_started_at=self.chain_started_at or predecessor_started_at,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "workflow": self.workflow,
             "input": self.input,
             "runtime_build_id": self.runtime_build_id,
@@ -41,6 +59,13 @@ class WorkflowSpec:
             "parent_child_id": self.parent_child_id,
             "predecessor_run_id": self.predecessor_run_id,
         }
+        # Written only when set, so the histories of runs that are not continuations (and of
+        # continuations recorded before these fields existed) stay byte-identical.
+        if self.first_run_id is not None:
+            data["first_run_id"] = self.first_run_id
+        if self.chain_started_at is not None:
+            data["chain_started_at"] = self.chain_started_at.isoformat()
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkflowSpec:
@@ -52,4 +77,14 @@ class WorkflowSpec:
             parent_run_id=data.get("parent_run_id"),
             parent_child_id=data.get("parent_child_id"),
             predecessor_run_id=data.get("predecessor_run_id"),
+            first_run_id=data.get("first_run_id"),
+            chain_started_at=_utc(data.get("chain_started_at")),
         )
+
+
+def _utc(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from flow_cli.model.clock import parse_utc
+
+    return parse_utc(text)

@@ -1,0 +1,51 @@
+"""Following a ``continue_as_new`` chain to its live run.
+
+A run that continued as new has ended; its work goes on in its successor (recorded in its
+``run_continued_as_new`` event), which may itself have continued. Operators and tests name the
+run they know — usually the first — and mean the live one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
+
+MAX_CHAIN = 100_000
+"""A guard against a corrupt chain that loops."""
+
+
+def chain_from(engine: Engine, run_id: str) -> list[str]:
+    """``run_id`` and the successors after it, in order; the last is the live (or final) run.
+
+    Raises ``RunNotFound`` for an unknown ``run_id``.
+    """
+    chain = [run_id]
+    snapshot = engine.snapshot(run_id)
+    while snapshot.outcome is not None and snapshot.outcome.successor_run_id is not None:
+        successor = snapshot.outcome.successor_run_id
+        if successor in chain or len(chain) >= MAX_CHAIN:
+            break
+        chain.append(successor)
+        snapshot = engine.snapshot(successor)
+    return chain
+
+
+def live_run(engine: Engine, run_id: str) -> str:
+    """The run that carries on ``run_id``'s work: itself unless it continued as new."""
+    return chain_from(engine, run_id)[-1]
+
+
+def follow(engine: Engine, run_id: str) -> tuple[str, str | None]:
+    """The live run for ``run_id`` and the note to show when it is another run."""
+    chain = chain_from(engine, run_id)
+    return chain[-1], followed_note(chain)
+
+
+def followed_note(chain: list[str]) -> str | None:
+    """What to tell an operator when a chain was followed (``None`` when it was not)."""
+    if len(chain) < 2:
+        return None
+    hops = "continued as new" if len(chain) == 2 else f"continued as new {len(chain) - 1} times"
+    return f"note: run {chain[0]!r} {hops}; acting on its live successor {chain[-1]!r}"
