@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from flow_cli.engine.sticky import StickyCalls, StickyCode
 from flow_cli.engine.streams import Pending, Streams
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import Clock
@@ -30,6 +31,7 @@ from flow_cli.model.decision import (
     Idle,
     Park,
     Terminate,
+    WorkflowCode,
     decide,
     failed,
     successor_run_id,
@@ -97,6 +99,8 @@ class Decider:
         self.runtimes = runtimes
         self.clock = clock
         self.conflicts = 0
+        self.sticky = StickyCalls()
+        """Workflow calls kept waiting in ``ctx.step`` (see ``flow_cli.engine.sticky``)."""
 
     def decide(self, run_id: str) -> DecideReport:
         """Advance ``run_id`` until it waits or ends. Safe to call from several workers."""
@@ -196,15 +200,20 @@ class Decider:
         self.commit(pending, effects)
         return effects.more
 
-    def advance(self, pending: Pending, runtime: Runtime, report: DecideReport) -> Effects:
+    def advance(
+        self, pending: Pending, runtime: Runtime, report: DecideReport, *, sticky: bool = False
+    ) -> Effects:
         """Fold the run's next decisions into ``pending`` until it waits or ends.
 
-        Sets ``pending.decide_at`` to when the run should be decided next.
+        Sets ``pending.decide_at`` to when the run should be decided next. With ``sticky`` (the
+        step executor's chain), a workflow call waiting in ``ctx.step`` is kept alive and
+        resumed instead of replayed (``flow_cli.engine.sticky``).
         """
         effects = Effects()
+        code: WorkflowCode = StickyCode(runtime, self.sticky) if sticky else runtime
         for _ in range(MAX_DECISIONS_PER_COMMIT):
             snap = pending.snapshot
-            decision = decide(snap, runtime, pending.now)
+            decision = decide(snap, code, pending.now)
             if isinstance(decision, Append):
                 problem = self._check_new(snap, decision.events, effects)
                 if problem is not None:

@@ -131,6 +131,7 @@ class Engine:
         )
 
     def close(self) -> None:
+        self.decider.sticky.close()
         self.store.close()
 
     def __enter__(self) -> Engine:

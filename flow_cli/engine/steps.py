@@ -204,7 +204,7 @@ class StepExecutor:
             effects = Effects()
             following: StepLease | None = None
             if not (isinstance(event, StepFailed) and not event.exhausted):
-                effects = self.decider.advance(pending, runtime, report)
+                effects = self.decider.advance(pending, runtime, report, sticky=True)
                 if not effects.more and lease_seconds is not None:
                     following = start_scheduled(pending, worker, lease_seconds)
             try:

@@ -93,6 +93,9 @@ class WorkflowContext:
         # Identities the sequential helpers used in this decision, with what they were given.
         self._used_steps: dict[str, tuple[str, JsonValue]] = {}
         self._used: dict[tuple[str, str], JsonValue] = {}
+        self._waiter: Callable[[ScheduleStep], None] | None = None
+        """Set when the engine keeps this call alive (``flow_cli.engine.sticky``): ``ctx.step``
+        then waits for its new step to settle instead of ending the call."""
 
     # -- readers -------------------------------------------------------------------------------
 
@@ -345,7 +348,11 @@ class WorkflowContext:
         used[step_id] = (name, input)
         step = self._snap.steps.get(step_id)
         if step is None:
-            self.suspend(self.schedule_step(step_id, name, input, policy), blocking=True)
+            command = self.schedule_step(step_id, name, input, policy)
+            if self._waiter is None:
+                self.suspend(command, blocking=True)
+            self._waiter(command)  # returns once the step has settled in self._snap
+            return self._settled_output(step_id)
         if not (
             step.name == name
             and step.input == input
@@ -358,6 +365,12 @@ class WorkflowContext:
         if step.status is StepStatus.FAILED:
             raise StepFailedError(step_id, self._snap.json_payload(step.error))
         self.suspend(self.schedule_step(step_id, name, input, policy), blocking=True)
+
+    def _settled_output(self, step_id: str) -> JsonValue:
+        step = self._snap.steps[step_id]
+        if step.status is StepStatus.FAILED:
+            raise StepFailedError(step_id, self._snap.json_payload(step.error))
+        return self._snap.json_payload(step.output)
 
     def all_steps(
         self, steps: Iterable[ScheduleStep], batch_id: str | None = None
@@ -397,7 +410,7 @@ class WorkflowContext:
     def sleep_until(self, wait_id: str, deadline: datetime) -> None:
         """Return once the timer fired; otherwise end this decision waiting for it."""
         if not self.timer(wait_id, deadline):
-            self.suspend(self.wait_until(wait_id, deadline))
+            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
 
     def sleep(self, wait_id: str, duration: float | timedelta) -> None:
         """Sleep ``duration`` (seconds or a ``timedelta``) counted from ``ctx.now`` at the
@@ -415,7 +428,7 @@ class WorkflowContext:
         self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
         wait = self._snap.waits.get(wait_id)
         if wait is None:
-            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
+            self.suspend(self.wait_until(wait_id, deadline))  # not blocking: the code goes on
         if wait.deadline != deadline:
             self._check(self.wait_until(wait_id, deadline))
         return wait.done
