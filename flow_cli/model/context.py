@@ -397,7 +397,7 @@ class WorkflowContext:
     def sleep_until(self, wait_id: str, deadline: datetime) -> None:
         """Return once the timer fired; otherwise end this decision waiting for it."""
         if not self.timer(wait_id, deadline):
-            self.suspend(self.wait_until(wait_id, deadline))
+            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
 
     def sleep(self, wait_id: str, duration: float | timedelta) -> None:
         """Sleep ``duration`` (seconds or a ``timedelta``) counted from ``ctx.now`` at the
@@ -415,7 +415,7 @@ class WorkflowContext:
         self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
         wait = self._snap.waits.get(wait_id)
         if wait is None:
-            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
+            self.suspend(self.wait_until(wait_id, deadline))  # not blocking: the code goes on
         if wait.deadline != deadline:
             self._check(self.wait_until(wait_id, deadline))
         return wait.done
