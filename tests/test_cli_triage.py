@@ -85,7 +85,10 @@ def test_count(fleet: TriageProject) -> None:
         "total": 1,
         "groups": {"broken": 1},
     }
-    assert fleet.setup("count", "--workflow", "nothing", "--json").json() == {"total": 0, "groups": {}}
+    assert fleet.setup("count", "--workflow", "nothing", "--json").json() == {
+        "total": 0,
+        "groups": {},
+    }
     text = fleet.setup("count", "--by", "build_id").stdout
     assert "cli-1" in text and "8 in total" in text
     assert fleet.setup("count").stdout.strip() == "8"
