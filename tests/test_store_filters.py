@@ -147,6 +147,11 @@ def test_list_hooks_keeps_creation_time_and_metadata(store: EventStore, clock: M
     assert [h.token for h in store.list_hooks("a")] == ["ta"]
     assert store.list_hooks("a", open_only=True) == []
     assert store.list_hooks("unknown") == []
+    # A hook of a run that ended waits for nothing any more.
+    done = RunIndex(status=RunStatus.COMPLETED)
+    store.append_if_sequence("b", 2, [RunCompleted(result=None)], done, clock.now())
+    assert store.list_hooks(open_only=True) == []
+    assert [h.token for h in store.list_hooks()] == ["ta", "tb"]
 
 
 # -- the planner's waiting_on ---------------------------------------------------------------------
@@ -215,15 +220,23 @@ def test_sqlite_version_1_database_is_upgraded_with_hook_rows(
     with monkeypatch.context() as patch:
         patch.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
         old = SQLiteStore(path)
-        old.create_run(new_run("a"), clock.now())
         old.close()
-    # What a version 1 Flow wrote for a hook: the event and a hooks row without time or metadata.
+    # What a version 1 Flow wrote for a run with a hook: events, a runs row, a hooks row
+    # without creation time or metadata.
+    stamp = clock.now().isoformat(timespec="microseconds")
+    started = RunStarted(spec=new_run("a").spec, seed="s")
     created = HookCreated(hook_id="approve", token="tok", metadata={"amount": 5})
     with sqlite3.connect(path) as conn:
         conn.execute(
-            "INSERT INTO events VALUES ('a', 2, 'hook_created', ?, ?)",
-            (clock.now().isoformat(timespec="microseconds"), json.dumps(created.to_data())),
+            "INSERT INTO runs (run_id, workflow, status, build_id, created_at, updated_at, "
+            "last_sequence) VALUES ('a', 'orders', 'Suspended', ?, ?, ?, 1)",
+            (BUILD, stamp, stamp),
         )
+        for sequence, event in ((1, started), (2, created)):
+            conn.execute(
+                "INSERT INTO events VALUES ('a', ?, ?, ?, ?)",
+                (sequence, event.event_key(), stamp, json.dumps(event.to_data())),
+            )
         conn.execute("UPDATE runs SET last_sequence = 2 WHERE run_id = 'a'")
         conn.execute("INSERT INTO hooks VALUES ('tok', 'a', 'approve', 0)")
     conn.close()

@@ -257,8 +257,10 @@ class Decider:
                 events.append(RunFailed(error=command.error))
                 outcome = {"kind": "Failed", "error": command.error}
             case Cancelled():
-                events.append(RunCancelled(reason=command.reason))
+                events.append(RunCancelled(reason=command.reason, forced=command.forced))
                 outcome = {"kind": "Cancelled", "reason": command.reason}
+                if command.forced:
+                    outcome["forced"] = True
             case ContinueAsNew():
                 successor = successor_run_id(snap.run_id)
                 events.append(

@@ -220,6 +220,8 @@ def _check_point(
     terminal = chunk[-1].event
     if isinstance(terminal, RunFailed) and _engine_failed(snap, terminal):
         return  # the engine ended the run on an exhausted step; the code was not asked
+    if isinstance(terminal, RunCancelled) and terminal.forced:
+        return  # `flow terminate` ended the run; the code was not asked
     try:
         command = runtime.decide(snap)
         result = plan(snap, command)

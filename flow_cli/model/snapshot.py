@@ -417,7 +417,7 @@ class WorkflowRunSnapshot:
             case RunCancelled():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
-                    kind=RunStatus.CANCELLED, reason=event.reason
+                    kind=RunStatus.CANCELLED, reason=event.reason, forced=event.forced
                 )
             case RunContinuedAsNew():
                 self._decision()

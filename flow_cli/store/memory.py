@@ -359,7 +359,8 @@ class MemoryStore(AppendViaCommit):
             return [
                 h
                 for h in self._hook_rows.values()
-                if (run_id is None or h.run_id == run_id) and not (open_only and h.resolved)
+                if (run_id is None or h.run_id == run_id)
+                and not (open_only and (h.resolved or self._runs[h.run_id].status.terminal))
             ]
 
     # -- due work ---------------------------------------------------------------------------------

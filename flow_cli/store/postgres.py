@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flow_cli.errors import ConfigError, EventConflict, RunNotFound, StoreError
 from flow_cli.model.events import EventEnvelope, event_from_data
-from flow_cli.model.status import RunStatus
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
@@ -296,9 +296,14 @@ class PostgresStore(AppendViaCommit):
             rows = conn.execute(
                 "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks "
                 "WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
-                "AND (NOT %(open)s OR NOT resolved) "
+                "AND (NOT %(open)s OR (NOT resolved AND EXISTS (SELECT 1 FROM runs r "
+                "WHERE r.run_id = hooks.run_id AND NOT r.status = ANY(%(ended)s)))) "
                 "ORDER BY created_at, created_order",
-                {"run": run_id, "open": open_only},
+                {
+                    "run": run_id,
+                    "open": open_only,
+                    "ended": sorted(s.value for s in TERMINAL_STATUSES),
+                },
             ).fetchall()
         return [
             HookListing(

@@ -297,7 +297,8 @@ class EventStore(Protocol):
         ...
 
     def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
-        """Hooks of one run or of all runs, oldest first; ``open_only``: not yet resolved."""
+        """Hooks of one run or of all runs, oldest first; ``open_only``: not yet resolved, of a
+        run that has not ended."""
         ...
 
     def lease_runs(

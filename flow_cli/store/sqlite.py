@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from flow_cli.errors import ConfigError, EventConflict, HookTokenInUse, RunNotFound, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_from_data
-from flow_cli.model.status import RunStatus
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.protocol import (
     GROUPINGS,
     KEEP,
@@ -129,6 +129,9 @@ def _v3_fleet(db: Database) -> None:
         "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
     )
 
+
+_TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
+"""The terminal statuses as an SQL list: hooks of ended runs are not open."""
 
 _BUILD_KEY = "substr(build_id, 1)"
 """The indexed expression that `--build-id` filters on (see ``_v2_triage``)."""
@@ -704,7 +707,10 @@ class SQLiteStore(AppendViaCommit):
             sql.append("run_id = ?")
             params.append(run_id)
         if open_only:
-            sql.append("resolved = 0")
+            sql.append(
+                "resolved = 0 AND run_id IN (SELECT run_id FROM runs WHERE run_id = hooks.run_id "
+                f"AND status NOT IN ({_TERMINAL_LIST}))"
+            )
         rows = (
             self._conn()
             .execute(
