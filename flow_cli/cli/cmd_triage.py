@@ -87,7 +87,12 @@ def count(
     ctx: typer.Context,
     by: Annotated[
         Grouping | None,
-        typer.Option("--by", help="Count per status, workflow or build id.", show_default=False),
+        typer.Option(
+            "--by",
+            metavar="status|workflow|build_id",
+            help="Count per status, workflow or build id.",
+            show_default=False,
+        ),
     ] = None,
     json_output: JsonFlag = False,
     *,
