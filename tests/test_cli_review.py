@@ -158,8 +158,8 @@ def test_input_file_and_stdin_with_a_utf8_byte_order_mark_are_read(project: Flow
 
 def test_usage_lines_name_arguments_as_the_help_text_does(project: FlowProject) -> None:
     expected = {
-        ("start",): ("Usage: flow start [OPTIONS] {WORKFLOW}", "Create a run of WORKFLOW"),
-        ("signal",): ("Usage: flow signal [OPTIONS] {RUN} {NAME}", "Deliver signal NAME to RUN"),
+        ("start",): ("Usage: flow start [OPTIONS] [WORKFLOW]", "Create a run of WORKFLOW"),
+        ("signal",): ("Usage: flow signal [OPTIONS] {RUN} [NAME]", "Deliver signal NAME to RUN"),
         ("hook", "resolve"): ("Usage: flow hook resolve [OPTIONS] {TOKEN}", "hook with TOKEN"),
         ("replay-check",): ("Usage: flow replay-check [OPTIONS] [RUN]...", "build B"),
     }

@@ -87,12 +87,12 @@ def test_a_clock_read_is_one_decision_failed_however_often_it_is_retried(
 ) -> None:
     engine = make_engine(store, [_clock_reader()], clock)
     engine.start("reads-clock", run_id="clock")
-    engine.tick(until_idle=True)  # records the timer with one deadline
-    assert keys(engine, "clock") == ["run_started", "wait_started"]
-    engine.signal("clock", "poke")  # wakes it: the code now proposes another deadline
-    for _ in range(6):
-        engine.tick(until_idle=True)
+    # The timer is recorded with one deadline; asked again at once, the code proposes another.
+    engine.tick(until_idle=True)
+    assert keys(engine, "clock") == ["run_started", "wait_started", "decision_failed"]
+    for _ in range(6):  # every retry reads the clock again: still the same cause
         clock.advance(DECISION_RETRY_MAX.total_seconds())
+        engine.tick(until_idle=True)
     failed = [e for e in engine.history("clock") if e.event_key == "decision_failed"]
     assert len(failed) == 1
     (mismatch,) = failed[0].event.to_data()["mismatches"]

@@ -106,7 +106,9 @@ def test_two_engines_deciding_one_run_converge_on_the_single_writer_history(
     _drive([engine_1, engine_2], clock)
 
     assert len(raced) == 4
-    assert engine_1.decider.conflicts >= 2  # lost at later decisions too, recovered each time
+    # Later races often find engine_2 with nothing new to record (a decision parks the run in
+    # its own commit now), so only the first one is sure to conflict; all of them converge.
+    assert engine_1.conflicts >= 1
     assert keys(solo, "solo")[-1] == "run_completed"
     assert keys(engine_1, "race") == keys(solo, "solo")
     assert _comparable(engine_1, "race") == _comparable(solo, "solo")

@@ -19,7 +19,17 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from flow_cli.cli import cmd_drive, cmd_facts, cmd_fleet, cmd_init, cmd_read, cmd_replay, exits
+from flow_cli.cli import (
+    cmd_bulk,
+    cmd_drive,
+    cmd_facts,
+    cmd_fleet,
+    cmd_init,
+    cmd_read,
+    cmd_replay,
+    cmd_triage,
+    exits,
+)
 from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
@@ -180,13 +190,16 @@ app.command("init")(cmd_init.init)
 app.command("start")(cmd_facts.start)
 app.command("tick")(cmd_drive.tick)
 app.command("worker")(cmd_drive.worker)
-app.command("signal")(cmd_facts.signal_run)
+app.command("signal")(cmd_bulk.signal_runs)
 app.add_typer(cmd_facts.hook_app)
-app.command("cancel")(cmd_facts.cancel)
-app.command("runs")(cmd_read.runs)
+cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
+app.command("cancel")(cmd_bulk.cancel)
+app.command("terminate")(cmd_bulk.terminate)
+app.command("runs")(cmd_triage.runs)
+app.command("count")(cmd_triage.count)
 app.command("show")(cmd_read.show)
 app.command("history")(cmd_read.history)
-app.command("export")(cmd_read.export)
+app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)
 

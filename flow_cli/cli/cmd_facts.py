@@ -29,11 +29,13 @@ hook_app = typer.Typer(
 def start(
     ctx: typer.Context,
     workflow: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            metavar="WORKFLOW", help="The workflow name, as registered with @runtime.workflow."
+            metavar="WORKFLOW",
+            help="The workflow name, as registered with @runtime.workflow.",
+            show_default=False,
         ),
-    ],
+    ] = None,
     run_id: Annotated[
         str | None,
         typer.Option(
@@ -62,7 +64,20 @@ def start(
             show_default=False,
         ),
     ] = None,
+    from_jsonl: Annotated[
+        str | None,
+        typer.Option(
+            "--from-jsonl",
+            metavar="FILE|-",
+            help='Start many runs, one {"run_id", "workflow", "input", "build_id"?} a line '
+            "(- reads stdin); one result line per run; idempotent.",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonFlag = False,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="With --from-jsonl: one JSON result a line.")
+    ] = False,
 ) -> None:
     """Create a run of WORKFLOW and print its run id.
 
@@ -71,6 +86,15 @@ def start(
     the next `flow tick` or a running `flow worker`.
     """
     state = CliState.of(ctx)
+    if from_jsonl is not None:
+        if workflow is not None or run_id is not None or input is not None:
+            raise InputError("--from-jsonl takes workflow, id and input from its lines; drop them.")
+        from flow_cli.cli.cmd_bulk import start_from_jsonl
+
+        start_from_jsonl(ctx, from_jsonl, state.want_json(json_output), jsonl)
+        return
+    if workflow is None:
+        raise InputError("Missing argument 'WORKFLOW' (or use --from-jsonl FILE).")
     if run_id == "":
         raise InputError("--id is empty; give the run id, or leave --id out for a generated one.")
     value = parse_json_arg(input, "--input")
@@ -132,10 +156,17 @@ def hook_resolve(
 
     A hook takes exactly one callback: an unknown token is exit 2, a token that was already
     resolved (or whose run ended) is exit 1. --run naming a run that continued as new means its
-    live successor (said on stderr).
+    live successor (said on stderr). TOKEN - reads tokens from stdin (one a line, or
+    the JSON lines of `flow hook list --jsonl`) and resolves each with the same payload: one
+    result line per token, exit 1 if any failed.
     """
     state = CliState.of(ctx)
     value = parse_json_arg(payload, "--payload")
+    if token == "-":
+        from flow_cli.cli.cmd_bulk import resolve_from_stdin
+
+        resolve_from_stdin(state, value, run_id, state.want_json(json_output))
+        return
     with state.open_engine(create=False, with_runtimes=False) as engine:
         if run_id is not None:
             run_id = _follow(engine, run_id)

@@ -1,4 +1,4 @@
-"""Read-only commands: ``runs``, ``show``, ``history``, ``export``.
+"""Read-only commands: ``show``, ``history``, ``export`` (``runs`` is in ``cmd_triage``).
 
 They open the database with ``create=False`` (a wrong path is reported, never created) and
 never import the runtimes, so they work on any machine that can reach the database.
@@ -19,71 +19,12 @@ from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunNotFound
-from flow_cli.model.status import RunStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
 
 FOLLOW_POLL_SECONDS = 1.0
 """Upper bound of one ``wait_for_change``; the store returns sooner when something commits."""
-
-
-def runs(
-    ctx: typer.Context,
-    status: Annotated[
-        RunStatus | None,
-        typer.Option(
-            "--status",
-            metavar="S",
-            case_sensitive=False,
-            help="Only runs with this status: Pending, Running, Suspended, Cancelling, "
-            "Completed, Failed, Cancelled or ContinuedAsNew (any case).",
-            show_default=False,
-        ),
-    ] = None,
-    workflow: Annotated[
-        str | None,
-        typer.Option(
-            "--workflow", metavar="W", help="Only runs of this workflow.", show_default=False
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit", metavar="N", min=1, help="At most N runs (newest first).", show_default=False
-        ),
-    ] = None,
-    json_output: JsonFlag = False,
-) -> None:
-    """List runs, newest first.
-
-    A run whose last decision failed (workflow code raised, or was non-deterministic) is marked
-    failing: it is not terminal and resumes once fixed code is deployed.
-    """
-    state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        records = engine.list_runs(status=status, workflow=workflow, limit=limit)
-    if state.want_json(json_output):
-        emit_json(
-            [
-                {
-                    "run_id": r.run_id,
-                    "workflow": r.workflow,
-                    "status": r.status.value,
-                    "build_id": r.build_id,
-                    "parent_run_id": r.parent_run_id,
-                    "created_at": r.created_at.isoformat(),
-                    "updated_at": r.updated_at.isoformat(),
-                    "last_sequence": r.last_sequence,
-                    "failing": r.failing,
-                }
-                for r in records
-            ]
-        )
-        return
-    from flow_cli.cli import render
-
-    render.console().print(render.runs_table(records))
 
 
 def show(

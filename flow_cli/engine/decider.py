@@ -328,6 +328,8 @@ class Decider:
                 outcome = {"kind": "Failed", "error": command.error}
             case Cancelled():
                 outcome = {"kind": "Cancelled", "reason": command.reason}
+                if command.forced:
+                    outcome["forced"] = True
             case ContinueAsNew():
                 successor = self._successor(snap, command, now)
                 if self.streams.store.get_run(successor.run_id) is not None:

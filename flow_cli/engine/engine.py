@@ -33,6 +33,7 @@ from flow_cli.errors import (
     WorkflowNotFound,
 )
 from flow_cli.model.clock import Clock, SystemClock
+from flow_cli.model.commands import Cancelled
 from flow_cli.model.events import (
     CancelRequested,
     Event,
@@ -263,6 +264,26 @@ class Engine:
 
         self._append_fact(run_id, events, "cancel it")
         return bool(requested)
+
+    def terminate(self, run_id: str, reason: str = "terminated by operator") -> bool:
+        """End the run now without running workflow code (``flow terminate``).
+
+        Writes the closing events of a terminal transition (unsettled steps cancelled,
+        ``outcome_unknown`` where an attempt started; children per their policy) and
+        ``run_cancelled`` with ``forced: true``, in one commit. Works on a run whose code raises
+        on every decision. Returns False when the run had already ended. Raises ``RunNotFound``.
+        """
+        command = Cancelled(reason=reason, forced=True)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            snap = self.snapshot(run_id)
+            if snap.terminal:
+                return False
+            try:
+                self.decider.terminate(snap, command, self.clock.now(), reason)
+            except EventConflict:
+                continue
+            return True
+        raise FlowError(f"run {run_id!r} is too busy to terminate it; try again")
 
     def _append_fact(
         self,

@@ -18,7 +18,7 @@ from flow_cli.model.events import (
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
-from flow_cli.store.protocol import KEEP, HookEntry, Keep, RunIndex, StepTask
+from flow_cli.store.protocol import KEEP, HookEntry, Keep, RunIndex, StepTask, waiting_entry
 
 
 def is_wake(event: Event) -> bool:
@@ -70,9 +70,46 @@ def index_for(
             steps[step_id] = step_task(after.steps[step_id])
         if isinstance(event, HookCreated | HookResolved):
             hook = after.hooks[event.hook_id]
-            hooks.append(HookEntry(token=hook.token, hook_id=hook.hook_id, resolved=hook.resolved))
+            hooks.append(
+                HookEntry(
+                    token=hook.token,
+                    hook_id=hook.hook_id,
+                    resolved=hook.resolved,
+                    metadata=hook.metadata,
+                )
+            )
     if after.terminal:
         decide_at = None
     return RunIndex(
-        status=after.status, decide_at=decide_at, failing=failing, steps=steps, hooks=hooks
+        status=after.status,
+        decide_at=decide_at,
+        failing=failing,
+        steps=steps,
+        hooks=hooks,
+        waiting_on=waiting_on(after),
     )
+
+
+def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
+    """What an open run waits on, as space-separated ``KIND:ID`` entries; None when nothing.
+
+    Signals are named by signal name (what ``flow signal`` takes), the rest by their id.
+    """
+    if snapshot.terminal:
+        return None
+    entries = [
+        *(
+            waiting_entry("signal", w.signal_name)
+            for w in snapshot.signal_waits.values()
+            if not w.delivered
+        ),
+        *(waiting_entry("hook", h.hook_id) for h in snapshot.hooks.values() if not h.resolved),
+        *(waiting_entry("timer", w.wait_id) for w in snapshot.waits.values() if not w.done),
+        *(
+            waiting_entry("step", s.step_id)
+            for s in snapshot.steps.values()
+            if not s.status.settled
+        ),
+        *(waiting_entry("child", c.child_id) for c in snapshot.children.values() if c.open),
+    ]
+    return " ".join(dict.fromkeys(entries)) or None

@@ -197,6 +197,9 @@ def _check_point(
 ) -> None:
     """Ask the decision function what it would record here, and compare with what was."""
     sequence = chunk[0].sequence
+    ending = chunk[-1].event
+    if isinstance(ending, RunCancelled) and ending.forced:
+        return  # `flow terminate` ended the run; the code was not asked
     decision = decide(snap, runtime, chunk[0].recorded_at, replaying=True)
     produced: tuple[Event, ...] = ()
     match decision:

@@ -85,6 +85,8 @@ class ContinueAsNew:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancelled:
     reason: str
+    forced: bool = False
+    """Set by ``Engine.terminate`` only: the run ends without its code's say."""
 
 
 RuntimeCommand: TypeAlias = (

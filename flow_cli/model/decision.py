@@ -192,7 +192,7 @@ def terminate(snapshot: WorkflowRunSnapshot, command: TerminalCommand, reason: s
         case Fail():
             events.append(RunFailed(error=command.error))
         case Cancelled():
-            events.append(RunCancelled(reason=command.reason))
+            events.append(RunCancelled(reason=command.reason, forced=command.forced))
         case ContinueAsNew():
             events.append(
                 RunContinuedAsNew(

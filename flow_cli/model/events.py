@@ -223,6 +223,15 @@ class RunFailed(_EventBase):
 class RunCancelled(_EventBase):
     KEY = "run_cancelled"
     reason: str
+    forced: bool = False
+    """Ended by ``flow terminate``, without asking the workflow code; written only when true,
+    so histories of other cancellations keep their exact bytes."""
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"reason": self.reason}
+        if self.forced:
+            data["forced"] = True
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -490,7 +490,7 @@ class WorkflowRunSnapshot:
             case RunCancelled():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
-                    kind=RunStatus.CANCELLED, reason=event.reason
+                    kind=RunStatus.CANCELLED, reason=event.reason, forced=event.forced
                 )
             case RunContinuedAsNew():
                 self._decision()

@@ -64,6 +64,8 @@ class WorkflowTerminalOutcome:
     """For ``Failed``: ``{"type", "message", ...}``."""
     reason: str | None = None
     """For ``Cancelled``."""
+    forced: bool = False
+    """For ``Cancelled`` by ``flow terminate``."""
     successor_run_id: str | None = None
     """For ``ContinuedAsNew``."""
 
@@ -74,6 +76,8 @@ class WorkflowTerminalOutcome:
         if self.kind is RunStatus.FAILED:
             return {"kind": "Failed", "error": self.error}
         if self.kind is RunStatus.CANCELLED:
+            if self.forced:
+                return {"kind": "Cancelled", "reason": self.reason, "forced": True}
             return {"kind": "Cancelled", "reason": self.reason}
         return {"kind": "ContinuedAsNew", "successor_run_id": self.successor_run_id}
 
@@ -85,5 +89,6 @@ class WorkflowTerminalOutcome:
             result=data.get("result"),
             error=data.get("error"),
             reason=data.get("reason"),
+            forced=bool(data.get("forced", False)),
             successor_run_id=data.get("successor_run_id"),
         )

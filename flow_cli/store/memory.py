@@ -25,14 +25,18 @@ from flow_cli.store.protocol import (
     WORKER_RETENTION,
     AppendViaCommit,
     CommitGroup,
+    HookListing,
     HookRecord,
     NewRun,
+    RunCount,
+    RunFilter,
     RunIndex,
     RunRecord,
     StepLease,
     StoreStats,
     StreamWrite,
     WorkerInfo,
+    waiting_needle,
 )
 
 
@@ -65,6 +69,7 @@ class _Run:
     decide_at: datetime | None
     lease_owner: str | None = None
     failing: str | None = None
+    waiting_on: str | None = None
     events: list[_Event] = field(default_factory=list)
 
     def record(self) -> RunRecord:
@@ -79,6 +84,7 @@ class _Run:
             last_sequence=len(self.events),
             decide_at=self.decide_at,
             failing=self.failing,
+            waiting_on=self.waiting_on,
         )
 
 
@@ -103,6 +109,8 @@ class MemoryStore(AppendViaCommit):
         self._tasks: dict[tuple[str, str], _Task] = {}
         self._hooks: dict[str, HookRecord] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        self._hook_rows: dict[str, HookListing] = {}
+        """What ``list_hooks`` shows, in creation order."""
         self._order = itertools.count()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -222,6 +230,10 @@ class MemoryStore(AppendViaCommit):
             run.lease_owner = None
         if index.failing is not KEEP:
             run.failing = index.failing
+        if index.status.terminal:
+            run.waiting_on = None
+        elif index.waiting_on is not KEEP:
+            run.waiting_on = index.waiting_on
         for step_id, task in index.steps.items():
             if task is None:
                 self._tasks.pop((run_id, step_id), None)
@@ -236,6 +248,15 @@ class MemoryStore(AppendViaCommit):
         for hook in index.hooks:
             self._hooks[hook.token] = HookRecord(
                 token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
+            )
+            known = self._hook_rows.get(hook.token)
+            self._hook_rows[hook.token] = HookListing(
+                run_id=run_id,
+                hook_id=hook.hook_id,
+                token=hook.token,
+                resolved=hook.resolved,
+                created_at=at if known is None else known.created_at,
+                metadata=json.loads(json.dumps(hook.metadata)) if known is None else known.metadata,
             )
 
     def _touched(self, *, durable: bool = True) -> None:
@@ -306,6 +327,62 @@ class MemoryStore(AppendViaCommit):
         """The hook owning ``token``, or None."""
         with self._lock:
             return self._hooks.get(token)
+
+    def _matching(self, where: RunFilter) -> list[_Run]:
+        """Runs matching ``where`` (cursor and limit aside), newest first."""
+        statuses = set(where.statuses)
+        since = None if where.since is None else _utc(where.since)
+        until = None if where.until is None else _utc(where.until)
+        idle = None if where.idle_since is None else _utc(where.idle_since)
+        needle = None if where.waiting_on is None else waiting_needle(where.waiting_on)
+        runs = [
+            r
+            for r in self._runs.values()
+            if (not statuses or r.status in statuses)
+            and (where.workflow is None or r.workflow == where.workflow)
+            and (where.build_id is None or r.build_id == where.build_id)
+            and (since is None or r.created_at >= since)
+            and (until is None or r.created_at < until)
+            and (not where.failing or r.failing is not None)
+            and (needle is None or (r.waiting_on is not None and needle in f" {r.waiting_on} "))
+            and (idle is None or r.updated_at <= idle)
+            and (not where.top_level or r.parent_run_id is None)
+        ]
+        runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
+        return runs
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        with self._lock:
+            runs = self._matching(where)
+            if where.after is not None:
+                cursor = self._runs.get(where.after)
+                if cursor is None:
+                    raise RunNotFound(where.after)
+                key = (cursor.created_at, cursor.order)
+                runs = [r for r in runs if (r.created_at, r.order) < key]
+            return [r.record() for r in runs[: where.limit]]
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` when given."""
+        with self._lock:
+            runs = self._matching(where)
+            groups: dict[str, int] = {}
+            if by is not None:
+                for run in runs:
+                    key = str(getattr(run, by))
+                    groups[key] = groups.get(key, 0) + 1
+            return RunCount(total=len(runs), groups=dict(sorted(groups.items())))
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or all runs, oldest first."""
+        with self._lock:
+            return [
+                h
+                for h in self._hook_rows.values()
+                if (run_id is None or h.run_id == run_id)
+                and not (open_only and (h.resolved or self._runs[h.run_id].status.terminal))
+            ]
 
     # -- due work ---------------------------------------------------------------------------------
 

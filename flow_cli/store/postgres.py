@@ -39,17 +39,21 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
-from flow_cli.model.status import RunStatus
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
+    GROUPINGS,
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
     CommitGroup,
+    HookListing,
     HookRecord,
     NewRun,
+    RunCount,
+    RunFilter,
     RunIndex,
     RunRecord,
     StepLease,
@@ -276,6 +280,76 @@ class PostgresStore(AppendViaCommit):
                 },
             ).fetchall()
         return [tables.run_record(row) for row in rows]
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        condition, params = tables.run_filter(where)
+        cursor = sql.SQL("")
+        with self._transaction() as conn:
+            if where.after is not None:
+                found = conn.execute(
+                    "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
+                ).fetchone()
+                if found is None:
+                    raise RunNotFound(where.after)
+                cursor = sql.SQL(" AND (created_at, created_order) < (%(c_at)s, %(c_order)s)")
+                params.update(c_at=found[0], c_order=found[1])
+            params["limit"] = where.limit
+            rows = conn.execute(
+                sql.SQL("SELECT {} FROM runs WHERE {}{} ").format(
+                    sql.SQL(tables.RUN_COLUMNS), condition, cursor
+                )
+                + sql.SQL("ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s"),
+                params,
+            ).fetchall()
+        return [tables.run_record(row) for row in rows]
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` when given."""
+        condition, params = tables.run_filter(where)
+        if by is not None and by not in GROUPINGS:
+            raise ValueError(f"cannot group runs by {by!r}")
+        with self._transaction() as conn:
+            if by is None:
+                row = conn.execute(
+                    sql.SQL("SELECT count(*) FROM runs WHERE {}").format(condition), params
+                ).fetchone()
+                return RunCount(total=int(row[0]) if row else 0, groups={})
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT {col}, count(*) FROM runs WHERE {cond} GROUP BY {col} ORDER BY {col}"
+                ).format(col=sql.Identifier(by), cond=condition),
+                params,
+            ).fetchall()
+        groups = {str(key): int(n) for key, n in rows}
+        return RunCount(total=sum(groups.values()), groups=groups)
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or all runs, oldest first."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks "
+                "WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
+                "AND (NOT %(open)s OR (NOT resolved AND EXISTS (SELECT 1 FROM runs r "
+                "WHERE r.run_id = hooks.run_id AND NOT r.status = ANY(%(ended)s)))) "
+                "ORDER BY created_at, created_order",
+                {
+                    "run": run_id,
+                    "open": open_only,
+                    "ended": sorted(s.value for s in TERMINAL_STATUSES),
+                },
+            ).fetchall()
+        return [
+            HookListing(
+                run_id=r[0],
+                hook_id=r[1],
+                token=r[2],
+                resolved=bool(r[3]),
+                created_at=None if r[4] is None else tables.utc(r[4]),
+                metadata=r[5],
+            )
+            for r in rows
+        ]
 
     def find_hook(self, token: str) -> HookRecord | None:
         """The hook owning ``token``, or ``None``."""

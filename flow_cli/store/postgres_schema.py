@@ -26,7 +26,16 @@ from psycopg.types.json import Json
 from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import KEEP, HookEntry, NewRun, RunIndex, RunRecord, StepTask
+from flow_cli.store.protocol import (
+    KEEP,
+    HookEntry,
+    NewRun,
+    RunFilter,
+    RunIndex,
+    RunRecord,
+    StepTask,
+    waiting_needle,
+)
 
 Connection: TypeAlias = psycopg.Connection[TupleRow]
 
@@ -139,8 +148,37 @@ def _v3_fleet(conn: Connection) -> None:
     )
 
 
+def _v2_triage(conn: Connection) -> None:
+    # What an open run waits on (``KIND:ID`` entries, NULL when nothing; runs opened before this
+    # version get theirs with their next event), and what `flow hook list` shows. Each listing
+    # index ends in (created_at, created_order), the order `flow runs` reads in.
+    conn.execute("ALTER TABLE runs ADD COLUMN waiting_on text")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_at timestamptz")
+    conn.execute("ALTER TABLE hooks ADD COLUMN metadata json")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_order bigint GENERATED ALWAYS AS IDENTITY")
+    conn.execute("CREATE INDEX runs_build_created ON runs (build_id, created_at, created_order)")
+    conn.execute(
+        "CREATE INDEX runs_parent_created ON runs (parent_run_id, created_at, created_order)"
+    )
+    conn.execute("CREATE INDEX runs_updated ON runs (updated_at)")
+    conn.execute(
+        "CREATE INDEX runs_failing ON runs (created_at, created_order) WHERE failing IS NOT NULL"
+    )
+    conn.execute(
+        "CREATE INDEX runs_waiting ON runs (created_at, created_order) WHERE waiting_on IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX hooks_run ON hooks (run_id, created_at, created_order)")
+    conn.execute("CREATE INDEX hooks_open ON hooks (created_at, created_order) WHERE NOT resolved")
+    conn.execute(
+        "UPDATE hooks SET created_at = e.recorded_at, metadata = e.data -> 'metadata' "
+        "FROM events e WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created' "
+        "AND e.data ->> 'hook_id' = hooks.hook_id"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
+    Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
     Migration(3, "workers registry, runs.patches", _v3_fleet),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
@@ -277,7 +315,7 @@ def _write_version(conn: Connection, version: int) -> None:
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing"
+    "decide_at, failing, waiting_on"
 )
 
 
@@ -435,6 +473,11 @@ def apply_index(
     if index.failing is not KEEP:
         sets.append("failing = %s")
         params.append(index.failing)
+    if index.status.terminal:
+        sets.append("waiting_on = NULL")
+    elif index.waiting_on is not KEEP:
+        sets.append("waiting_on = %s")
+        params.append(index.waiting_on)
     conn.execute(
         sql.SQL("UPDATE runs SET {} WHERE run_id = %s").format(
             sql.SQL(", ").join(map(sql.SQL, sets))
@@ -446,7 +489,7 @@ def apply_index(
     else:
         _apply_steps(conn, run_id, run.build_id, index.steps)
     for hook in index.hooks:
-        _upsert_hook(conn, run_id, hook)
+        _upsert_hook(conn, run_id, hook, now)
 
 
 def _apply_steps(
@@ -473,15 +516,16 @@ def _apply_steps(
             )
 
 
-def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry) -> None:
+def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry, now: datetime) -> None:
     # ON CONFLICT waits for a concurrent creator of the same token, then updates the row only
     # if it is this very hook: no row back means another hook owns the token.
     row = conn.execute(
-        "INSERT INTO hooks (token, run_id, hook_id, resolved) VALUES (%s, %s, %s, %s) "
+        "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
+        "VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
         "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
         "RETURNING token",
-        (hook.token, run_id, hook.hook_id, hook.resolved),
+        (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata)),
     ).fetchone()
     if row is None:
         owner = conn.execute(
@@ -493,7 +537,9 @@ def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry) -> None:
 
 def run_record(row: Sequence[Any]) -> RunRecord:
     """A ``RunRecord`` from a row of ``RUN_COLUMNS``."""
-    run_id, workflow, status, build_id, parent, created, updated, last, decide_at, failing = row
+    run_id, workflow, status, build_id, parent, created, updated, last, decide_at, failing = row[
+        :10
+    ]
     return RunRecord(
         run_id=run_id,
         workflow=workflow,
@@ -505,7 +551,42 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         last_sequence=int(last),
         decide_at=None if decide_at is None else utc(decide_at),
         failing=failing,
+        waiting_on=row[10] if len(row) > 10 else None,
     )
+
+
+def run_filter(where: RunFilter) -> tuple[sql.Composable, dict[str, Any]]:
+    """The ``WHERE`` condition of a filter (cursor and limit aside) and its parameters."""
+    conditions: list[str] = ["TRUE"]
+    params: dict[str, Any] = {}
+    if where.statuses:
+        conditions.append("status = ANY(%(statuses)s)")
+        params["statuses"] = [status.value for status in where.statuses]
+    if where.workflow is not None:
+        conditions.append("workflow = %(workflow)s")
+        params["workflow"] = where.workflow
+    if where.build_id is not None:
+        conditions.append("build_id = %(build_id)s")
+        params["build_id"] = where.build_id
+    if where.since is not None:
+        conditions.append("created_at >= %(since)s")
+        params["since"] = where.since
+    if where.until is not None:
+        conditions.append("created_at < %(until)s")
+        params["until"] = where.until
+    if where.failing:
+        conditions.append("failing IS NOT NULL")
+    if where.waiting_on is not None:
+        conditions.append(
+            "waiting_on IS NOT NULL AND strpos(' ' || waiting_on || ' ', %(needle)s) > 0"
+        )
+        params["needle"] = waiting_needle(where.waiting_on)
+    if where.idle_since is not None:
+        conditions.append("updated_at <= %(idle_since)s")
+        params["idle_since"] = where.idle_since
+    if where.top_level:
+        conditions.append("parent_run_id IS NULL")
+    return sql.SQL(" AND ".join(conditions)), params
 
 
 def utc(value: datetime) -> datetime:

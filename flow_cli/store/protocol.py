@@ -9,6 +9,7 @@ computed by the engine (``flow_cli.engine.indexing``), never by the store.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
+from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 
@@ -49,6 +51,8 @@ class HookEntry:
     token: str
     hook_id: str
     resolved: bool
+    metadata: JsonValue = None
+    """The hook's metadata as created (kept for ``flow hook list``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +68,9 @@ class RunIndex:
     """Step tasks of steps these events touched: upsert, or ``None`` to delete."""
     hooks: Sequence[HookEntry] = ()
     """Hooks these events created or resolved."""
+    waiting_on: str | Keep | None = KEEP
+    """What the open run waits on: space-separated ``KIND:ID`` (see ``RunFilter.waiting_on``);
+    ``None`` when nothing (and always once terminal)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +122,7 @@ class RunRecord:
     last_sequence: int
     decide_at: datetime | None
     failing: str | None
+    waiting_on: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +170,74 @@ class WorkerInfo:
             return False
         lapse = timedelta(seconds=LIVE_HEARTBEATS * self.heartbeat_seconds)
         return now - self.heartbeat_at <= lapse
+
+
+WAITING_KINDS = ("signal", "hook", "timer", "step", "child")
+"""What an open run can wait on; ``RunIndex.waiting_on`` entries are ``KIND:ID``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """Which runs ``find_runs`` and ``count_runs`` select; every given condition must hold.
+
+    Results come newest first (creation order breaks ties), as ``list_runs``.
+    """
+
+    statuses: tuple[RunStatus, ...] = ()
+    """Any of these statuses; empty: any status."""
+    workflow: str | None = None
+    build_id: str | None = None
+    since: datetime | None = None
+    """Created at or after this time."""
+    until: datetime | None = None
+    """Created before this time."""
+    failing: bool = False
+    """Only runs whose last decision failed."""
+    waiting_on: str | None = None
+    """``KIND`` or ``KIND:ID`` (``signal:NAME``, ``hook:HOOK_ID``, ``timer:WAIT_ID``,
+    ``step:STEP_ID``, ``child:CHILD_ID``)."""
+    idle_since: datetime | None = None
+    """Only runs with no event after this time (``--idle-for``: now minus the duration)."""
+    top_level: bool = False
+    """Only runs that are nobody's child."""
+    limit: int | None = None
+    after: str | None = None
+    """Cursor: only runs listed after this run id. Raises ``RunNotFound`` if it is unknown."""
+
+
+GROUPINGS = ("status", "workflow", "build_id")
+"""The columns ``count_runs`` can group by."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCount:
+    total: int
+    groups: Mapping[str, int]
+    """Count per value of the grouping column; empty when not grouped."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookListing:
+    """One row of ``list_hooks``."""
+
+    run_id: str
+    hook_id: str
+    token: str
+    resolved: bool
+    created_at: datetime | None
+    """When ``hook_created`` was committed (None for hooks indexed before schema version 2)."""
+    metadata: JsonValue
+
+
+def waiting_entry(kind: str, ident: str) -> str:
+    """One ``KIND:ID`` entry; ``%`` and whitespace in the id are percent-encoded."""
+    return f"{kind}:" + re.sub(r"[%\s]", lambda m: f"%{ord(m.group()):02X}", ident)
+
+
+def waiting_needle(waiting_on: str) -> str:
+    """What `` {waiting_on column} `` contains when it matches ``--waiting-on KIND[:ID]``."""
+    kind, sep, ident = waiting_on.partition(":")
+    return f" {waiting_entry(kind, ident)} " if sep else f" {kind}:"
 
 
 @dataclass(slots=True)
@@ -241,6 +317,19 @@ class EventStore(Protocol):
         limit: int | None = None,
     ) -> list[RunRecord]:
         """Runs newest first."""
+        ...
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first, served by the runs indexes."""
+        ...
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where`` (``limit``/``after`` ignored), per ``by`` column."""
+        ...
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or of all runs, oldest first; ``open_only``: not yet resolved, of a
+        run that has not ended."""
         ...
 
     def lease_runs(

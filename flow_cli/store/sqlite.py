@@ -37,22 +37,27 @@ from flow_cli.errors import (
     StoreError,
 )
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
-from flow_cli.model.status import RunStatus
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
+    GROUPINGS,
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
     CommitGroup,
+    HookListing,
     HookRecord,
     NewRun,
+    RunCount,
+    RunFilter,
     RunIndex,
     RunRecord,
     StepLease,
     StoreStats,
     StreamWrite,
     WorkerInfo,
+    waiting_needle,
 )
 
 P = ParamSpec("P")
@@ -137,7 +142,51 @@ def _v3_fleet(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial), (3, _v3_fleet)]
+_TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
+"""The terminal statuses as an SQL list: hooks of ended runs are not open."""
+
+_BUILD_KEY = "substr(build_id, 1)"
+"""The indexed expression that `--build-id` filters on (see ``_v2_triage``)."""
+
+
+def _v2_triage(db: Database) -> None:
+    """Filters for `flow runs`/`count` served by indexes, and what `flow hook list` shows.
+
+    ``runs.waiting_on`` holds what an open run waits on (``KIND:ID`` entries, NULL when nothing);
+    runs opened before this version get theirs with their next event. Each listing index ends
+    in ``created_at`` so that "newest first" within one filter reads the index in order.
+    """
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN waiting_on TEXT")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_at TEXT")
+    conn.execute("ALTER TABLE hooks ADD COLUMN metadata TEXT")
+    for name, columns in (
+        ("runs_status_created", "status, created_at"),
+        ("runs_workflow_created", "workflow, created_at"),
+        ("runs_parent_created", "parent_run_id, created_at"),
+        ("runs_updated", "updated_at"),
+    ):
+        conn.execute(f"CREATE INDEX {name} ON runs ({columns})")
+    # On an expression that only `flow runs --build-id` uses: a plain build_id index would lure
+    # the scheduler's lease query (build_id IN ... ORDER BY decide_at) away from runs_decide_at.
+    conn.execute(f"CREATE INDEX runs_build_created ON runs ({_BUILD_KEY}, created_at)")
+    # Superseded by the two above, which also give the listing order.
+    conn.execute("DROP INDEX runs_status")
+    conn.execute("DROP INDEX runs_workflow")
+    conn.execute("CREATE INDEX runs_failing ON runs (created_at) WHERE failing IS NOT NULL")
+    conn.execute("CREATE INDEX runs_waiting ON runs (created_at) WHERE waiting_on IS NOT NULL")
+    conn.execute("CREATE INDEX hooks_run ON hooks (run_id, created_at)")
+    conn.execute("CREATE INDEX hooks_open ON hooks (created_at) WHERE resolved = 0")
+    # Hooks indexed before this version: their creation time and metadata from history.
+    conn.execute(
+        "UPDATE hooks SET (created_at, metadata) = ("
+        " SELECT e.recorded_at, json_quote(json_extract(e.data, '$.metadata')) FROM events e"
+        " WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created'"
+        " AND json_extract(e.data, '$.hook_id') = hooks.hook_id ORDER BY e.sequence LIMIT 1)"
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial), (2, _v2_triage), (3, _v3_fleet)]
 """Every schema version in order; the last one is what this code reads and writes."""
 
 
@@ -454,6 +503,11 @@ class SQLiteStore(AppendViaCommit):
         if index.failing is not KEEP:
             sets.append("failing = ?")
             params.append(index.failing)
+        if index.status.terminal:
+            sets.append("waiting_on = NULL")
+        elif index.waiting_on is not KEEP:
+            sets.append("waiting_on = ?")
+            params.append(index.waiting_on)
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
         if index.steps:
             build_id = conn.execute(
@@ -483,9 +537,17 @@ class SQLiteStore(AppendViaCommit):
             if owner is not None and tuple(owner) != (run_id, hook.hook_id):
                 raise HookTokenInUse(hook.token, owner[0], owner[1])
             conn.execute(
-                "INSERT INTO hooks (token, run_id, hook_id, resolved) VALUES (?, ?, ?, ?) "
+                "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (token) DO UPDATE SET resolved = excluded.resolved",
-                (hook.token, run_id, hook.hook_id, int(hook.resolved)),
+                (
+                    hook.token,
+                    run_id,
+                    hook.hook_id,
+                    int(hook.resolved),
+                    stamp,
+                    json.dumps(hook.metadata, ensure_ascii=False),
+                ),
             )
 
     @_guarded
@@ -616,6 +678,105 @@ class SQLiteStore(AppendViaCommit):
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         rows = self._conn().execute(sql, [*params, -1 if limit is None else limit]).fetchall()
         return [_record(row) for row in rows]
+
+    def _where(self, where: RunFilter) -> tuple[list[str], list[Any]]:
+        """SQL conditions and parameters of a filter (cursor and limit aside)."""
+        sql: list[str] = []
+        params: list[Any] = []
+        if where.statuses:
+            sql.append(f"status IN ({', '.join('?' * len(where.statuses))})")
+            params.extend(status.value for status in where.statuses)
+        for column, value in (("workflow", where.workflow), (_BUILD_KEY, where.build_id)):
+            if value is not None:
+                sql.append(f"{column} = ?")
+                params.append(value)
+        if where.since is not None:
+            sql.append("created_at >= ?")
+            params.append(_ts(where.since))
+        if where.until is not None:
+            sql.append("created_at < ?")
+            params.append(_ts(where.until))
+        if where.failing:
+            sql.append("failing IS NOT NULL")
+        if where.waiting_on is not None:
+            sql.append("waiting_on IS NOT NULL AND instr(' ' || waiting_on || ' ', ?) > 0")
+            params.append(waiting_needle(where.waiting_on))
+        if where.idle_since is not None:
+            sql.append("updated_at <= ?")
+            params.append(_ts(where.idle_since))
+        if where.top_level:
+            sql.append("parent_run_id IS NULL")
+        return sql, params
+
+    @_guarded
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        conn = self._conn()
+        sql, params = self._where(where)
+        if where.after is not None:
+            cursor = conn.execute(
+                "SELECT created_at, rowid FROM runs WHERE run_id = ?", (where.after,)
+            ).fetchone()
+            if cursor is None:
+                raise RunNotFound(where.after)
+            sql.append("(created_at < ? OR (created_at = ? AND rowid < ?))")
+            params.extend([cursor[0], cursor[0], cursor[1]])
+        query = _RUN_SELECT + (f" WHERE {' AND '.join(sql)}" if sql else "")
+        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        rows = conn.execute(query, [*params, -1 if where.limit is None else where.limit])
+        return [_record(row) for row in rows.fetchall()]
+
+    @_guarded
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` when given."""
+        sql, params = self._where(where)
+        condition = f" WHERE {' AND '.join(sql)}" if sql else ""
+        conn = self._conn()
+        if by is None:
+            total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
+            return RunCount(total=total, groups={})
+        if by not in GROUPINGS:
+            raise ValueError(f"cannot group runs by {by!r}")
+        # Grouped by an expression: grouping by the bare column would walk that column's
+        # index over every run instead of the index that serves the filter.
+        rows = conn.execute(
+            f"SELECT {by} || '', count(*) FROM runs{condition} GROUP BY 1", params
+        ).fetchall()
+        return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
+
+    @_guarded
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or all runs, oldest first."""
+        sql, params = [], []
+        if run_id is not None:
+            sql.append("run_id = ?")
+            params.append(run_id)
+        if open_only:
+            sql.append(
+                "resolved = 0 AND run_id IN (SELECT run_id FROM runs WHERE run_id = hooks.run_id "
+                f"AND status NOT IN ({_TERMINAL_LIST}))"
+            )
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks"
+                + (f" WHERE {' AND '.join(sql)}" if sql else "")
+                + " ORDER BY created_at, rowid",
+                params,
+            )
+            .fetchall()
+        )
+        return [
+            HookListing(
+                run_id=r[0],
+                hook_id=r[1],
+                token=r[2],
+                resolved=bool(r[3]),
+                created_at=_dt_or_none(r[4]),
+                metadata=None if r[5] is None else json.loads(r[5]),
+            )
+            for r in rows
+        ]
 
     @_guarded
     def find_hook(self, token: str) -> HookRecord | None:
@@ -880,7 +1041,7 @@ def _envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnve
 
 _RUN_SELECT = (
     "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
-    "last_sequence, decide_at, failing FROM runs"
+    "last_sequence, decide_at, failing, waiting_on FROM runs"
 )
 
 
@@ -896,4 +1057,5 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
         last_sequence=row[7],
         decide_at=_dt_or_none(row[8]),
         failing=row[9],
+        waiting_on=row[10],
     )

@@ -1,0 +1,163 @@
+"""Finding runs: ``flow runs`` with the §6.1 filters, ``flow count``, ``flow hook list``.
+
+Read-only: the database is opened with ``create=False`` and no runtime is imported. Selection
+goes through the store's indexed ``find_runs`` / ``count_runs`` / ``list_hooks``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from flow_cli.cli.filters import FilterArgs, with_filters
+from flow_cli.cli.io import emit_json
+from flow_cli.cli.options import JsonFlag, complete_run_id
+from flow_cli.cli.state import CliState
+from flow_cli.errors import RunNotFound
+
+if TYPE_CHECKING:
+    from flow_cli.store.protocol import HookListing, RunRecord
+
+JsonlFlag = Annotated[
+    bool, typer.Option("--jsonl", help="One JSON object per line (stable field names).")
+]
+
+
+def run_json(record: RunRecord) -> dict[str, Any]:
+    """The ``flow runs --json`` object of one run."""
+    return {
+        "run_id": record.run_id,
+        "workflow": record.workflow,
+        "status": record.status.value,
+        "build_id": record.build_id,
+        "parent_run_id": record.parent_run_id,
+        "created_at": record.created_at.isoformat(),
+        "updated_at": record.updated_at.isoformat(),
+        "last_sequence": record.last_sequence,
+        "failing": record.failing,
+        "waiting_on": record.waiting_on.split() if record.waiting_on else [],
+    }
+
+
+def emit_rows(rows: list[dict[str, Any]], jsonl: bool) -> None:
+    if jsonl:
+        for row in rows:
+            emit_json(row, compact=True)
+    else:
+        emit_json(rows)
+
+
+@with_filters
+def runs(
+    ctx: typer.Context,
+    json_output: JsonFlag = False,
+    jsonl: JsonlFlag = False,
+    *,
+    filters: FilterArgs,
+) -> None:
+    """List runs, newest first, optionally filtered.
+
+    A run whose last decision failed (workflow code raised, or was non-deterministic) is marked
+    failing: it is not terminal and resumes once fixed code is deployed. Page with --limit N
+    and --after LAST_RUN_ID.
+    """
+    state = CliState.of(ctx)
+    where = filters.to_filter()
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        records = engine.store.find_runs(where)
+    if jsonl or state.want_json(json_output):
+        emit_rows([run_json(r) for r in records], jsonl)
+        return
+    from flow_cli.cli import render
+
+    render.console().print(render.runs_table(records))
+
+
+class Grouping(StrEnum):
+    STATUS = "status"
+    WORKFLOW = "workflow"
+    BUILD_ID = "build_id"
+
+
+@with_filters
+def count(
+    ctx: typer.Context,
+    by: Annotated[
+        Grouping | None,
+        typer.Option(
+            "--by",
+            metavar="status|workflow|build_id",
+            help="Count per status, workflow or build id.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+    *,
+    filters: FilterArgs,
+) -> None:
+    """Count runs matching the filters (all runs without any).
+
+    --json: {"total": n, "groups": {key: n}} (groups is empty without --by).
+    """
+    state = CliState.of(ctx)
+    where = filters.to_filter()
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        counted = engine.store.count_runs(where, None if by is None else by.value)
+    if state.want_json(json_output):
+        emit_json({"total": counted.total, "groups": dict(counted.groups)})
+        return
+    from flow_cli.cli import render_triage
+
+    render_triage.console().print(
+        render_triage.count_table(counted, None if by is None else by.value)
+    )
+
+
+def hook_json(hook: HookListing) -> dict[str, Any]:
+    """The ``flow hook list --json`` object of one hook."""
+    return {
+        "run_id": hook.run_id,
+        "hook_id": hook.hook_id,
+        "token": hook.token,
+        "state": "resolved" if hook.resolved else "open",
+        "created_at": None if hook.created_at is None else hook.created_at.isoformat(),
+        "metadata": hook.metadata,
+    }
+
+
+def hook_list(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[RUN]",
+            help="Only the hooks of this run.",
+            show_default=False,
+            autocompletion=complete_run_id,
+        ),
+    ] = None,
+    open_only: Annotated[
+        bool, typer.Option("--open", help="Only hooks still waiting for their callback.")
+    ] = False,
+    json_output: JsonFlag = False,
+    jsonl: JsonlFlag = False,
+) -> None:
+    """List hooks with their tokens, oldest first.
+
+    Columns: run, hook id, token, state (open or resolved), age, metadata. Resolve many at
+    once from a pipeline: flow hook list --open --jsonl | jq -r .token | flow hook resolve -
+    """
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        if run_id is not None and engine.store.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        hooks = engine.store.list_hooks(run_id, open_only)
+    if jsonl or state.want_json(json_output):
+        emit_rows([hook_json(h) for h in hooks], jsonl)
+        return
+    from flow_cli.cli import render_triage
+
+    render_triage.console().print(render_triage.hooks_table(hooks, datetime.now(UTC)))

@@ -1,0 +1,281 @@
+"""The run filters of DESIGN §6.1, shared by ``flow runs``, ``flow count`` and the bulk verbs.
+
+``@with_filters`` adds the filter options to a command's signature (so Typer shows them in its
+help like any other option) and hands the command one ``FilterArgs`` in their place. Parsing
+(statuses, times, ages, durations, waiting-on kinds) happens here, before any database is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from flow_cli.errors import InputError
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import WAITING_KINDS, RunFilter
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """``90s``, ``15m``, ``2h``, ``3d``, ``1w``, ``1h30m`` or a bare number of seconds."""
+    value = text.strip().lower()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise InputError(
+                f"{option} {text!r} is not a duration; write e.g. 90s, 15m, 2h, 3d or 1h30m."
+            ) from None
+        seconds = sum(float(n) * (0.001 if u == "ms" else _UNITS[u]) for n, u in parts)
+    if seconds < 0:
+        raise InputError(f"{option} {text!r} is negative; give a duration such as 2h.")
+    return timedelta(seconds=seconds)
+
+
+def parse_time(text: str, option: str, now: datetime) -> datetime:
+    """An ISO 8601 time (naive means UTC) or an age such as ``2h`` (that long before now)."""
+    value = text.strip()
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            return now - parse_duration(value, option)
+        except InputError:
+            raise InputError(
+                f"{option} {text!r} is neither an ISO 8601 time (2026-12-01T09:00:00Z) nor an "
+                "age such as 2h or 3d."
+            ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def parse_statuses(values: list[str]) -> tuple[RunStatus, ...]:
+    """``--status`` values, repeatable and comma lists, any case."""
+    by_name = {s.value.lower(): s for s in RunStatus}
+    found: list[RunStatus] = []
+    for value in values:
+        for name in (part.strip() for part in value.split(",")):
+            if not name:
+                continue
+            status = by_name.get(name.lower())
+            if status is None:
+                known = ", ".join(s.value for s in RunStatus)
+                raise InputError(f"--status {name!r} is not one of {known}.")
+            if status not in found:
+                found.append(status)
+    return tuple(found)
+
+
+def complete_status(incomplete: str) -> list[str]:
+    """Shell completion for ``--status``."""
+    return [s.value for s in RunStatus if s.value.lower().startswith(incomplete.lower())]
+
+
+def parse_waiting_on(value: str) -> str:
+    kind, sep, ident = value.partition(":")
+    if kind not in WAITING_KINDS or (sep and not ident):
+        raise InputError(
+            f"--waiting-on {value!r}: write KIND or KIND:ID with KIND one of "
+            f"{', '.join(WAITING_KINDS)} (e.g. signal:shipped, hook:approval)."
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FilterArgs:
+    """The filter options as given on the command line."""
+
+    status: list[str]
+    workflow: str | None
+    build_id: str | None
+    since: str | None
+    until: str | None
+    failing: bool
+    waiting_on: str | None
+    idle_for: str | None
+    top_level: bool
+    limit: int | None
+    after: str | None
+
+    @property
+    def selects(self) -> bool:
+        """Whether any condition was given (``--limit``/``--after`` alone select nothing)."""
+        return bool(
+            self.status
+            or self.workflow
+            or self.build_id
+            or self.since
+            or self.until
+            or self.failing
+            or self.waiting_on
+            or self.idle_for
+            or self.top_level
+        )
+
+    def to_filter(self, now: datetime | None = None) -> RunFilter:
+        """The store's ``RunFilter``. Raises ``InputError`` with one sentence."""
+        at = now or datetime.now(UTC)
+        idle = None if self.idle_for is None else at - parse_duration(self.idle_for, "--idle-for")
+        return RunFilter(
+            statuses=parse_statuses(self.status),
+            workflow=self.workflow,
+            build_id=self.build_id,
+            since=None if self.since is None else parse_time(self.since, "--since", at),
+            until=None if self.until is None else parse_time(self.until, "--until", at),
+            failing=self.failing,
+            waiting_on=None if self.waiting_on is None else parse_waiting_on(self.waiting_on),
+            idle_since=idle,
+            top_level=self.top_level,
+            limit=self.limit,
+            after=self.after,
+        )
+
+
+_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "status": (
+        Annotated[
+            list[str],
+            typer.Option(
+                "--status",
+                metavar="S",
+                autocompletion=complete_status,
+                help="Only runs with this status (repeatable, or a comma list; any case): "
+                "Pending, Running, Suspended, Cancelling, Completed, Failed, Cancelled, "
+                "ContinuedAsNew.",
+                show_default=False,
+            ),
+        ],
+        [],
+    ),
+    "workflow": (
+        Annotated[
+            str | None,
+            typer.Option("--workflow", metavar="W", help="Only runs of this workflow."),
+        ],
+        None,
+    ),
+    "build_id": (
+        Annotated[
+            str | None,
+            typer.Option("--build-id", metavar="B", help="Only runs pinned to this build."),
+        ],
+        None,
+    ),
+    "since": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--since",
+                metavar="T",
+                help="Only runs started at or after T: ISO 8601, or an age such as 2h, 3d.",
+            ),
+        ],
+        None,
+    ),
+    "until": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--until",
+                metavar="T",
+                help="Only runs started before T: ISO 8601, or an age such as 2h, 3d.",
+            ),
+        ],
+        None,
+    ),
+    "failing": (
+        Annotated[
+            bool,
+            typer.Option("--failing", help="Only runs whose last decision failed."),
+        ],
+        False,
+    ),
+    "waiting_on": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--waiting-on",
+                metavar="KIND[:ID]",
+                help="Only open runs waiting on a signal (by name), hook, timer, step or child "
+                "(by id), e.g. signal:shipped, hook, step:charge.",
+            ),
+        ],
+        None,
+    ),
+    "idle_for": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--idle-for",
+                metavar="DURATION",
+                help="Only runs with no event for at least DURATION (e.g. 30m, 2h).",
+            ),
+        ],
+        None,
+    ),
+    "top_level": (
+        Annotated[
+            bool,
+            typer.Option("--top-level", help="Only runs that are not children of another run."),
+        ],
+        False,
+    ),
+    "limit": (
+        Annotated[
+            int | None,
+            typer.Option("--limit", metavar="N", min=1, help="At most N runs (newest first)."),
+        ],
+        None,
+    ),
+    "after": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--after",
+                metavar="RUN_ID",
+                help="Cursor: only runs listed after RUN_ID (the last id of the previous page).",
+            ),
+        ],
+        None,
+    ),
+}
+
+
+def with_filters(command: F) -> F:
+    """Add the filter options to ``command``, which receives them as ``filters: FilterArgs``."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "filters"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+        for name, (kind, default) in _OPTIONS.items()
+    ]
+    names = [f.name for f in fields(FilterArgs)]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name, _OPTIONS[name][1]) for name in names}
+        return command(*args, filters=FilterArgs(**values), **kwargs)
+
+    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    params = (
+        [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
+        + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in keyword]
+        + added
+    )
+    # Typer reads the signature and the annotations: give it the merged ones.
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__
+    return wrapper  # type: ignore[return-value]

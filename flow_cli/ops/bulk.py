@@ -1,0 +1,256 @@
+"""Acting on many runs in one process: cancel, terminate, signal, start, with batched commits.
+
+Facts for many runs (``cancel_requested``, ``signal_received``, new runs) are committed
+``batch_size`` runs per transaction through ``engine.streams.commit`` with one ``Write`` per run.
+If a batch loses a race (``EventConflict``: some run moved meanwhile), its runs are redone one by
+one through the engine's own retrying entry points, so a busy run never fails the others.
+Termination goes run by run through ``Engine.terminate``: its commit may also touch children and
+parents, which the decider assembles.
+
+Every operation yields one ``BulkResult`` per run, in input order, and is idempotent: cancelling
+a run whose cancellation was requested, terminating a run that ended, or starting a run that
+exists with the same spec are reported as ``skipped`` and change nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+from flow_cli.engine.engine import Engine
+from flow_cli.engine.streams import Write
+from flow_cli.errors import EventConflict, FlowError, InputError
+from flow_cli.model.events import CancelRequested, Event, SignalReceived
+from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.store.protocol import NewRun
+
+BATCH_SIZE = 200
+"""Runs per transaction: large enough to amortise the commit, small enough to keep a lost
+race cheap and the write lock short."""
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    run_id: str
+    outcome: Outcome
+    detail: str
+    """What happened, e.g. ``cancellation requested``, ``already Completed``, an error."""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is Outcome.FAILED
+
+    def to_json(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "result": self.outcome.value, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class StartLine:
+    """One line of ``flow start --from-jsonl``."""
+
+    run_id: str
+    workflow: str
+    input: JsonValue
+    build_id: str | None = None
+
+
+T = TypeVar("T")
+
+
+def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _facts(
+    engine: Engine,
+    run_ids: Sequence[str],
+    make: Callable[[WorkflowRunSnapshot], tuple[list[Event], BulkResult]],
+    one_by_one: Callable[[str], BulkResult],
+    batch_size: int,
+) -> Iterator[BulkResult]:
+    """Commit ``make``'s events for each run, a batch per transaction."""
+    for batch in _batches(run_ids, batch_size):
+        results: dict[str, BulkResult] = {}
+        writes: list[Write] = []
+        planned: list[str] = []
+        for run_id in batch:
+            if run_id in results or run_id in planned:
+                continue  # the same id twice in one batch: act once
+            try:
+                snap = engine.snapshot(run_id)
+            except FlowError as exc:
+                results[run_id] = BulkResult(run_id, Outcome.FAILED, str(exc))
+                continue
+            events, result = make(snap)
+            if events:
+                writes.append(Write(snap, events, decide_at=engine.clock.now()))
+                planned.append(run_id)
+            results[run_id] = result
+        if writes:
+            try:
+                engine.streams.commit(writes, engine.clock.now())
+            except EventConflict:
+                for run_id in planned:
+                    results[run_id] = one_by_one(run_id)
+        for run_id in batch:
+            yield results[run_id]
+
+
+def cancel_runs(
+    engine: Engine, run_ids: Sequence[str], reason: str, batch_size: int = BATCH_SIZE
+) -> Iterator[BulkResult]:
+    """Request cancellation of each run (``flow cancel`` in bulk)."""
+
+    def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
+        if snap.terminal:
+            return [], BulkResult(snap.run_id, Outcome.SKIPPED, f"already {snap.status.value}")
+        if snap.cancel_requested:
+            return [], BulkResult(snap.run_id, Outcome.SKIPPED, "cancellation already requested")
+        done = BulkResult(snap.run_id, Outcome.DONE, "cancellation requested")
+        return [CancelRequested(reason=reason)], done
+
+    def one_by_one(run_id: str) -> BulkResult:
+        try:
+            snap = engine.snapshot(run_id)
+            if snap.terminal:
+                return BulkResult(run_id, Outcome.SKIPPED, f"already {snap.status.value}")
+            if engine.cancel(run_id, reason):
+                return BulkResult(run_id, Outcome.DONE, "cancellation requested")
+            return BulkResult(run_id, Outcome.SKIPPED, "cancellation already requested")
+        except FlowError as exc:
+            return BulkResult(run_id, Outcome.FAILED, str(exc))
+
+    return _facts(engine, run_ids, make, one_by_one, batch_size)
+
+
+def signal_runs(
+    engine: Engine,
+    run_ids: Sequence[str],
+    name: str,
+    payload: JsonValue,
+    batch_size: int = BATCH_SIZE,
+) -> Iterator[BulkResult]:
+    """Deliver signal ``name`` to each run; a run that ended is a failure, as for one run."""
+
+    def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
+        if snap.terminal:
+            detail = f"has already ended ({snap.status.value}); cannot signal {name!r}"
+            return [], BulkResult(snap.run_id, Outcome.FAILED, detail)
+        event = SignalReceived(signal_name=name, payload=payload)
+        return [event], BulkResult(snap.run_id, Outcome.DONE, f"signal {name!r} delivered")
+
+    def one_by_one(run_id: str) -> BulkResult:
+        try:
+            engine.signal(run_id, name, payload)
+        except FlowError as exc:
+            return BulkResult(run_id, Outcome.FAILED, str(exc))
+        return BulkResult(run_id, Outcome.DONE, f"signal {name!r} delivered")
+
+    return _facts(engine, run_ids, make, one_by_one, batch_size)
+
+
+def terminate_runs(engine: Engine, run_ids: Iterable[str], reason: str) -> Iterator[BulkResult]:
+    """End each run without running its code (``flow terminate``)."""
+    seen: set[str] = set()
+    for run_id in run_ids:
+        if run_id in seen:
+            continue
+        seen.add(run_id)
+        try:
+            if engine.terminate(run_id, reason):
+                yield BulkResult(run_id, Outcome.DONE, "terminated")
+            else:
+                status = engine.get_run(run_id).status.value
+                yield BulkResult(run_id, Outcome.SKIPPED, f"already {status}")
+        except FlowError as exc:
+            yield BulkResult(run_id, Outcome.FAILED, str(exc))
+
+
+def start_runs(
+    engine: Engine, lines: Sequence[StartLine], batch_size: int = BATCH_SIZE
+) -> Iterator[BulkResult]:
+    """Create each run, a batch per transaction; an existing run with the same spec is skipped."""
+    for batch in _batches(lines, batch_size):
+        results: dict[int, BulkResult] = {}
+        creates: dict[int, NewRun] = {}
+        now = engine.clock.now()
+        for index, line in enumerate(batch):
+            try:
+                creates[index] = _new_run(engine, line)
+            except FlowError as exc:
+                results[index] = BulkResult(line.run_id, Outcome.FAILED, str(exc))
+        ids = [run.run_id for run in creates.values()]
+        fresh = len(set(ids)) == len(ids) and not any(
+            engine.store.get_run(run_id) is not None for run_id in ids
+        )
+        if creates and fresh:
+            try:
+                engine.streams.commit([], now, list(creates.values()))
+            except EventConflict:
+                fresh = False
+            else:
+                for index in creates:
+                    results[index] = BulkResult(batch[index].run_id, Outcome.DONE, "created")
+        if not fresh:
+            for index in creates:
+                results[index] = _start_one(engine, batch[index])
+        for index in range(len(batch)):
+            yield results[index]
+
+
+def _new_run(engine: Engine, line: StartLine) -> NewRun:
+    runtime = engine.runtime_for(line.workflow, line.build_id)
+    try:
+        value = normalise(line.input)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the run input is not a JSON value: {exc}") from None
+    if not line.run_id or line.run_id.strip() != line.run_id:
+        raise InputError(f"run id {line.run_id!r} must be non-empty text without spaces around")
+    spec = WorkflowSpec(
+        workflow=line.workflow,
+        input=value,
+        runtime_build_id=runtime.build_id,
+        patches=runtime.patches,
+    )
+    return NewRun(
+        run_id=line.run_id,
+        spec=spec,
+        seed=secrets.token_hex(16),
+        decide_at=engine.clock.now(),
+    )
+
+
+def _start_one(engine: Engine, line: StartLine) -> BulkResult:
+    try:
+        started = engine.start(
+            line.workflow, line.input, run_id=line.run_id, build_id=line.build_id
+        )
+    except FlowError as exc:
+        return BulkResult(line.run_id, Outcome.FAILED, str(exc))
+    if started.created:
+        return BulkResult(line.run_id, Outcome.DONE, "created")
+    return BulkResult(line.run_id, Outcome.SKIPPED, "exists with the same spec")
+
+
+__all__ = [
+    "BATCH_SIZE",
+    "BulkResult",
+    "Outcome",
+    "StartLine",
+    "cancel_runs",
+    "signal_runs",
+    "start_runs",
+    "terminate_runs",
+]
