@@ -24,6 +24,7 @@ from flow_cli.cli import (
     cmd_drive,
     cmd_facts,
     cmd_fleet,
+    cmd_fork,
     cmd_init,
     cmd_read,
     cmd_replay,
@@ -202,6 +203,7 @@ app.command("show")(cmd_read.show)
 app.command("history")(cmd_read.history)
 app.command("result")(cmd_wait.result)
 app.command("execute")(cmd_wait.execute)
+app.command("fork")(cmd_fork.fork)
 app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)
