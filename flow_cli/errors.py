@@ -196,6 +196,10 @@ class InputError(FlowError):
     """A payload or argument is malformed (bad JSON, wrong shape)."""
 
 
+class RunStillOpen(FlowError):
+    """A run's result was asked for (without waiting) before the run ended."""
+
+
 class StoreError(FlowError):
     """The database is missing, locked, unreachable or not a Flow database."""
 

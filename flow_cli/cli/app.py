@@ -24,10 +24,12 @@ from flow_cli.cli import (
     cmd_drive,
     cmd_facts,
     cmd_fleet,
+    cmd_fork,
     cmd_init,
     cmd_read,
     cmd_replay,
     cmd_triage,
+    cmd_wait,
     exits,
 )
 from flow_cli.cli.io import check_arguments, one_line
@@ -199,6 +201,9 @@ app.command("runs")(cmd_triage.runs)
 app.command("count")(cmd_triage.count)
 app.command("show")(cmd_read.show)
 app.command("history")(cmd_read.history)
+app.command("result")(cmd_wait.result)
+app.command("execute")(cmd_wait.execute)
+app.command("fork")(cmd_fork.fork)
 app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)

@@ -98,6 +98,14 @@ def history(
             "is printed (NDJSON with --json).",
         ),
     ] = False,
+    exit_status: Annotated[
+        bool,
+        typer.Option(
+            "--exit-status",
+            help="With --follow: exit as `flow result` does once the run ends (0 Completed, "
+            "4 ended otherwise).",
+        ),
+    ] = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Print the events of RUN.
@@ -111,6 +119,8 @@ def history(
 
     state = CliState.of(ctx)
     as_json = state.want_json(json_output)
+    if exit_status and not follow:
+        raise InputError("--exit-status goes with --follow.")
     with state.open_engine(create=False, with_runtimes=False) as engine:
         events = [e.to_json() for e in engine.history(run_id)]
         if not follow:
@@ -128,9 +138,24 @@ def history(
                 printer(event)
                 last = event["sequence"]
                 if event["event_key"] in TERMINAL_EVENTS:
+                    if exit_status:
+                        _exit_with_outcome(engine, run_id)
                     return
             engine.store.wait_for_change(FOLLOW_POLL_SECONDS)
             events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
+
+
+def _exit_with_outcome(engine: Engine, run_id: str) -> None:
+    """``--exit-status``: 0 when the run completed, 4 (outcome on stderr) otherwise."""
+    from flow_cli.cli import exits
+
+    outcome = engine.snapshot(run_id).outcome
+    if outcome is None or outcome.kind.value == "Completed":
+        return
+    if outcome.kind.value == "ContinuedAsNew":
+        return  # the work goes on in the successor, which --follow does not follow
+    note(f"run {run_id} ended {outcome.kind.value}: {dumps(outcome.to_json(), compact=True)}")
+    raise typer.Exit(exits.ENDED_OTHERWISE)
 
 
 def _follow_printer(as_json: bool) -> Callable[[dict[str, Any]], None]:

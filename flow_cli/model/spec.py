@@ -35,6 +35,8 @@ class WorkflowSpec:
     """For a continuation: the first run of the chain (``ctx.first_run_id``)."""
     chain_started_at: datetime | None = None
     """For a continuation: when the first run of the chain started (``ctx.chain_started_at``)."""
+    forked_from: tuple[str, int] | None = None
+    """For a run made by ``flow fork``: the original run and the last sequence taken from it."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -44,6 +46,7 @@ class WorkflowSpec:
         return replace(
             self,
             input=input,
+            forked_from=None,
             predecessor_run_id=predecessor_run_id,
             first_run_id=self.first_run_id or predecessor_run_id,
             chain_started_at=self.chain_started_at or predecessor_started_at,
@@ -65,6 +68,8 @@ class WorkflowSpec:
             data["first_run_id"] = self.first_run_id
         if self.chain_started_at is not None:
             data["chain_started_at"] = self.chain_started_at.isoformat()
+        if self.forked_from is not None:
+            data["forked_from"] = {"run_id": self.forked_from[0], "sequence": self.forked_from[1]}
         return data
 
     @classmethod
@@ -79,7 +84,14 @@ class WorkflowSpec:
             predecessor_run_id=data.get("predecessor_run_id"),
             first_run_id=data.get("first_run_id"),
             chain_started_at=_utc(data.get("chain_started_at")),
+            forked_from=_fork(data.get("forked_from")),
         )
+
+
+def _fork(data: Any) -> tuple[str, int] | None:
+    if not isinstance(data, dict):
+        return None
+    return (str(data["run_id"]), int(data["sequence"]))
 
 
 def _utc(text: str | None) -> datetime | None:

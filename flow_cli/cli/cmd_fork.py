@@ -1,0 +1,99 @@
+"""``flow fork``: re-run a run, whole or from a step (``flow_cli.ops.fork``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from flow_cli.cli import exits
+from flow_cli.cli.io import emit_json, note, one_line, out, parse_json_arg, short_json
+from flow_cli.cli.options import JsonFlag, RunArg
+from flow_cli.cli.state import CliState
+from flow_cli.errors import InputError
+
+
+def fork(
+    ctx: typer.Context,
+    run_id: RunArg,
+    new_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            metavar="NEW",
+            help="The new run's id (default: RUN-fork-<random>).",
+            show_default=False,
+        ),
+    ] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            metavar="JSON|@FILE|-",
+            help="Another input for the new run (default: the original's).",
+            show_default=False,
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            "--build-id",
+            metavar="B",
+            help="Run the fork under this loaded build (default: the original's).",
+            show_default=False,
+        ),
+    ] = None,
+    from_step: Annotated[
+        str | None,
+        typer.Option(
+            "--from-step",
+            metavar="STEP_ID",
+            help="Keep the steps completed before STEP_ID was first scheduled (not invoked "
+            "again); STEP_ID and everything after it run anew.",
+            show_default=False,
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Start a new run from RUN's spec, optionally with another input or build.
+
+    run_started records "forked_from": {"run_id", "sequence"}. With --from-step, the new
+    history is replayed against its build before it is written; a fork whose copied decisions
+    the code would not make again is refused (exit 3) with the divergences. The original run is
+    never changed. --json: {"run_id", "forked_from"}.
+    """
+    from flow_cli.ops.fork import ForkDiverges, fork_run
+
+    if new_id == "":
+        raise InputError("--id is empty; give the new run id, or leave --id out.")
+    options = {} if input is None else {"input": parse_json_arg(input, "--input")}
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=True) as engine:
+        try:
+            forked = fork_run(
+                engine,
+                run_id,
+                new_id=new_id,
+                build_id=build_id,
+                from_step=from_step,
+                **options,
+            )
+        except ForkDiverges as refused:
+            sys.stdout.flush()
+            sys.stderr.write(f"error: {one_line(str(refused))}\n")
+            for d in refused.divergences:
+                note(
+                    f"  seq {d.sequence} {d.identity} {d.field}: "
+                    f"{short_json(d.recorded, 50)} -> {short_json(d.produced, 50)}"
+                )
+            raise typer.Exit(exits.DIVERGED) from None
+    if state.want_json(json_output):
+        emit_json(forked.to_json())
+    else:
+        out(forked.run_id)
+        origin, sequence = forked.forked_from
+        note(
+            f"forked run {origin} (up to event {sequence}, {forked.copied} events copied) "
+            f"as {forked.run_id}"
+        )
