@@ -415,8 +415,8 @@ class PostgresStore(AppendViaCommit):
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same transaction.
 
-        The runs' rows are locked first (skipping runs another transaction holds), in the order
-        ``commit`` locks them, so a lease and a commit never deadlock.
+        The runs' rows are locked first, in the order ``commit`` locks them, so a lease and a
+        commit never deadlock.
         """
         if not build_ids or limit <= 0:
             return []
@@ -427,11 +427,9 @@ class PostgresStore(AppendViaCommit):
         if not candidates:
             return []
         with self._transaction() as conn:
-            locked = tables.lock_runs(
-                conn, sorted({run_id for run_id, _ in candidates}), skip_locked=True
-            )
-            if not locked:
-                return []
+            # Waiting for a run another transaction holds (not skipping it) is short, and keeps
+            # a ready step from being reported as absent; the update below re-checks readiness.
+            locked = tables.lock_runs(conn, sorted({run_id for run_id, _ in candidates}))
             rows = conn.execute(
                 tables.LEASE_STEPS,
                 {

@@ -372,19 +372,15 @@ class LockedRun:
     build_id: str
 
 
-def lock_runs(
-    conn: Connection, run_ids: Iterable[str], *, skip_locked: bool = False
-) -> dict[str, LockedRun]:
+def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
     """Lock these runs' rows (missing ids are left out) until the transaction ends.
 
     Rows are locked in run id order, so two commits touching the same runs (a parent and its
-    child) queue one behind the other instead of deadlocking. ``skip_locked`` leaves out rows
-    another transaction holds instead of waiting for them.
+    child) queue one behind the other instead of deadlocking.
     """
     rows = conn.execute(
         "SELECT run_id, last_sequence, build_id FROM runs "
-        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE"
-        + (" SKIP LOCKED" if skip_locked else ""),
+        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
         (sorted(set(run_ids)),),
     )
     return {run_id: LockedRun(last, build_id) for run_id, last, build_id in rows}
