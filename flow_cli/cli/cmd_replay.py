@@ -65,6 +65,7 @@ def replay_check(
         ReportFormat,
         typer.Option(
             "--format",
+            metavar="text|github",
             help="text (a table) or github (::error annotations for GitHub Actions).",
         ),
     ] = ReportFormat.TEXT,
