@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from triage_helpers import TriageProject, project_for
 
-from flow_cli.cli.replay_report import first_difference, in_event_terms, window
+from flow_cli.cli.replay_report import VALUE_WIDTH, first_difference, in_event_terms, window
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -86,5 +86,5 @@ def test_both_sides_in_event_vocabulary_and_a_window_on_the_difference() -> None
     at = first_difference(long_a, long_b)
     shown_a, shown_b = window(long_a, at), window(long_b, at)
     assert "120.0," in shown_a and "120.01" in shown_b
-    assert shown_a.startswith("…") and len(shown_a) == len(shown_b) == 36
+    assert shown_a.startswith("…") and len(shown_a) == len(shown_b) == VALUE_WIDTH
     assert window("short", 2) == "short"

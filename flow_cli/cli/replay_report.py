@@ -39,7 +39,7 @@ COMMAND_EVENTS = {
 }
 """Command class → the event key it records, so both sides read in one vocabulary."""
 
-VALUE_WIDTH = 36
+VALUE_WIDTH = 30
 """Characters of each side shown in the table: three such columns and the rest fit 120."""
 SAMPLES = 3
 
@@ -138,8 +138,8 @@ def table(groups: Sequence[Group]) -> RenderableType:
     grid.add_column("runs", justify="right", no_wrap=True)
     grid.add_column("identity", overflow="fold")
     grid.add_column("field", overflow="fold")
-    grid.add_column("recorded", overflow="fold", style="green")
-    grid.add_column("produced", overflow="fold", style="red")
+    grid.add_column("recorded", overflow="fold", style="green", min_width=VALUE_WIDTH)
+    grid.add_column("produced", overflow="fold", style="red", min_width=VALUE_WIDTH)
     grid.add_column("sample runs", overflow="fold")
     for g in groups:
         recorded, produced = g.sides()
