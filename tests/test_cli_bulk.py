@@ -88,6 +88,7 @@ def test_bulk_cancel_by_filter_needs_yes_and_is_idempotent(proj: TriageProject) 
     nothing = proj.invoke("cancel", "--workflow", "nothing", "--yes")
     assert (nothing.code, nothing.stdout) == (0, "")
     assert "nothing done" in nothing.stderr
+    assert proj.invoke("cancel", "--workflow", "nothing", "--json").json() == []
 
 
 def test_bulk_signal_from_stdin_reports_each_run(proj: TriageProject) -> None:

@@ -39,10 +39,12 @@ def test_an_incompatible_build_diverges_with_a_table_and_exit_3(project: FlowPro
     assert (result.code, result.stderr) == (3, "")
     lines = result.stdout.splitlines()
     header = next(line for line in lines if "identity" in line)
-    assert header.split() == ["run", "seq", "identity", "field", "recorded", "produced"]
-    row = next(line for line in lines if line.lstrip().startswith("r1 "))
-    assert row.split() == ["r1", "2", "step", "'first'", "input", '{"n":3}', '{"n":103}']
-    assert lines[-1] == ("replay-check: 1 of 3 histories diverges from build cli-2 (1 divergence)")
+    assert header.split() == ["runs", "identity", "field", "recorded", "produced", "sample", "runs"]
+    row = next(line for line in lines if "'first'" in line)
+    assert row.split() == ["1", "step", "'first'", "input", '{"n":3}', '{"n":103}', "r1"]
+    assert lines[-1] == (
+        "replay-check: 1 of 3 histories diverges from build cli-2 (1 distinct divergence)"
+    )
 
 
 def test_replay_check_json_shape(project: FlowProject) -> None:
@@ -79,7 +81,7 @@ def test_exported_files_replay_without_a_database(project: FlowProject) -> None:
     assert (failing.code, failing.stderr) == (3, "")
     assert "step 'first'" in failing.stdout and '{"n":103}' in failing.stdout
     assert failing.stdout.splitlines()[-1] == (
-        "replay-check: 1 of 1 history diverges from build cli-2 (1 divergence)"
+        "replay-check: 1 of 1 history diverges from build cli-2 (1 distinct divergence)"
     )
     passing = project.run(*args, "--build-id", "cli-1-compatible", "--json")
     assert (passing.code, passing.stderr) == (0, "")
@@ -113,20 +115,23 @@ def test_replay_check_usage_errors_are_exit_2(project: FlowProject) -> None:
         assert result.error_line() == message
 
 
-def test_replay_check_that_cannot_run_is_exit_1(project: FlowProject) -> None:
+def test_an_unreadable_file_is_exit_2(project: FlowProject) -> None:
     missing = project.root / "missing.json"
     unreadable = project.run("replay-check", "--file", str(missing), "--build-id", "cli-1")
-    assert (unreadable.code, unreadable.stdout) == (1, "")
+    assert (unreadable.code, unreadable.stdout.splitlines()[-1]) == (
+        2,
+        "replay-check: 0 of 0 histories replay cleanly against build cli-1",
+    )
     assert unreadable.error_line() == (f"error: cannot read {missing}: No such file or directory")
     not_json = project.root / "notes.json"
     not_json.write_text("{oops", encoding="utf-8")
     bad = project.invoke("replay-check", "--file", str(not_json), "--build-id", "cli-1")
-    assert bad.code == 1
+    assert bad.code == 2
     assert bad.error_line().startswith(f"error: {not_json} is not JSON")
     other = project.root / "other.json"
     other.write_text(json.dumps({"hello": "world"}), encoding="utf-8")
     wrong = project.invoke("replay-check", "--file", str(other), "--build-id", "cli-1")
-    assert wrong.code == 1
+    assert wrong.code == 2
     assert "is not a `flow export` file" in wrong.error_line()
 
 

@@ -119,6 +119,8 @@ def act(
         _print_dry_run(targets, as_json, jsonl)
         return
     if not ids:
+        if as_json and not jsonl:
+            emit_json([])
         note(f"no runs to {verb}; nothing done")
         return
     if targets.by_filter and len(ids) > 1 and not yes:

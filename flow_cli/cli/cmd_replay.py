@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import sys
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,9 +15,10 @@ from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
-from flow_cli.errors import FlowError, InputError
+from flow_cli.errors import InputError
 
 if TYPE_CHECKING:
+    from flow_cli.cli.replay_report import Group
     from flow_cli.engine.replay import ReplayResult
     from flow_cli.model.events import EventEnvelope
     from flow_cli.runtime import Runtime
@@ -24,17 +27,23 @@ PROGRESS_FROM = 20
 """Show a progress bar (on a terminal) when checking at least this many histories."""
 
 
+class ReportFormat(StrEnum):
+    TEXT = "text"
+    GITHUB = "github"
+
+
 def replay_check(
     ctx: typer.Context,
     build_id: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--build-id",
             metavar="B",
-            help="The build to check: a build id of one of flow.toml's runtimes.",
+            help="The build to check: a build id of one of flow.toml's runtimes "
+            "(default: flow.toml's build_id).",
             show_default=False,
         ),
-    ],
+    ] = None,
     run_ids: Annotated[
         list[str] | None,
         typer.Argument(metavar="RUN", help="Runs in the database to check.", show_default=False),
@@ -43,24 +52,34 @@ def replay_check(
         bool, typer.Option("--all", help="Check every run in the database.")
     ] = False,
     files: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
             "--file",
             metavar="F",
-            help="A `flow export` file to check (repeatable); needs no database.",
+            help="`flow export` files to check: files, directories (every *.json below) or "
+            "globs such as 'histories/**/*.json' (repeatable); needs no database.",
             show_default=False,
-            dir_okay=False,
         ),
     ] = None,
+    report_format: Annotated[
+        ReportFormat,
+        typer.Option(
+            "--format",
+            metavar="text|github",
+            help="text (a table) or github (::error annotations for GitHub Actions).",
+        ),
+    ] = ReportFormat.TEXT,
     json_output: JsonFlag = False,
 ) -> None:
     """Check that build B replays recorded histories.
 
     Replays each history against build B's code at every recorded decision. The code sees each
-    run's recorded spec (input, patch markers); only the build id may differ. Every divergence
-    (run, sequence, identity, field, recorded, produced) is listed. Made for CI: exit 0 when
-    every history replays, 3 when any diverges, 1 when the check could not run (unreadable file
-    or database), 2 for usage errors (nothing selected, unknown build id).
+    run's recorded spec (input, patch markers); only the build id may differ. Identical
+    divergences (identity, field, recorded -> produced) are grouped with the number of runs and
+    sample runs; produced commands are named by the event they would record, and long values
+    are shown around the first differing character. Made for CI: exit 0 when every history
+    replays, 3 when any diverges, 2 when a file could not be read (the others are still
+    checked) or for usage errors, 1 when the database could not be read.
     """
     state = CliState.of(ctx)
     run_ids = run_ids or []
@@ -69,45 +88,96 @@ def replay_check(
         raise InputError("Name runs or pass --all, not both.")
     if not (all_runs or run_ids or files):
         raise InputError("No histories selected: name RUN ids, pass --all, or --file F.")
+    if build_id is None:
+        build_id = state.config.build_id
+        if build_id is None:
+            raise InputError(
+                "No build to check: pass --build-id B, or set build_id in flow.toml's [flow]."
+            )
     runtime = state.runtime(build_id)
-    histories = _from_files(files)
+    histories, origins, unreadable = _from_files(files)
     if all_runs or run_ids:
         histories += _from_database(state, run_ids, all_runs)
-    if not histories:
+    if not histories and not unreadable:
         raise InputError("The database holds no runs to check.")
     results = _replay(runtime, histories)
     diverged = [r for r in results if r.divergences]
     broken = [r for r in results if r.error is not None]
+    from flow_cli.cli import replay_report
 
+    groups = replay_report.group(diverged)
     if state.want_json(json_output):
-        emit_json(
-            {
-                "ok": not diverged and not broken,
-                "build_id": build_id,
-                "runs": [r.to_json() for r in results],
-            }
-        )
+        document: dict[str, object] = {
+            "ok": not diverged and not broken and not unreadable,
+            "build_id": build_id,
+            "runs": [r.to_json() for r in results],
+        }
+        if groups:
+            document["groups"] = [g.to_json() for g in groups]
+        if unreadable:
+            document["unreadable"] = [{"file": f, "error": e} for f, e in unreadable]
+        emit_json(document)
+    elif report_format is ReportFormat.GITHUB:
+        for line in replay_report.github(groups, build_id, origins):
+            out(line)
+        for path, error in unreadable:
+            out(replay_report.github_file_error(path, error))
+        _summary(results, diverged, groups, build_id)
     else:
-        _report(results, diverged, build_id)
+        _report(results, diverged, groups, build_id)
+    for _path, error in unreadable:
+        note(f"error: {error}")
     for result in broken:
         note(f"error: run {result.run_id} could not be replayed: {one_line(result.error or '')}")
     if diverged:
         raise typer.Exit(exits.DIVERGED)
+    if unreadable:
+        raise typer.Exit(exits.USAGE)
     if broken:
         raise typer.Exit(exits.FAILED)
 
 
-def _from_files(files: Sequence[Path]) -> list[list[EventEnvelope]]:
+def expand(patterns: Sequence[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Files named by ``--file`` values (files, directories, globs), and those that match
+    nothing."""
+    found: list[Path] = []
+    missing: list[tuple[str, str]] = []
+    for pattern in patterns:
+        path = Path(pattern).expanduser()
+        if any(c in pattern for c in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
+            files = [p for p in matches if p.is_file()]
+            if not files:
+                missing.append((pattern, f"--file {pattern}: the pattern matches no file"))
+            found.extend(files)
+        elif path.is_dir():
+            files = sorted(p for p in path.rglob("*.json") if p.is_file())
+            if not files:
+                missing.append((pattern, f"--file {pattern}: the directory holds no *.json file"))
+            found.extend(files)
+        else:
+            found.append(path)
+    return list(dict.fromkeys(found)), missing
+
+
+def _from_files(
+    patterns: Sequence[str],
+) -> tuple[list[list[EventEnvelope]], dict[str, str], list[tuple[str, str]]]:
+    """Histories read, the file each run came from, and (file, error) for each unreadable one."""
     from flow_cli.engine.export import load_export
 
+    paths, unreadable = expand(patterns)
     histories = []
-    for path in files:
+    origins: dict[str, str] = {}
+    for path in paths:
         try:
-            _, events = load_export(path)
-        except InputError as exc:  # the check cannot run: exit 1, not a usage error
-            raise FlowError(str(exc)) from None
+            run_id, events = load_export(path)
+        except InputError as exc:
+            unreadable.append((str(path), str(exc)))
+            continue
         histories.append(events)
-    return histories
+        origins.setdefault(run_id, str(path))
+    return histories, origins, unreadable
 
 
 def _from_database(
@@ -138,19 +208,34 @@ def _replay(runtime: Runtime, histories: Sequence[list[EventEnvelope]]) -> list[
     return results
 
 
-def _report(results: Sequence[ReplayResult], diverged: Sequence[ReplayResult], build: str) -> None:
+def _report(
+    results: Sequence[ReplayResult],
+    diverged: Sequence[ReplayResult],
+    groups: Sequence[Group],
+    build: str,
+) -> None:
+    if diverged:
+        from flow_cli.cli import render, replay_report
+
+        render.console().print(replay_report.table(groups))
+    _summary(results, diverged, groups, build)
+
+
+def _summary(
+    results: Sequence[ReplayResult],
+    diverged: Sequence[ReplayResult],
+    groups: Sequence[Group],
+    build: str,
+) -> None:
     noun = "history" if len(results) == 1 else "histories"
     if not diverged:
         clean = sum(r.error is None for r in results)
         verb = "replays" if len(results) == 1 else "replay"
         out(f"replay-check: {clean} of {len(results)} {noun} {verb} cleanly against build {build}")
         return
-    from flow_cli.cli import render
-
-    render.console().print(render.replay_table(diverged))
-    count = sum(len(r.divergences) for r in diverged)
+    count = len(groups)
     verb = "diverges" if len(diverged) == 1 else "diverge"
-    kinds = "divergence" if count == 1 else "divergences"
+    kinds = "distinct divergence" if count == 1 else "distinct divergences"
     out(
         f"replay-check: {len(diverged)} of {len(results)} {noun} {verb} from build {build} "
         f"({count} {kinds})"

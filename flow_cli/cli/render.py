@@ -420,7 +420,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
         case "child_cancelled" | "child_abandoned":
             return f"child {d.get('child_id')!r} (run {d.get('child_run_id')}): {d.get('reason')}"
         case "cancel_requested" | "run_cancelled":
-            return str(d.get("reason", ""))
+            forced = " (terminated: forced)" if d.get("forced") else ""
+            return str(d.get("reason", "")) + forced
         case "decision_failed":
             return failing_text(d)
         case "decision_recovered":
