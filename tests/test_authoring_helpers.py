@@ -179,3 +179,36 @@ def test_chain_started_at_and_first_run_id_survive_continue_as_new(
     assert result["started_at"] == (DEFAULT_START + timedelta(days=2)).isoformat()
     first_spec = env.history("chain")[0].event.to_data()["spec"]
     assert "first_run_id" not in first_spec and "chain_started_at" not in first_spec
+
+
+def test_a_callback_after_the_deadline_does_not_change_the_answer() -> None:
+    rt = Runtime(build_id="late-hook")
+
+    @rt.workflow("late")
+    def late(ctx):
+        payload = ctx.hook("h", deadline=ctx.started_at + timedelta(hours=1))
+        ctx.sleep("after", timedelta(days=1))
+        return ctx.complete("timed out" if payload is TIMED_OUT else payload)
+
+    env = WorkflowEnvironment(rt)
+    run = env.start("late")
+    env.advance(hours=2)  # the deadline passed; the run sleeps
+    env.resolve_hook(env.snapshot(run).hooks["h"].token, "too late")
+    env.advance(days=1)
+    assert env.result(run) == "timed out"
+
+
+def test_one_wait_id_used_twice_in_a_decision_is_refused() -> None:
+    rt = Runtime(build_id="twice")
+
+    @rt.workflow("twice")
+    def twice(ctx):
+        ctx.timer("t", ctx.started_at + timedelta(hours=1))
+        ctx.sleep_until("t", ctx.started_at + timedelta(hours=1))
+        return ctx.complete(None)
+
+    env = WorkflowEnvironment(rt, fail_on_decision_error=False)
+    run = env.start("twice")
+    env.run_until_idle()
+    (mismatch,) = env.snapshot(run).decision_error["mismatches"]
+    assert (mismatch["identity"], mismatch["field"]) == ("timer 't'", "id")
