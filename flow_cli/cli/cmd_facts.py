@@ -14,6 +14,7 @@ from flow_cli.cli.io import emit_json, note, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
+from flow_cli.model.names import check_name
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -97,6 +98,9 @@ def start(
         raise InputError("Missing argument 'WORKFLOW' (or use --from-jsonl FILE).")
     if run_id == "":
         raise InputError("--id is empty; give the run id, or leave --id out for a generated one.")
+    check_name(workflow, "workflow name")
+    if run_id is not None:
+        check_name(run_id, "run id")
     value = parse_json_arg(input, "--input")
     state.check_startable(workflow, build_id)
     with state.open_engine(create=True, with_runtimes=True) as engine:
@@ -123,6 +127,7 @@ def signal_run(
     Signalling a run that already ended fails (exit 1).
     """
     state = CliState.of(ctx)
+    check_name(name, "signal name")
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
         run_id = _follow(engine, run_id)

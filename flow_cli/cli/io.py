@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from flow_cli.errors import InputError
+from flow_cli.model.jsonval import MAX_DEPTH, JsonLimitError, check_limits, parse_int
+from flow_cli.model.names import escape_controls
 
 
 def parse_json_arg(value: str | None, option: str) -> Any:
@@ -39,7 +41,14 @@ def parse_json_arg(value: str | None, option: str) -> Any:
         source = option
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors write one)
     try:
-        parsed = json.loads(text)
+        parsed = json.loads(text, parse_int=parse_int)
+        check_limits(parsed)
+    except JsonLimitError as exc:
+        raise InputError(f"{source} is refused: {exc}.") from None
+    except RecursionError:
+        raise InputError(
+            f"{source} is refused: it is nested more than {MAX_DEPTH} levels deep (Flow's limit)."
+        ) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{source} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}). "
@@ -91,13 +100,17 @@ def out(line: str) -> None:
 
 def note(line: str) -> None:
     """A status line on stderr (progress, warnings): never mixed into the data on stdout."""
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(escape_controls(line) + "\n")
     sys.stderr.flush()
 
 
 def one_line(text: str) -> str:
-    """Collapse a message to one line (error lines are exactly one line)."""
-    return " ".join(text.split())
+    """Collapse a message to one line (error lines are exactly one line).
+
+    Control characters left after that (ESC, NUL, C1, ...) are shown as ``\\xNN``: a message may
+    quote stored data, even a corrupt page's raw bytes, and none may reach the terminal raw.
+    """
+    return escape_controls(" ".join(text.split()))
 
 
 def short_json(value: Any, limit: int = 80) -> str:

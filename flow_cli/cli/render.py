@@ -8,6 +8,7 @@ them are never read as markup. This module is imported only by commands that ren
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flow_cli.cli.io import short_json, short_text
+from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import TickReport
@@ -108,6 +110,31 @@ def failing_text(error: Any) -> str:
     return str(error)
 
 
+def clean(value: Any) -> Any:
+    """``value`` with control characters in every string (keys too) shown as ``\\xNN``.
+
+    Everything printed from stored data passes through here first: a run id, a payload or a
+    corrupt record holding ESC or other control characters must not drive the terminal.
+    """
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, Mapping):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(item) for item in value]
+    return value
+
+
+def _clean_record(record: RunRecord) -> RunRecord:
+    return dataclasses.replace(
+        record,
+        run_id=escape_controls(record.run_id),
+        workflow=escape_controls(record.workflow),
+        build_id=escape_controls(record.build_id),
+        failing=None if record.failing is None else escape_controls(record.failing),
+    )
+
+
 def _table(title: str | None = None) -> Table:
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
 
@@ -116,6 +143,7 @@ def _table(title: str | None = None) -> Table:
 
 
 def runs_table(records: Sequence[RunRecord]) -> RenderableType:
+    records = [_clean_record(record) for record in records]
     table = _table()
     # Status and time never wrap; ids, names and the error fold, so an 80-column terminal
     # still shows every column (no-wrap ids squeezed the rest down to "…"). The failing column
@@ -160,6 +188,7 @@ def show_view(
     all_steps: bool = False,
 ) -> RenderableType:
     """The ``flow show`` screen, built from the stable ``--json`` shape of the snapshot."""
+    snap, failing, child_status = clean(snap), clean(failing), clean(child_status)
     parts: list[RenderableType] = [_header(snap, failing)]
     if snap["steps"]:
         parts.append(_steps(snap["steps"], all_steps=all_steps))
@@ -450,7 +479,7 @@ def history_table(events: Iterable[Mapping[str, Any]]) -> RenderableType:
     table.add_column("time (UTC)", no_wrap=True)
     table.add_column("event", no_wrap=True)
     table.add_column("details", overflow="fold")
-    for event in events:
+    for event in map(clean, events):
         key = event["event_key"]
         table.add_row(
             str(event["sequence"]),
@@ -463,6 +492,7 @@ def history_table(events: Iterable[Mapping[str, Any]]) -> RenderableType:
 
 def event_line(event: Mapping[str, Any]) -> Text:
     """One event as a line, for ``history --follow`` (a table cannot grow row by row)."""
+    event = clean(event)
     key = event["event_key"]
     return Text.assemble(
         (f"{event['sequence']:>4}  ", ""),

@@ -41,7 +41,8 @@ from flow_cli.model.events import (
     HookResolved,
     SignalReceived,
 )
-from flow_cli.model.jsonval import JsonValue, canonical, normalise
+from flow_cli.model.jsonval import JsonLimitError, JsonValue, canonical, normalise
+from flow_cli.model.names import check_name
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
@@ -185,11 +186,11 @@ class Engine:
         when the id is taken by a run with another spec (workflow, input, build id, patches):
         after a deploy, pass the old ``build_id`` to repeat a start idempotently.
         """
+        check_name(workflow, "workflow name")
+        if run_id is not None:
+            _check_run_id(run_id)
         runtime = self.runtime_for(workflow, build_id)
-        try:
-            value = normalise(input)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"the run input is not a JSON value: {exc}") from None
+        value = _json_input(input, "run input")
         run_id = run_id or f"{workflow}-{uuid.uuid4().hex[:12]}"
         _check_run_id(run_id)
         spec = WorkflowSpec(
@@ -223,6 +224,7 @@ class Engine:
         Returns the sequence of the ``signal_received`` event. Raises ``RunNotFound`` and
         ``RunFinished``.
         """
+        check_name(name, "signal name")
         event = SignalReceived(signal_name=name, payload=_payload(payload))
         return self._append_fact(run_id, lambda snap: [event], f"signal {name!r}")
 
@@ -412,15 +414,25 @@ class Engine:
 
 
 def _payload(payload: JsonValue) -> JsonValue:
+    return _json_input(payload, "payload")
+
+
+def _json_input(value: JsonValue, what: str) -> JsonValue:
+    """``value`` normalised, or ``InputError`` when it is not JSON or exceeds Flow's limits."""
     try:
-        return normalise(payload)
+        return normalise(value)
+    except JsonLimitError as exc:
+        raise InputError(f"the {what} is refused: {exc}.") from None
+    except RecursionError:
+        raise InputError(f"the {what} is refused: it is nested too deeply.") from None
     except (TypeError, ValueError) as exc:
-        raise InputError(f"the payload is not a JSON value: {exc}") from None
+        raise InputError(f"the {what} is not a JSON value: {exc}") from None
 
 
 def _check_run_id(run_id: str) -> None:
-    if not run_id or run_id.strip() != run_id or any(c in run_id for c in "\n\r\t"):
+    if not run_id or run_id.strip() != run_id:
         raise InputError(f"run id {run_id!r} must be non-empty text without surrounding spaces")
+    check_name(run_id, "run id")
 
 
 __all__ = ["Engine", "StartResult", "TickReport"]

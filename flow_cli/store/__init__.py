@@ -6,10 +6,12 @@ sqlite-utils nor psycopg is loaded until a store of that kind is opened.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from flow_cli.errors import ConfigError
+from flow_cli.store.locations import Backend, classify, redact
 from flow_cli.store.protocol import EventStore
 
 if TYPE_CHECKING:
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["EventStore", "open_store"]
 
 _SQLITE_OPTIONS = {"synchronous", "busy_timeout_ms"}
+_KEYWORD_SCHEMA = re.compile(r"(?:^|\s)schema\s*=\s*(['\"]?)([^\s'\"]*)\1(?=\s|$)")
 
 
 def open_store(url: str, *, create: bool = True) -> EventStore:
@@ -27,11 +30,15 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
 
     - ``memory://``: a fresh in-process store (tests, experiments).
     - ``sqlite:///flow.db`` (relative to the working directory), ``sqlite:////abs/flow.db``
-      (absolute, as in SQLAlchemy), or a bare path such as ``/abs/flow.db`` or ``~/flow.db``.
+      (absolute, as in SQLAlchemy), or a bare path such as ``/abs/flow.db`` or ``~/flow.db``
+      (a bare path must end in ``.db``, ``.sqlite`` or ``.sqlite3`` or name an existing file).
       Query options: ``?synchronous=NORMAL`` (faster, may lose the last commits on power loss)
       and ``?busy_timeout_ms=5000``.
-    - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs the ``postgres`` extra);
-      ``?schema=NAME`` keeps Flow's tables in that schema (default ``flow``).
+    - ``postgresql://...`` or ``postgres://...``, or a libpq key/value string
+      (``host=db dbname=flow``): PostgreSQL (needs the ``postgres`` extra); ``?schema=NAME``
+      (``schema=NAME`` in key/value form) keeps Flow's tables in that schema (default ``flow``).
+
+    Anything else is refused with ``ConfigError`` (see ``flow_cli.store.locations``).
 
     Args:
         url: The database URL (``--db`` / ``FLOW_DB`` / ``flow.toml``).
@@ -42,14 +49,12 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
         ConfigError: the URL names no supported backend, or a backend's package is missing.
         StoreError: the database cannot be opened.
     """
-    text = url.strip()
-    scheme, sep, rest = text.partition("://")
-    scheme = scheme.lower() if sep else ""
-    if scheme == "memory":
+    location = classify(url)
+    if location.backend is Backend.MEMORY:
         from flow_cli.store.memory import MemoryStore
 
         return MemoryStore()  # returning it as EventStore makes mypy check the protocol
-    if scheme in ("postgresql", "postgres"):
+    if location.backend is Backend.POSTGRES:
         try:
             from flow_cli.store.postgres import PostgresStore
         except ModuleNotFoundError as exc:
@@ -58,25 +63,27 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
                     "PostgreSQL support needs psycopg: pip install 'flow-cli[postgres]'."
                 ) from None
             raise
-        url_without, schema = _pop_schema(text)
+        url_without, schema = _pop_schema(location.target)
         return PostgresStore(url_without, schema=schema, create=create)
-    if scheme == "sqlite":
-        if not rest.startswith("/"):
-            raise ConfigError(f"SQLite URL {text!r} must look like sqlite:///PATH.")
-        text = rest[1:]
-    elif sep:
-        raise ConfigError(
-            f"Unsupported database URL scheme {scheme!r}; "
-            "use sqlite:///PATH, postgresql://... or memory://."
-        )
-    return _sqlite(text, create)
+    return _sqlite(location.target, create)
 
 
 def _pop_schema(url: str) -> tuple[str, str | None]:
-    """Take Flow's own ``schema=`` query option out of a PostgreSQL URL (libpq rejects it)."""
+    """Take Flow's own ``schema=`` option out of a PostgreSQL URL (libpq rejects it)."""
     from urllib.parse import urlencode, urlsplit, urlunsplit
 
-    parts = urlsplit(url)
+    if "://" not in url:  # key/value form: schema=NAME is one of the pairs
+        match = _KEYWORD_SCHEMA.search(url)
+        if match is None:
+            return url, None
+        return (url[: match.start()] + url[match.end() :]).strip(), match.group(2) or None
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed "[" of an IPv6 host
+        raise ConfigError(
+            f"PostgreSQL URL {redact(url)!r} is malformed ({exc}); write it as "
+            "postgresql://user@host:5432/database."
+        ) from None
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in pairs if k == "schema"), None)
     rest = urlencode([(k, v) for k, v in pairs if k != "schema"])

@@ -31,7 +31,7 @@ from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from time import monotonic
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import pq, sql
@@ -41,6 +41,7 @@ from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, 
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
+from flow_cli.store.locations import redact
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -808,20 +809,60 @@ def _close_quietly(conn: Connection) -> None:
 
 
 def _conninfo(url: str, connect_timeout: float) -> str:
-    """The libpq connection string: the URL plus Flow's defaults for what it leaves out."""
+    """The libpq connection string: the URL plus Flow's defaults for what it leaves out.
+
+    Raises ``ConfigError`` naming the offending option (never the password) when libpq would
+    refuse the string, so a typo is not reported as an unreachable server.
+    """
     try:
         params = conninfo_to_dict(url)
     except psycopg.Error as exc:
-        raise ConfigError(
-            f"{redact_url(url)!r} is not a PostgreSQL connection string; write it as "
-            "postgresql://user@host:5432/database."
-        ) from exc
+        raise ConfigError(_conninfo_problem(url, str(exc))) from None
+    _check_params(params)
     extra: dict[str, Any] = {}
     if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
         extra["connect_timeout"] = max(math.ceil(connect_timeout), 1)
     if "application_name" not in params and "PGAPPNAME" not in os.environ:
         extra["application_name"] = "flow"
     return make_conninfo(url, **extra)
+
+
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+"""The ``sslmode`` values libpq accepts."""
+
+
+def _conninfo_problem(url: str, libpq_message: str) -> str:
+    """One sentence about a connection string libpq cannot parse (passwords hidden)."""
+    shown = redact_url(url)
+    reason = " ".join(libpq_message.replace(url, shown).split())
+    reason = redact_url(reason)
+    option = re.search(r'invalid (?:URI query parameter|connection option):? "([^"]*)"', reason)
+    if option is not None:
+        return (
+            f"PostgreSQL connection option {option.group(1)!r} in {shown!r} is unknown to libpq; "
+            "remove or correct it (Flow's own option is schema=NAME)."
+        )
+    return (
+        f"{shown!r} is not a PostgreSQL connection string ({reason}); write it as "
+        "postgresql://user@host:5432/database or host=... dbname=..."
+    )
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """Values libpq would only reject when connecting, reported as what they are."""
+    sslmode = params.get("sslmode")
+    if sslmode is not None and str(sslmode) not in SSL_MODES:
+        raise ConfigError(
+            f"PostgreSQL option sslmode={sslmode!r} is not one of {', '.join(SSL_MODES)}."
+        )
+    for name in ("connect_timeout", "port"):
+        value = params.get(name)
+        if value is None:
+            continue
+        parts = str(value).split(",") if name == "port" else [str(value)]
+        if not all(part.strip().isdigit() for part in parts if part.strip()):
+            what = "a whole number of seconds" if name == "connect_timeout" else "a port number"
+            raise ConfigError(f"PostgreSQL option {name}={value!r} must be {what}.")
 
 
 def _describe_target(conninfo: str) -> str:
@@ -853,18 +894,6 @@ def _secrets(url: str, conninfo: str) -> list[str]:
     return sorted((secret for secret in found if secret), key=len, reverse=True)
 
 
-_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
-
-
 def redact_url(url: str) -> str:
     """The connection string with any password replaced: ``postgresql://user:***@host/db``."""
-    if "://" not in url:
-        return _KEYWORD_PASSWORD.sub(r"\1***", url)
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        userinfo, _, hosts = netloc.rpartition("@")
-        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
-    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return redact(url)
