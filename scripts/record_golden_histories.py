@@ -46,7 +46,8 @@ def main() -> None:
 
     OUT.mkdir(parents=True, exist_ok=True)
     for run_id in ("order-v1-completed", "order-v1-awaiting-approval"):
-        document = export_document(run_id, engine.history(run_id))
+        # Test fixtures: complete, so replay compares tokens and ctx.random() values too.
+        document = export_document(run_id, engine.history(run_id), include_secrets=True)
         (OUT / f"{run_id}.json").write_text(json.dumps(document, indent=2) + "\n")
         print(f"wrote {OUT / run_id}.json ({len(document['events'])} events)")
 

@@ -846,3 +846,18 @@ def test_generated_events_round_trip(store: EventStore, events: list[Event], now
     stored = store.read_history(run_id, after_sequence=1)
     assert [e.event for e in stored] == events
     assert all(e.recorded_at == now for e in stored)
+
+
+# -- check_integrity -----------------------------------------------------------------------------
+
+
+def test_check_integrity_passes_on_a_healthy_store(store: EventStore, clock: ManualClock) -> None:
+    assert store.check_integrity() == []
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "b", now, decide_at=now)
+    created = HookCreated(hook_id="approve", token="tok", metadata=None)
+    hooks = [HookEntry(token="tok", hook_id="approve", resolved=False)]
+    task = StepTask(step_id="s", attempt=1, available_at=now)
+    store.append_if_sequence("a", 1, [created, signal(1)], idx(hooks=hooks, steps={"s": task}), now)
+    assert store.check_integrity() == []

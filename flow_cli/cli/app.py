@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from flow_cli.cli import (
     cmd_bulk,
+    cmd_check,
     cmd_drive,
     cmd_facts,
     cmd_fleet,
@@ -207,6 +208,7 @@ app.command("fork")(cmd_fork.fork)
 app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)
+app.command("check")(cmd_check.check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

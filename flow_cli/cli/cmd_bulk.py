@@ -362,16 +362,26 @@ def export(
     yes: Yes = False,
     json_output: JsonFlag = False,
     jsonl: JsonlFlag = False,
+    include_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--include-secrets",
+            help="Keep the seed and hook tokens, which the export of a run that has not "
+            "finished leaves out by default (they let a reader resolve its open hooks).",
+        ),
+    ] = False,
     *,
     filters: FilterArgs,
 ) -> None:
     """Write the history of RUN (or of many runs) as JSON, for replay elsewhere.
 
     The file feeds `flow replay-check --file FILE`, e.g. in CI. Many runs (ids, - for stdin,
-    or filters) need -o DIR; files are rewritten when exported again.
+    or filters) need -o DIR; files are rewritten when exported again. For a run that has not
+    finished, the seed and hook tokens are left out unless --include-secrets is given (a token
+    resolves a hook); replay-check does not compare the tokens of such a file.
     """
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
-        cmd_read.export(ctx, runs[0], output)
+        cmd_read.export(ctx, runs[0], output, include_secrets)
         return
     if output is None or str(output) == "-":
         raise InputError("exporting many runs needs -o DIR (one RUN.json per run).")
@@ -379,7 +389,7 @@ def export(
     if directory.exists() and not directory.is_dir():
         raise InputError(f"-o {output}: not a directory (many runs are written one file each).")
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         targets = select(engine, runs or [], filters)
         if targets.ids and not dry_run and (yes or not targets.by_filter or len(targets.ids) < 2):
             try:
@@ -395,7 +405,7 @@ def export(
             yes=yes,
             as_json=state.want_json(json_output),
             jsonl=jsonl,
-            results=lambda ids: _export_each(engine, ids, directory),
+            results=lambda ids: _export_each(engine, ids, directory, include_secrets),
         )
 
 
@@ -403,7 +413,9 @@ def export_file_name(run_id: str) -> str:
     return run_id.replace("/", "__") + ".json"
 
 
-def _export_each(engine: Engine, run_ids: list[str], directory: Path) -> Iterator[BulkResult]:
+def _export_each(
+    engine: Engine, run_ids: list[str], directory: Path, include_secrets: bool = False
+) -> Iterator[BulkResult]:
     from flow_cli.engine.export import export_document
     from flow_cli.errors import FlowError
     from flow_cli.ops.bulk import BulkResult, Outcome
@@ -411,7 +423,9 @@ def _export_each(engine: Engine, run_ids: list[str], directory: Path) -> Iterato
     for run_id in run_ids:
         target = directory / export_file_name(run_id)
         try:
-            document = export_document(run_id, engine.history(run_id))
+            document = export_document(
+                run_id, engine.history(run_id), include_secrets=include_secrets
+            )
             cmd_read._write_atomically(target, dumps(document) + "\n")
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))

@@ -51,7 +51,7 @@ def show(
     latest completed ones are printed; --all prints every step, --json has them all.
     """
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         if not no_follow:
             from flow_cli.ops.chain import follow
 
@@ -121,7 +121,7 @@ def history(
     as_json = state.want_json(json_output)
     if exit_status and not follow:
         raise InputError("--exit-status goes with --follow.")
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         events = [e.to_json() for e in engine.history(run_id)]
         if not follow:
             if as_json:
@@ -181,18 +181,28 @@ def export(
             dir_okay=False,
         ),
     ] = None,
+    include_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--include-secrets",
+            help="Keep the run's seed and hook tokens, which an unfinished run's export leaves "
+            "out by default (they let a reader resolve its open hooks).",
+        ),
+    ] = False,
 ) -> None:
     """Write the history of RUN as JSON.
 
     The document is for replay elsewhere.
 
-    The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI.
+    The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI. For a run that has
+    not finished, the seed and hook tokens are left out unless --include-secrets is given: a
+    token resolves a hook. replay-check does not compare the tokens of such a file.
     """
     from flow_cli.engine.export import export_document
 
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        document = export_document(run_id, engine.history(run_id))
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
+        document = export_document(run_id, engine.history(run_id), include_secrets=include_secrets)
     text = dumps(document) + "\n"
     if output is None or str(output) == "-":  # "-" is stdout, as "--input -" is stdin
         sys.stdout.write(text)

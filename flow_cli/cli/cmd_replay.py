@@ -95,12 +95,14 @@ def replay_check(
                 "No build to check: pass --build-id B, or set build_id in flow.toml's [flow]."
             )
     runtime = state.runtime(build_id)
-    histories, origins, unreadable = _from_files(files)
+    redacted: list[frozenset[str]] = []
+    histories, origins, unreadable = _from_files(files, redacted)
     if all_runs or run_ids:
         histories += _from_database(state, run_ids, all_runs)
     if not histories and not unreadable:
         raise InputError("The database holds no runs to check.")
     results = _replay(runtime, histories)
+    results = _comparable(results, redacted)
     diverged = [r for r in results if r.divergences]
     broken = [r for r in results if r.error is not None]
     from flow_cli.cli import replay_report
@@ -161,30 +163,46 @@ def expand(patterns: Sequence[str]) -> tuple[list[Path], list[tuple[str, str]]]:
 
 
 def _from_files(
-    patterns: Sequence[str],
+    patterns: Sequence[str], redacted: list[frozenset[str]]
 ) -> tuple[list[list[EventEnvelope]], dict[str, str], list[tuple[str, str]]]:
-    """Histories read, the file each run came from, and (file, error) for each unreadable one."""
-    from flow_cli.engine.export import load_export
+    """Histories read, the file each run came from, and (file, error) for each unreadable one.
+
+    ``redacted`` receives, per history read, what its export left out (see ``export``).
+    """
+    from flow_cli.engine.export import read_export
 
     paths, unreadable = expand(patterns)
     histories = []
     origins: dict[str, str] = {}
     for path in paths:
         try:
-            run_id, events = load_export(path)
+            exported = read_export(path)
         except InputError as exc:
             unreadable.append((str(path), str(exc)))
             continue
-        histories.append(events)
-        origins.setdefault(run_id, str(path))
+        histories.append(exported.events)
+        redacted.append(exported.redacted)
+        origins.setdefault(exported.run_id, str(path))
     return histories, origins, unreadable
+
+
+def _comparable(
+    results: list[ReplayResult], redacted: Sequence[frozenset[str]]
+) -> list[ReplayResult]:
+    """Drop what a redacted export cannot decide (histories from files come first)."""
+    from flow_cli.engine.export import comparable
+
+    return [
+        comparable(result, redacted[i]) if i < len(redacted) else result
+        for i, result in enumerate(results)
+    ]
 
 
 def _from_database(
     state: CliState, run_ids: Sequence[str], all_runs: bool
 ) -> list[list[EventEnvelope]]:
     """Every history over one connection; an unknown run id is a usage error (exit 2)."""
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         if all_runs:
             run_ids = [r.run_id for r in reversed(engine.list_runs())]
         return [engine.history(run_id) for run_id in run_ids]

@@ -66,7 +66,7 @@ def runs(
     """
     state = CliState.of(ctx)
     where = filters.to_filter()
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         records = engine.store.find_runs(where)
     if jsonl or state.want_json(json_output):
         emit_rows([run_json(r) for r in records], jsonl)
@@ -104,7 +104,7 @@ def count(
     """
     state = CliState.of(ctx)
     where = filters.to_filter()
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         counted = engine.store.count_runs(where, None if by is None else by.value)
     if state.want_json(json_output):
         emit_json({"total": counted.total, "groups": dict(counted.groups)})
@@ -151,7 +151,7 @@ def hook_list(
     once from a pipeline: flow hook list --open --jsonl | jq -r .token | flow hook resolve -
     """
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         if run_id is not None and engine.store.get_run(run_id) is None:
             raise RunNotFound(run_id)
         hooks = engine.store.list_hooks(run_id, open_only)

@@ -19,7 +19,7 @@ def complete_run_id(ctx: typer.Context, incomplete: str) -> list[str]:
 
         params = ctx.find_root().params
         state = CliState(db=params.get("db"), config_option=params.get("config"))
-        with state.open_engine(create=False, with_runtimes=False) as engine:
+        with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
             runs = engine.list_runs(limit=COMPLETION_LIMIT)
         return [r.run_id for r in runs if r.run_id.startswith(incomplete)]
     except Exception:  # completion must never print an error into the user's prompt

@@ -93,8 +93,12 @@ class CliState:
             known = sorted({w for r in runtimes for w in r.workflows})
             raise WorkflowNotFound(workflow, known)
 
-    def open_engine(self, *, create: bool, with_runtimes: bool) -> Engine:
-        """Open the database (``create=False``: a missing SQLite file is a ``StoreError``)."""
+    def open_engine(self, *, create: bool, with_runtimes: bool, read_only: bool = False) -> Engine:
+        """Open the database (``create=False``: a missing SQLite file is a ``StoreError``).
+
+        ``read_only``: for commands that only read; a SQLite file is opened with ``mode=ro``,
+        so they work on a read-only file, directory or mount and can never write.
+        """
         from flow_cli.engine.engine import Engine
 
         runtimes = self.runtimes() if with_runtimes else []
@@ -107,6 +111,10 @@ class CliState:
                     f"Cannot create the data directory {default_path.parent}: "
                     f"{exc.strerror or exc}; pass --db to use another database."
                 ) from None
+        if read_only:
+            from flow_cli.store import open_store
+
+            return Engine(open_store(url, create=False, read_only=True), runtimes)
         return Engine.open(
             url,
             runtimes,

@@ -23,7 +23,7 @@ _SQLITE_OPTIONS = {"synchronous", "busy_timeout_ms"}
 _KEYWORD_SCHEMA = re.compile(r"(?:^|\s)schema\s*=\s*(['\"]?)([^\s'\"]*)\1(?=\s|$)")
 
 
-def open_store(url: str, *, create: bool = True) -> EventStore:
+def open_store(url: str, *, create: bool = True, read_only: bool = False) -> EventStore:
     """Open the store that ``url`` names.
 
     Accepted forms:
@@ -44,6 +44,8 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
         url: The database URL (``--db`` / ``FLOW_DB`` / ``flow.toml``).
         create: Create a missing SQLite file. Read-only commands pass ``False`` so that a wrong
             path is reported instead of creating an empty database.
+        read_only: Open a SQLite file with ``mode=ro`` (writes refused; works on a read-only
+            file, directory or mount). Ignored by the other backends.
 
     Raises:
         ConfigError: the URL names no supported backend, or a backend's package is missing.
@@ -65,7 +67,7 @@ def open_store(url: str, *, create: bool = True) -> EventStore:
             raise
         url_without, schema = _pop_schema(location.target)
         return PostgresStore(url_without, schema=schema, create=create)
-    return _sqlite(location.target, create)
+    return _sqlite(location.target, create, read_only)
 
 
 def _pop_schema(url: str) -> tuple[str, str | None]:
@@ -90,7 +92,7 @@ def _pop_schema(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), schema or None
 
 
-def _sqlite(location: str, create: bool) -> SQLiteStore:
+def _sqlite(location: str, create: bool, read_only: bool = False) -> SQLiteStore:
     from flow_cli.store.sqlite import SQLiteStore
 
     path, _, query = location.partition("?")
@@ -112,4 +114,5 @@ def _sqlite(location: str, create: bool) -> SQLiteStore:
         synchronous=options.get("synchronous", "FULL"),
         busy_timeout_ms=busy_timeout_ms,
         create=create,
+        read_only=read_only,
     )

@@ -531,5 +531,31 @@ class MemoryStore(AppendViaCommit):
             seen = self._version
             self._changed.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))
 
+    def check_integrity(self) -> list[str]:
+        """The structural checks of ``integrity``, on the in-memory tables."""
+        problems: list[str] = []
+        with self._lock:
+            for run_id, run in self._runs.items():
+                if not run.events or run.events[0].event_key != "run_started":
+                    problems.append(f"run {run_id!r}: event 1 is not 'run_started'")
+                for sequence, event in enumerate(run.events, start=1):
+                    try:
+                        json.loads(event.data)
+                    except ValueError:
+                        problems.append(
+                            f"run {run_id!r}: event {sequence} does not hold valid JSON"
+                        )
+            problems.extend(
+                f"step task {step_id!r}: it belongs to run {run_id!r}, which does not exist"
+                for run_id, step_id in self._tasks
+                if run_id not in self._runs
+            )
+            problems.extend(
+                f"hook token {token!r}: it belongs to run {hook.run_id!r}, which does not exist"
+                for token, hook in self._hooks.items()
+                if hook.run_id not in self._runs
+            )
+        return problems
+
     def close(self) -> None:
         """Nothing to release; the data goes away with the object."""

@@ -41,6 +41,7 @@ from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, 
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
+from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
 from flow_cli.store.postgres_schema import Connection
 from flow_cli.store.protocol import (
@@ -586,6 +587,14 @@ class PostgresStore(AppendViaCommit):
                 _close_quietly(self._listener)
                 self._listener = None
             self._listen_lock.release()
+
+    def check_integrity(self) -> list[str]:
+        """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""
+        try:
+            with self._reading() as conn:
+                return structural_problems(lambda sql: conn.execute(sql).fetchall())
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=False) from exc
 
     def close(self) -> None:
         """Close every connection; further calls raise ``StoreError``.

@@ -395,6 +395,15 @@ class EventStore(Protocol):
         """Block up to ``timeout`` seconds, returning early if the store knows work arrived."""
         ...
 
+    def check_integrity(self) -> list[str]:
+        """Check the stored data; one sentence per problem found, ``[]`` when all is well.
+
+        The backend's own check (SQLite ``PRAGMA integrity_check``) plus Flow's structural
+        ones: gapless histories starting with ``run_started``, ``runs.last_sequence`` equal to
+        the last event's number, no event, step task or hook without its run. Read-only.
+        """
+        ...
+
     def close(self) -> None: ...
 
 

@@ -23,6 +23,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from flow_cli.errors import (
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
+from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
@@ -238,6 +240,10 @@ class SQLiteStore(AppendViaCommit):
             call fails with ``StoreError``.
         create: Create the file and schema when missing. Read-only commands pass ``False`` so a
             mistyped path is reported instead of silently creating an empty database.
+        read_only: Open with SQLite's ``mode=ro``: every write is refused, and the database is
+            readable on a read-only file, directory or mount (SQLite reads a WAL database there
+            without creating its ``-shm`` file). Nothing is migrated or changed; a database
+            that needs a schema upgrade must be opened writable once.
 
     Raises:
         StoreError: the file is missing (with ``create=False``), unreadable, locked, not a Flow
@@ -251,8 +257,10 @@ class SQLiteStore(AppendViaCommit):
         synchronous: str = "FULL",
         busy_timeout_ms: int = 5000,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path).expanduser()
+        self.read_only = read_only
         self.synchronous = synchronous.upper()
         if self.synchronous not in SYNCHRONOUS_MODES:
             raise ConfigError(
@@ -268,9 +276,9 @@ class SQLiteStore(AppendViaCommit):
         self._changes = 0
         self._write_lock = threading.Lock()
         self._doorbell = Doorbell(self.path)
-        self._check_path(create)
+        self._check_path(create and not read_only)
         try:
-            self._ensure_schema(self._conn(), create)
+            self._ensure_schema(self._conn(), create and not read_only)
         except sqlite3.Error as exc:
             self.close()
             raise self._store_error(exc) from exc
@@ -309,12 +317,7 @@ class SQLiteStore(AppendViaCommit):
             return conn
         if self._closed:
             raise StoreError(f"The store for {self.path} is closed.")
-        conn = sqlite3.connect(
-            self.path,
-            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
-            check_same_thread=False,  # close() may run on another thread
-            timeout=self.busy_timeout_ms / 1000,
-        )
+        conn = self._read_only_conn() if self.read_only else self._open(self.path)
         try:
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
@@ -327,6 +330,41 @@ class SQLiteStore(AppendViaCommit):
                 self._conns.pop(dead).close()
             self._conns[thread] = conn
         return conn
+
+    def _open(self, target: str | Path, *, uri: bool = False) -> sqlite3.Connection:
+        return sqlite3.connect(
+            target,
+            uri=uri,
+            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
+            check_same_thread=False,  # close() may run on another thread
+            timeout=self.busy_timeout_ms / 1000,
+        )
+
+    def _read_only_conn(self) -> sqlite3.Connection:
+        """A ``mode=ro`` connection; ``immutable=1`` where even that cannot open the file.
+
+        A WAL database needs its ``-shm`` file: in a read-only directory or on a read-only
+        mount SQLite cannot create it, and ``mode=ro`` fails with "unable to open". Then, if no
+        ``-wal`` file holds commits that are not yet in the main file, nothing can change the
+        file under us and ``immutable=1`` reads it without any lock or ``-shm``.
+        """
+        base = f"file:{urllib.parse.quote(str(self.path.absolute()))}"
+        conn = self._open(f"{base}?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "unable to open" not in str(exc):
+                raise
+        wal = Path(f"{self.path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreError(
+                f"Flow database {self.path} cannot be read here: its directory is read-only and "
+                f"{wal.name} holds commits not yet in the main file. Copy the database with its "
+                "-wal file to a writable directory, or open it once where it is writable."
+            )
+        return self._open(f"{base}?immutable=1", uri=True)
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -359,6 +397,10 @@ class SQLiteStore(AppendViaCommit):
             return StoreError(f"{self.path} is not a Flow database (not an SQLite file).")
         if "malformed" in text:
             return StoreError(f"Flow database {self.path} is corrupt ({text}).")
+        if self.read_only and "readonly" in text:
+            return StoreError(
+                f"Flow database {self.path} was opened read-only; this command cannot write."
+            )
         if "readonly" in text or "unable to open" in text:
             return StoreError(f"Cannot open Flow database {self.path} for writing ({text}).")
         return StoreError(f"Flow database {self.path} failed: {text}.")
@@ -386,6 +428,14 @@ class SQLiteStore(AppendViaCommit):
                     "or pass --db to point at an existing database."
                 )
         self._refuse_newer(found, latest)
+        if self.read_only:
+            if found != latest:
+                raise StoreError(
+                    f"Flow database {self.path} has schema version {found}, older than this "
+                    f"Flow's ({latest}); run a command that writes (e.g. `flow tick`) on it once "
+                    "to upgrade it, then read it read-only."
+                )
+            return
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once per file
         if found == latest:
@@ -1013,6 +1063,30 @@ class SQLiteStore(AppendViaCommit):
             # data_version moves when another connection (thread or process) commits.
             if conn.execute("PRAGMA data_version").fetchone()[0] != version:
                 return
+
+    def check_integrity(self) -> list[str]:
+        """``PRAGMA integrity_check``, then Flow's structural checks (see ``integrity``)."""
+        conn = self._conn()
+        try:
+            rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return [f"SQLite cannot check the file: {exc}"]
+        problems = [str(row[0]) for row in rows if row[0] != "ok"]
+        if problems:
+            return [f"SQLite: {problem}" for problem in problems]
+
+        def query(sql: str) -> list[tuple[Any, ...]]:
+            return conn.execute(sql).fetchall()
+
+        json_check = (
+            "SELECT run_id, sequence FROM events WHERE json_valid(data) = 0 "
+            "ORDER BY run_id, sequence",
+            "run {0!r}: event {1} does not hold valid JSON",
+        )
+        try:
+            return structural_problems(query, [json_check])
+        except sqlite3.DatabaseError as exc:
+            return [f"SQLite failed while reading Flow's tables: {exc}"]
 
     def close(self) -> None:
         """Close every thread's connection; further calls raise ``StoreError``."""

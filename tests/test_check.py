@@ -1,0 +1,88 @@
+"""``flow check`` and ``EventStore.check_integrity`` (issue 8, defect 8)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+from cli_helpers import FlowProject
+
+from flow_cli.store.sqlite import SQLiteStore
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> FlowProject:
+    project = FlowProject(tmp_path)
+    for n in range(12):
+        project.setup("start", "two-step", "--id", f"run-{n}", "--input", f'{{"n": {n}}}')
+    project.setup("tick", "--until-idle")
+    return project
+
+
+def test_an_intact_database_passes(project: FlowProject) -> None:
+    result = project.run("check")
+    assert (result.code, result.stderr) == (0, "")
+    assert result.stdout == f"sqlite:///{project.db}: intact\n"
+    assert project.run("check", "--json").json() == {
+        "database": f"sqlite:///{project.db}",
+        "ok": True,
+        "problems": [],
+    }
+
+
+def _scribble(path: Path, seed: int, start: int) -> None:
+    """Random bytes over part of the file, as a bad disk or a stray write would leave it."""
+    rng = random.Random(seed)
+    data = bytearray(path.read_bytes())
+    for offset in range(start, min(len(data), start + 6000)):
+        data[offset] = rng.randrange(256)
+    path.write_bytes(bytes(data))
+
+
+def test_random_bytes_in_the_file_fail_the_check_with_advice(project: FlowProject) -> None:
+    size = project.db.stat().st_size
+    _scribble(project.db, seed=8, start=size // 2)  # past the header: the file still opens
+    result = project.run("check")
+    assert result.code == 1
+    assert result.stdout.startswith("SQLite"), result.stdout
+    assert "\x1b" not in result.stdout
+    line = result.error_line()
+    assert line.startswith(f"error: sqlite:///{project.db} failed the integrity check (")
+    assert 'sqlite3 DAMAGED.db ".recover" | sqlite3 recovered.db' in line
+    data = project.run("check", "--json")
+    assert data.code == 1 and data.json()["ok"] is False and data.json()["problems"]
+
+
+def test_a_damaged_header_fails_the_check(project: FlowProject) -> None:
+    _scribble(project.db, seed=3, start=0)
+    result = project.run("check")
+    assert result.code == 1
+    assert result.stdout.startswith("the database cannot be opened: ")
+    assert "failed the integrity check (1 problem)" in result.error_line()
+
+
+def test_flow_checks_find_gaps_and_a_stale_index(project: FlowProject) -> None:
+    with sqlite3.connect(project.db) as conn:
+        conn.execute("DELETE FROM events WHERE run_id = 'run-1' AND sequence = 2")
+        conn.execute("UPDATE runs SET last_sequence = 99 WHERE run_id = 'run-2'")
+        conn.execute("UPDATE events SET data = '{oops' WHERE run_id = 'run-3' AND sequence = 3")
+        conn.execute("DELETE FROM runs WHERE run_id = 'run-4'")
+    store = SQLiteStore(project.db)
+    problems = store.check_integrity()
+    store.close()
+    assert any("run 'run-1': its history has gaps" in p for p in problems)
+    assert any("run 'run-2': the runs index says its last event is 99" in p for p in problems)
+    assert any("run 'run-3': event 3 does not hold valid JSON" in p for p in problems)
+    assert any("run 'run-4': it has events but no row in the runs index" in p for p in problems)
+    result = project.run("check")
+    assert result.code == 1
+    assert result.stdout.splitlines() == problems
+
+
+def test_check_of_a_missing_database_is_exit_1(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    result = project.run("check")
+    assert result.code == 1
+    assert result.error_line().startswith("error: No Flow database at ")
