@@ -13,6 +13,24 @@ from flow_cli.model.clock import ManualClock
 from flow_cli.store.protocol import EventStore
 
 POSTGRES_ENV = "FLOW_TEST_POSTGRES"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("flow simulation")
+    group.addoption(
+        "--seed",
+        type=int,
+        default=None,
+        help="Run the deterministic simulation (tests/simulation) for this one seed only.",
+    )
+    group.addoption(
+        "--sim-seeds",
+        type=int,
+        default=None,
+        help="How many simulation seeds to run (default 1000, or FLOW_SIM_SEEDS).",
+    )
+
+
 """A ``postgresql://`` URL; the PostgreSQL store tests run only when it is set."""
 
 

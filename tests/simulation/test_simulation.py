@@ -1,0 +1,147 @@
+"""The deterministic simulation (issue 8): many seeds, each a reproducible run of the real engine.
+
+``pytest tests/simulation`` runs 1,000 seeds (``--sim-seeds N`` or ``FLOW_SIM_SEEDS`` to change
+that); a failing seed prints the one line that reproduces it: ``pytest tests/simulation --seed N``.
+Each bug the simulator found stays below as a regression test with its seed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulation.sim import Report, Simulation, history_problems, simulate
+
+CHUNKS = 10
+DEFAULT_SEEDS = 1000
+
+
+def _seeds(config: pytest.Config) -> list[int]:
+    one = config.getoption("--seed")
+    if one is not None:
+        return [one]
+    count = config.getoption("--sim-seeds") or int(os.environ.get("FLOW_SIM_SEEDS", DEFAULT_SEEDS))
+    return list(range(count))
+
+
+def _failures(seeds: list[int]) -> tuple[list[str], Counter[str], int]:
+    failures: list[str] = []
+    faults: Counter[str] = Counter()
+    runs = 0
+    for seed in seeds:
+        try:
+            report: Report = simulate(seed)
+        except Exception as exc:  # the engine raised out of a worker action: also a bug
+            failures.append(
+                f"seed {seed}: {type(exc).__name__}: {exc}\n"
+                f"  reproduce: pytest tests/simulation --seed {seed}"
+            )
+            continue
+        faults.update(report.faults)
+        runs += report.runs
+        if report.problems:
+            shown = "\n  ".join(report.problems[:10])
+            failures.append(
+                f"seed {seed}: {len(report.problems)} invariant violations:\n  {shown}\n"
+                f"  reproduce: pytest tests/simulation --seed {seed}"
+            )
+    return failures, faults, runs
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_simulated_seeds_keep_every_invariant(
+    request: pytest.FixtureRequest, chunk: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeds = _seeds(request.config)
+    mine = seeds[chunk::CHUNKS]
+    if not mine:
+        pytest.skip("no seed in this chunk")
+    failures, faults, runs = _failures(mine)
+    with capsys.disabled():
+        if request.config.getoption("verbose") > 0:
+            print(f"\n  {len(mine)} seeds, {runs} runs, faults {dict(sorted(faults.items()))}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_slower_sqlite_variant(tmp_path: Path, seed: int) -> None:
+    from flow_cli.store.sqlite import SQLiteStore
+
+    path = tmp_path / f"sim-{seed}.db"
+    report = simulate(seed, actions=80, store_factory=lambda: SQLiteStore(path))
+    reproduce = (
+        f"pytest 'tests/simulation/test_simulation.py::test_the_slower_sqlite_variant[{seed}]'"
+    )
+    assert report.problems == [], f"reproduce: {reproduce}"
+    assert report.runs > 0
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = simulate(12345), simulate(12345)
+    assert (first.actions, first.runs, first.crashes, first.faults) == (
+        second.actions,
+        second.runs,
+        second.crashes,
+        second.faults,
+    )
+    assert first.faults["crash_before_commit"] and first.faults["crash_after_commit"]
+
+
+# -- crashes inside child creation and continue_as_new ------------------------------------------
+
+
+def _creating(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    creates = args[1] if len(args) > 1 else kwargs.get("creates", ())
+    return method == "commit" and bool(creates)
+
+
+@pytest.mark.parametrize("kind", ["crash_before_commit", "crash_after_commit", "event_conflict"])
+@pytest.mark.parametrize("workflow", ["parent", "looper"])
+@pytest.mark.parametrize("nth", [1, 2])
+def test_a_fault_in_the_commit_that_creates_runs(workflow: str, kind: str, nth: int) -> None:
+    """The commit that starts a child or a successor fails: it happens once, or not at all."""
+    sim = Simulation(nth, actions=0)
+    seen = Counter[str]()
+
+    def target(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        if not _creating(method, args, kwargs):
+            return None
+        seen["creating"] += 1
+        return kind if seen["creating"] == nth else None
+
+    sim.faults.target = target
+    sim.started["r-0"] = (workflow, None)
+    sim.client.start(workflow, None, run_id="r-0")
+    for _ in range(200):
+        sim.step_workers_only()
+    report = sim.finish()
+    assert seen["creating"] >= nth, "the fault never fired"
+    assert report.faults[kind] == 1
+    assert report.problems == []
+    runs = {r.run_id: r for r in sim.raw.list_runs()}
+    if workflow == "parent":
+        assert sorted(runs) == ["r-0", "r-0/kid", "r-0/kid2"], sorted(runs)
+    else:
+        assert sorted(runs) == ["r-0", "r-0~1", "r-0~2"], sorted(runs)
+
+
+def test_the_checks_see_a_broken_history() -> None:
+    from flow_cli.model.events import EventEnvelope, StepCompleted
+
+    sim = Simulation(1, actions=0)
+    sim.client.start("steps", None, run_id="s-0")
+    first = sim.raw.read_history("s-0")[0]
+    done = StepCompleted(step_id="a", attempt=1, output=None)
+    broken = [
+        first,
+        EventEnvelope(run_id="s-0", sequence=2, recorded_at=first.recorded_at, event=done),
+        EventEnvelope(run_id="s-0", sequence=4, recorded_at=first.recorded_at, event=done),
+    ]
+    assert history_problems(broken) == [
+        "history is not gapless: [1, 2, 4]",
+        "step 'a' completed 2 times",
+    ]
