@@ -86,3 +86,35 @@ def test_check_of_a_missing_database_is_exit_1(tmp_path: Path) -> None:
     result = project.run("check")
     assert result.code == 1
     assert result.error_line().startswith("error: No Flow database at ")
+
+
+@pytest.mark.postgres
+def test_check_on_postgres_finds_a_gap(tmp_path: Path) -> None:
+    import os
+    import uuid
+
+    base = os.environ.get("FLOW_TEST_POSTGRES")
+    if not base:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL tests")
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"flow_check_{uuid.uuid4().hex[:12]}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    project = FlowProject(tmp_path)
+    try:
+        project.setup("--db", url, "start", "two-step", "--id", "r")
+        project.setup("--db", url, "tick", "--until-idle")
+        intact = project.run("--db", url, "check")
+        assert (intact.code, intact.stderr) == (0, "")
+        assert intact.stdout.endswith(": intact\n")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {schema}.events WHERE run_id = 'r' AND sequence = 3")
+        broken = project.run("--db", url, "check")
+        assert broken.code == 1
+        assert broken.stdout.startswith("run 'r': its history has gaps")
+        assert "restore the schema from a backup" in broken.error_line()
+    finally:
+        from flow_cli.store.postgres import PostgresStore
+
+        store = PostgresStore(base, schema=schema, create=False)
+        store.drop_schema()
+        store.close()
