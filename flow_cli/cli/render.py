@@ -526,11 +526,11 @@ def replay_table(results: Sequence[ReplayResult]) -> RenderableType:
     for result in results:
         for d in result.divergences:
             table.add_row(
-                Text(d.run_id),
+                Text(escape_controls(d.run_id)),
                 str(d.sequence),
-                Text(d.identity),
-                Text(d.field),
-                Text(short_json(d.recorded, 160)),
-                Text(short_json(d.produced, 160)),
+                Text(escape_controls(d.identity)),
+                Text(escape_controls(d.field)),
+                Text(short_json(clean(d.recorded), 160)),
+                Text(short_json(clean(d.produced), 160)),
             )
     return table
