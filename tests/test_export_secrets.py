@@ -80,11 +80,18 @@ def test_replay_check_works_on_a_redacted_export(project: FlowProject, build: st
 
 
 def test_a_redacted_export_still_catches_real_divergences(tmp_path: Path) -> None:
+    from flow_cli.engine.export import export_document
+    from flow_cli.store.sqlite import SQLiteStore
+
     project = FlowProject(tmp_path)
-    project.setup("start", "two-step", "--id", "t")  # not ticked: unfinished, so redacted
-    project.setup("tick")
+    project.setup("start", "two-step", "--id", "t")
+    project.setup("tick", "--until-idle")
+    store = SQLiteStore(project.db)
+    history = store.read_history("t")
+    store.close()
+    unfinished = [e for e in history if e.event.event_key() != "run_completed"]
     path = project.root / "t.json"
-    project.setup("export", "t", "-o", str(path))
+    path.write_text(json.dumps(export_document("t", unfinished)), encoding="utf-8")
     assert read_export(path).redacted == {SEED, TOKENS}
     result = project.invoke("replay-check", "--file", str(path), "--build-id", "cli-2")
-    assert result.code == 3
+    assert result.code == 3, result.stdout

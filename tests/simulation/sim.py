@@ -33,7 +33,7 @@ from typing import Any
 from flow_cli import RetryPolicy, Runtime, StepFailedError
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay import replay_history
-from flow_cli.errors import EventConflict, FlowError
+from flow_cli.errors import EventConflict, FlowError, StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot
@@ -71,6 +71,9 @@ class Faults:
     crash_before: float = 0.02
     crash_after: float = 0.02
     conflict: float = 0.03
+    store_error: float = 0.02
+    """A ``StoreError`` (connection lost, file locked) the process survives: half of them raised
+    before the call, half after it committed (the acknowledgement was lost)."""
     enabled: bool = True
     injected: Counter[str] = field(default_factory=Counter)
     where: Counter[str] = field(default_factory=Counter)
@@ -93,6 +96,12 @@ class Faults:
         roll -= self.crash_after
         if method in CONFLICTABLE and roll < self.conflict:
             return "event_conflict"
+        roll -= self.conflict
+        if roll < self.store_error / 2:
+            return "store_error_before_commit"
+        roll -= self.store_error / 2
+        if roll < self.store_error / 2:
+            return "store_error_after_commit"
         return None
 
 
@@ -119,9 +128,13 @@ class FaultyStore:
             if fault == "event_conflict":
                 run_id = _run_id_of(name, args, kwargs)
                 raise EventConflict(run_id, -1, None)
+            if fault == "store_error_before_commit":
+                raise StoreError(f"simulated: connection lost before {name}")
             result = attr(*args, **kwargs)
             if fault == "crash_after_commit":
                 raise Crash(fault, name)
+            if fault == "store_error_after_commit":
+                raise StoreError(f"simulated: connection lost after {name} committed")
             return result
 
         return call
@@ -252,6 +265,7 @@ class Report:
     actions: int = 0
     runs: int = 0
     crashes: int = 0
+    store_errors: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     where: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
@@ -343,6 +357,8 @@ class Simulation:
         except Crash:
             self.report.crashes += 1
             self.workers[index] = self._spawn()  # the process died; a new one takes its place
+        except StoreError:
+            self.report.store_errors += 1  # a worker logs it and carries on with the next pass
 
     def while_a_step_runs(self) -> None:
         """Called from inside a step handler: time passes and other workers act."""
