@@ -22,6 +22,9 @@ from flow_cli.store.protocol import StepLease
 
 log = logging.getLogger("flow.worker")
 
+RUN_BATCH = 100
+"""Runs a worker leases and decides per pass, their decisions committed together."""
+
 
 @dataclass(slots=True)
 class WorkerStats:
@@ -93,11 +96,17 @@ class Worker:
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
         in_flight.difference_update({f for f in in_flight if f.done()})
-        run_ids = self.engine.lease_runs(self.lease_seconds, 100)
+        backlog = len(in_flight) - self.concurrency
+        run_ids = (
+            self.engine.lease_runs(self.lease_seconds, RUN_BATCH) if backlog < RUN_BATCH else []
+        )
         if run_ids:
-            # A step the decisions schedule starts in their own commit when a thread is free.
-            free = max(0, self.concurrency - len(in_flight))
-            start = StartSteps(self.engine.worker_id, self.lease_seconds, free)
+            # A step the decisions schedule starts in their own commit and waits in the pool's
+            # queue for a thread (its lease is renewed meanwhile): when many timers come due at
+            # once, their runs' next steps need no lease transaction each. The pool's backlog
+            # is bounded: no new run is leased while it is longer than a pass's worth.
+            room = max(0, self.concurrency + RUN_BATCH - len(in_flight))
+            start = StartSteps(self.engine.worker_id, self.lease_seconds, room)
             report = self.engine.decider.decide_many(run_ids, start=start)
             for lease in report.started:
                 self._keeper.hold(lease)
