@@ -26,3 +26,12 @@ def sleeper(ctx):  # type: ignore[no-untyped-def]
     """A durable timer of input["secs"] seconds from the recorded start, then one step."""
     ctx.sleep_until("t", ctx.started_at + timedelta(seconds=ctx.input["secs"]))
     return ctx.complete(ctx.step("after", "inc", 0))
+
+
+@runtime.workflow("alarm")
+def alarm(ctx):  # type: ignore[no-untyped-def]
+    """Sleeps until the absolute UTC time input["at"] (the same for every run), then one step."""
+    from datetime import datetime
+
+    ctx.sleep_until("t", datetime.fromisoformat(ctx.input["at"]))
+    return ctx.complete(ctx.step("after", "inc", 0))
