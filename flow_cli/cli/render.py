@@ -188,10 +188,13 @@ def show_view(
     all_steps: bool = False,
 ) -> RenderableType:
     """The ``flow show`` screen, built from the stable ``--json`` shape of the snapshot."""
+    # Only the rows that are printed are escaped: a long run's steps mostly are not.
+    shown, hidden = _shown_steps(snap["steps"], all_steps)
+    snap = {**snap, "steps": dict(shown)}
     snap, failing, child_status = clean(snap), clean(failing), clean(child_status)
     parts: list[RenderableType] = [_header(snap, failing)]
     if snap["steps"]:
-        parts.append(_steps(snap["steps"], all_steps=all_steps))
+        parts.append(_steps(snap["steps"], hidden))
     if snap["waits"]:
         parts.append(_timers(snap["waits"]))
     signals = snap["signals"]
@@ -249,8 +252,7 @@ def _shown_steps(
     return [item for item in items if item[0] in keep], len(items) - len(keep)
 
 
-def _steps(steps: Mapping[str, Mapping[str, Any]], *, all_steps: bool = False) -> RenderableType:
-    shown, hidden = _shown_steps(steps, all_steps)
+def _steps(steps: Mapping[str, Mapping[str, Any]], hidden: int) -> RenderableType:
     table = _table("steps")
     if hidden:
         table.caption = (
@@ -260,7 +262,7 @@ def _steps(steps: Mapping[str, Mapping[str, Any]], *, all_steps: bool = False) -
     for column in ("id", "name", "state", "attempts", "timing"):
         table.add_column(column, no_wrap=column != "timing")
     table.add_column("output / error", overflow="fold")
-    for step_id, step in shown:
+    for step_id, step in steps.items():
         state = step["state"]
         if step.get("finished_at"):
             timing = f"took {duration(step.get('scheduled_at'), step['finished_at'])}"

@@ -21,14 +21,17 @@ def chain_from(engine: Engine, run_id: str) -> list[str]:
 
     Raises ``RunNotFound`` for an unknown ``run_id``.
     """
+    from flow_cli.model.status import RunStatus
+
     chain = [run_id]
-    snapshot = engine.snapshot(run_id)
-    while snapshot.outcome is not None and snapshot.outcome.successor_run_id is not None:
-        successor = snapshot.outcome.successor_run_id
-        if successor in chain or len(chain) >= MAX_CHAIN:
+    # The runs index says whether a run continued as new; only then is its history read (for
+    # its successor's id), so following a run that did not costs one indexed read.
+    while engine.get_run(chain[-1]).status is RunStatus.CONTINUED_AS_NEW:
+        outcome = engine.snapshot(chain[-1]).outcome
+        successor = outcome.successor_run_id if outcome is not None else None
+        if successor is None or successor in chain or len(chain) >= MAX_CHAIN:
             break
         chain.append(successor)
-        snapshot = engine.snapshot(successor)
     return chain
 
 
