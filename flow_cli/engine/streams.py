@@ -23,8 +23,9 @@ from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import KEEP, CommitGroup, EventStore, Keep, NewRun, StreamWrite
 
-DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
-"""History bytes the snapshot cache may hold (a snapshot in memory costs a few times that)."""
+DEFAULT_CACHE_BYTES = 4 * 1024 * 1024
+"""History bytes the snapshot cache may hold. A snapshot in memory costs about ten times its
+history's bytes, so this is some 40 MB of a worker's memory: plenty for the runs in hand."""
 
 
 @dataclass(frozen=True, slots=True)
