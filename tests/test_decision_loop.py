@@ -239,3 +239,26 @@ def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: P
     assert waiter._doorbell.wait(10)  # a datagram arrived: no poll involved
     waiter.close()
     assert not any(waiter._doorbell.directory.glob("*.sock"))  # its socket is gone with it
+
+
+def test_flow_show_says_when_a_failing_decision_is_tried_next(tmp_path: Path) -> None:
+    from cli_helpers import FlowProject
+
+    project = FlowProject(tmp_path)
+    rt = Runtime(build_id="cli-1")
+
+    @rt.workflow("raises")
+    def raises(ctx):  # type: ignore[no-untyped-def]
+        raise ValueError("always")
+
+    engine = Engine(SQLiteStore(project.db), [rt])
+    engine.start("raises", run_id="r")
+    engine.tick(until_idle=True)
+    due = engine.get_run("r").decide_at
+    engine.close()
+    assert due is not None
+    shown = project.run("show", "r", "--json")
+    assert shown.code == 0
+    assert shown.json()["next_decision_at"] == due.isoformat()
+    text = project.run("show", "r")
+    assert "failing" in text.stdout and "next try" in text.stdout

@@ -46,9 +46,10 @@ def show(
 
     Status, steps, timers, signals, hooks, children, progress and outcome. Everything is
     projected from the run's history. A run stuck on a failed decision shows a "failing" line
-    with the error. A run that continued as new is shown as its live successor (said on stderr;
-    --no-follow shows the run itself). Of a long list of steps, the ones not completed and the
-    latest completed ones are printed; --all prints every step, --json has them all.
+    with the error and when the decision is tried next. A run that continued as new is shown as
+    its live successor (said on stderr; --no-follow shows the run itself). Of a long list of
+    steps, the ones not completed and the latest completed ones are printed; --all prints every
+    step, --json has them all.
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
@@ -62,6 +63,12 @@ def show(
         record = engine.get_run(run_id)
         data: dict[str, Any] = snap.to_json()
         data["failing"] = record.failing
+        # While a decision keeps failing, the runs index holds when it is tried next.
+        data["next_decision_at"] = (
+            record.decide_at.isoformat()
+            if record.decide_at is not None and snap.decision_error is not None
+            else None
+        )
         if state.want_json(json_output):
             emit_json(data)
             return

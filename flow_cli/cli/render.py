@@ -233,6 +233,8 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     if snap.get("decision_error") is not None or failing:
         message = failing_text(snap["decision_error"]) if snap.get("decision_error") else failing
         grid.add_row(Text("failing", "bold red"), Text(str(message), "bold red"))
+        if snap.get("next_decision_at"):
+            grid.add_row("retry", Text(f"next try {when(snap['next_decision_at'])}"))
     return Panel(
         grid, title=Text(f"run {snap['run_id']}", "bold"), title_align="left", expand=False
     )
