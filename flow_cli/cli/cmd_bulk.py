@@ -303,6 +303,14 @@ def signal_runs(
     yes: Yes = False,
     json_output: JsonFlag = False,
     jsonl: JsonlFlag = False,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="Idempotency key: a signal of this name already delivered with the same key "
+            "is not delivered again (re-running the command is safe).",
+        ),
+    ] = None,
     *,
     filters: FilterArgs,
 ) -> None:
@@ -310,7 +318,8 @@ def signal_runs(
 
     A signal that arrives before the workflow waits for it is kept and matched later, in order.
     Signalling a run that already ended fails (exit 1). Many runs: flow signal - NAME reads run
-    ids from stdin; flow signal NAME --waiting-on signal:NAME --yes signals every match.
+    ids from stdin; flow signal NAME --waiting-on signal:NAME --yes signals every match. With
+    --key, running the same command again delivers nothing twice.
     """
     if name is None:
         if not filters.selects:
@@ -322,7 +331,7 @@ def signal_runs(
         if dry_run:
             out(run_id)
             return
-        cmd_facts.signal_run(ctx, run_id, name, payload, json_output)
+        cmd_facts.signal_run(ctx, run_id, name, payload, json_output, key)
         return
     from flow_cli.ops.bulk import signal_runs as deliver
 
@@ -339,7 +348,7 @@ def signal_runs(
             yes=yes,
             as_json=state.want_json(json_output),
             jsonl=jsonl,
-            results=lambda ids: deliver(engine, ids, signal_name, value),
+            results=lambda ids: deliver(engine, ids, signal_name, value, key=key),
         )
 
 

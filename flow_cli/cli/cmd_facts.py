@@ -119,19 +119,28 @@ def signal_run(
     ],
     payload: Payload = None,
     json_output: JsonFlag = False,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="Idempotency key: a signal of this name already delivered with the same key "
+            "is not delivered again (re-running the command is safe).",
+        ),
+    ] = None,
 ) -> None:
     """Deliver signal NAME to RUN.
 
     A signal that arrives before the workflow waits for it is kept and matched later, in order.
     A run that continued as new passes the signal on to its live successor (said on stderr).
-    Signalling a run that already ended fails (exit 1).
+    Signalling a run that already ended fails (exit 1). With --key, sending again with the same
+    key delivers nothing new.
     """
     state = CliState.of(ctx)
     check_name(name, "signal name")
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
         run_id = _follow(engine, run_id)
-        sequence = engine.signal(run_id, name, value)
+        sequence = engine.signal(run_id, name, value, key=key)
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
     else:

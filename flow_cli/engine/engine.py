@@ -218,15 +218,29 @@ class Engine:
 
     # -- facts from outside --------------------------------------------------------------------
 
-    def signal(self, run_id: str, name: str, payload: JsonValue = None) -> int:
+    def signal(
+        self, run_id: str, name: str, payload: JsonValue = None, *, key: str | None = None
+    ) -> int:
         """Deliver signal ``name``; a signal that arrives before its wait is kept for it.
 
-        Returns the sequence of the ``signal_received`` event. Raises ``RunNotFound`` and
-        ``RunFinished``.
+        With ``key`` (an idempotency key), a signal of this name already received with the same
+        key is not delivered again: sending twice is sending once. Returns the sequence of the
+        ``signal_received`` event (the earlier one when it was already delivered). Raises
+        ``RunNotFound`` and ``RunFinished``.
         """
         check_name(name, "signal name")
-        event = SignalReceived(signal_name=name, payload=_payload(payload))
-        return self._append_fact(run_id, lambda snap: [event], f"signal {name!r}")
+        event = SignalReceived(signal_name=name, payload=_payload(payload), key=key)
+        earlier: list[int] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            sent = snap.signal_with_key(name, key) if key is not None else None
+            if sent is not None:
+                earlier.append(sent.sequence)
+                return []
+            return [event]
+
+        sequence = self._append_fact(run_id, events, f"signal {name!r}")
+        return earlier[-1] if earlier else sequence
 
     def resolve_hook(
         self, token: str, payload: JsonValue = None, *, run_id: str | None = None

@@ -124,6 +124,15 @@ class SignalReceived(_EventBase):
     KEY = "signal_received"
     signal_name: str
     payload: JsonValue
+    key: str | None = None
+    """The sender's idempotency key (``flow signal --key``): a second signal of this name with
+    the same key is not delivered again. Written only when given."""
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"signal_name": self.signal_name, "payload": self.payload}
+        if self.key is not None:
+            data["key"] = self.key
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

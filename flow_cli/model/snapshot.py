@@ -97,6 +97,8 @@ class ReceivedSignal:
     signal_name: str
     payload: JsonValue
     sequence: int
+    key: str | None = None
+    """The sender's idempotency key, if any."""
     wait_id: str | None = None
     """The signal wait that consumed it; ``None`` while it is buffered."""
 
@@ -231,6 +233,13 @@ class WorkflowRunSnapshot:
         ``ctx.hook(..., deadline=)``) has fired. A signal wait that timed out takes no signal."""
         timer = self.waits.get(deadline_wait_id(wait_id))
         return timer is not None and timer.done
+
+    def signal_with_key(self, signal_name: str, key: str) -> ReceivedSignal | None:
+        """The signal of this name already received with idempotency key ``key``, if any."""
+        for signal in self.signals:
+            if signal.key == key and signal.signal_name == signal_name:
+                return signal
+        return None
 
     def next_deadline(self) -> datetime | None:
         """The earliest open timer deadline."""
@@ -411,6 +420,7 @@ class WorkflowRunSnapshot:
                         signal_name=event.signal_name,
                         payload=event.payload,
                         sequence=envelope.sequence,
+                        key=event.key,
                     )
                 )
                 # The oldest wait for this name takes it; a wait whose deadline passed first

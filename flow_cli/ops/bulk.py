@@ -141,19 +141,28 @@ def signal_runs(
     name: str,
     payload: JsonValue,
     batch_size: int = BATCH_SIZE,
+    *,
+    key: str | None = None,
 ) -> Iterator[BulkResult]:
-    """Deliver signal ``name`` to each run; a run that ended is a failure, as for one run."""
+    """Deliver signal ``name`` to each run; a run that ended is a failure, as for one run.
+
+    With ``key``, a run that already received this signal with that key is skipped: running
+    the same bulk signal again delivers nothing twice.
+    """
 
     def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
+        if key is not None and snap.signal_with_key(name, key) is not None:
+            detail = f"signal {name!r} with key {key!r} already delivered"
+            return [], BulkResult(snap.run_id, Outcome.SKIPPED, detail)
         if snap.terminal:
             detail = f"has already ended ({snap.status.value}); cannot signal {name!r}"
             return [], BulkResult(snap.run_id, Outcome.FAILED, detail)
-        event = SignalReceived(signal_name=name, payload=payload)
+        event = SignalReceived(signal_name=name, payload=payload, key=key)
         return [event], BulkResult(snap.run_id, Outcome.DONE, f"signal {name!r} delivered")
 
     def one_by_one(run_id: str) -> BulkResult:
         try:
-            engine.signal(run_id, name, payload)
+            engine.signal(run_id, name, payload, key=key)
         except FlowError as exc:
             return BulkResult(run_id, Outcome.FAILED, str(exc))
         return BulkResult(run_id, Outcome.DONE, f"signal {name!r} delivered")
