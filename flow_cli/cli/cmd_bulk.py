@@ -307,6 +307,7 @@ def signal_runs(
         str | None,
         typer.Option(
             "--key",
+            metavar="KEY",
             help="Idempotency key: a signal of this name already delivered with the same key "
             "is not delivered again (re-running the command is safe).",
         ),
