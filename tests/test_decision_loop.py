@@ -262,3 +262,23 @@ def test_flow_show_says_when_a_failing_decision_is_tried_next(tmp_path: Path) ->
     assert shown.json()["next_decision_at"] == due.isoformat()
     text = project.run("show", "r")
     assert "failing" in text.stdout and "next try" in text.stdout
+
+
+def test_events_the_engine_appends_count_against_the_cache_budget(clock: ManualClock) -> None:
+    rt = Runtime(build_id="big-1")
+
+    @rt.workflow("big")
+    def big(ctx):  # type: ignore[no-untyped-def]
+        return ctx.complete(ctx.step("s", "big"))
+
+    @rt.step("big")
+    def big_step(input, info):  # type: ignore[no-untyped-def]
+        return "x" * 50_000
+
+    engine = Engine(MemoryStore(), [rt], clock=clock)
+    engine.start("big", run_id="r")
+    engine.tick(until_idle=True)
+    # The output was never read back from the store, only committed: still counted.
+    assert engine.streams.cached_bytes == 0 or engine.streams.cached_bytes > 50_000
+    snapshot = engine.streams.take("r")
+    assert snapshot.size > 50_000

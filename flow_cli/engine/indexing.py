@@ -97,19 +97,25 @@ def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
     """
     if snapshot.terminal:
         return None
+    # Each kind is looked at only when the snapshot's counters say something of it is open, and
+    # steps and timers through their open sets: the cost follows what is open, not history.
     entries = [
         *(
             waiting_entry("signal", w.signal_name)
-            for w in snapshot.signal_waits.values()
+            for w in (snapshot.signal_waits.values() if snapshot.signal_waits_open else ())
             if not w.delivered
         ),
-        *(waiting_entry("hook", h.hook_id) for h in snapshot.hooks.values() if not h.resolved),
-        *(waiting_entry("timer", w.wait_id) for w in snapshot.waits.values() if not w.done),
         *(
-            waiting_entry("step", s.step_id)
-            for s in snapshot.steps.values()
-            if not s.status.settled
+            waiting_entry("hook", h.hook_id)
+            for h in (snapshot.hooks.values() if snapshot.hooks_open else ())
+            if not h.resolved
         ),
-        *(waiting_entry("child", c.child_id) for c in snapshot.children.values() if c.open),
+        *(waiting_entry("timer", wait_id) for wait_id in snapshot.open_deadlines),
+        *(waiting_entry("step", step_id) for step_id in snapshot.open_steps),
+        *(
+            waiting_entry("child", c.child_id)
+            for c in (snapshot.children.values() if snapshot.children_open else ())
+            if c.open
+        ),
     ]
     return " ".join(dict.fromkeys(entries)) or None

@@ -10,6 +10,7 @@ worker's memory does not grow with the size of the inputs it has seen.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -63,6 +64,7 @@ class Pending:
                     sequence=snap.last_sequence + 1,
                     recorded_at=self.now,
                     event=event,
+                    size=stored_size(event),
                 )
             )
         self.events.extend(events)
@@ -76,6 +78,11 @@ class Pending:
                 self.snapshot, self.events, decide_at=self.decide_at, failing=failing(self.snapshot)
             ),
         )
+
+
+def stored_size(event: Event) -> int:
+    """About the bytes the store will keep for ``event`` (what the cache budget counts)."""
+    return len(json.dumps(event.to_data(), separators=(",", ":"), default=str))
 
 
 def failing(snapshot: WorkflowRunSnapshot) -> str | None:

@@ -163,6 +163,8 @@ class WorkflowRunSnapshot:
     # Counters kept by ``apply`` so that status, progress and the next deadline cost the same
     # for a run of ten steps and one of ten thousand.
     step_counts: dict[StepStatus, int] = field(default_factory=dict)
+    open_steps: dict[str, None] = field(default_factory=dict)
+    """Ids of the steps not settled, in scheduling order (an ordered set)."""
     open_deadlines: dict[str, datetime] = field(default_factory=dict)
     """Deadlines of the timers that have not fired."""
     signal_waits_open: int = 0
@@ -256,6 +258,7 @@ class WorkflowRunSnapshot:
             hooks=dict(self.hooks),
             children=dict(self.children),
             step_counts=dict(self.step_counts),
+            open_steps=dict(self.open_steps),
             open_deadlines=dict(self.open_deadlines),
             buffered_signals={k: list(v) for k, v in self.buffered_signals.items()},
             waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
@@ -285,6 +288,10 @@ class WorkflowRunSnapshot:
                 del counts[old.status]
         self.steps[step.step_id] = step
         counts[step.status] = counts.get(step.status, 0) + 1
+        if step.status.settled:
+            self.open_steps.pop(step.step_id, None)
+        else:
+            self.open_steps[step.step_id] = None
 
     def _set_child(self, child: ChildState) -> None:
         old = self.children.get(child.child_id)
