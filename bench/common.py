@@ -68,3 +68,24 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
+
+
+def bench_worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
+    """A real `flow worker` over ``url`` hosting ``bench/bench_workflows.py``, started and idle
+    (its banner read) before this returns."""
+    here = Path(__file__).resolve().parent
+    (scratch / "flow.toml").write_text(
+        '[flow]\nruntimes = ["bench_workflows:runtime"]\nbuild_id = "bench-1"\n', encoding="utf-8"
+    )
+    env = dict(os.environ, PYTHONPATH=str(here), FLOW_CONFIG=str(scratch / "flow.toml"))
+    env["FLOW_DB"] = url
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).parent / "flow"), "worker"],
+        env=env,
+        cwd=scratch,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    if worker.stderr is not None:
+        worker.stderr.readline()
+    return worker

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
-from common import DEFAULT_PG, fresh_database, stop  # noqa: E402
+from common import DEFAULT_PG, bench_worker, fresh_database, stop  # noqa: E402
 
 
 def main() -> None:
@@ -36,21 +35,7 @@ def main() -> None:
     from flow_cli.store import open_store
 
     with fresh_database(args.backend, DEFAULT_PG) as (url, scratch):
-        (scratch / "flow.toml").write_text(
-            '[flow]\nruntimes = ["bench_workflows:runtime"]\nbuild_id = "bench-1"\n',
-            encoding="utf-8",
-        )
-        env = dict(os.environ, PYTHONPATH=str(HERE), FLOW_CONFIG=str(scratch / "flow.toml"))
-        env["FLOW_DB"] = url
-        worker = subprocess.Popen(
-            [str(Path(sys.executable).parent / "flow"), "worker"],
-            env=env,
-            cwd=scratch,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        assert worker.stderr is not None
-        worker.stderr.readline()
+        worker = bench_worker(url, scratch)
         setup_url = url + ("?synchronous=NORMAL" if args.backend == "sqlite" else "")
         engine = Engine(open_store(setup_url), [bench_workflows.runtime])
         try:

@@ -25,7 +25,7 @@ from flow_cli.cli import cmd_facts, cmd_read
 from flow_cli.cli.cmd_triage import JsonlFlag
 from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, complete_run_id
+from flow_cli.cli.options import JsonFlag, Payload, SignalKey, complete_run_id
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 
@@ -303,15 +303,7 @@ def signal_runs(
     yes: Yes = False,
     json_output: JsonFlag = False,
     jsonl: JsonlFlag = False,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            "--key",
-            metavar="KEY",
-            help="Idempotency key: a signal of this name already delivered with the same key "
-            "is not delivered again (re-running the command is safe).",
-        ),
-    ] = None,
+    key: SignalKey = None,
     *,
     filters: FilterArgs,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flow_cli.cli.io import emit_json, note, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, RunArg
+from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.names import check_name
@@ -119,15 +119,7 @@ def signal_run(
     ],
     payload: Payload = None,
     json_output: JsonFlag = False,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            "--key",
-            metavar="KEY",
-            help="Idempotency key: a signal of this name already delivered with the same key "
-            "is not delivered again (re-running the command is safe).",
-        ),
-    ] = None,
+    key: SignalKey = None,
 ) -> None:
     """Deliver signal NAME to RUN.
 

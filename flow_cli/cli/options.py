@@ -43,6 +43,16 @@ LeaseSeconds = Annotated[
         "that dies releases its leases after S seconds.",
     ),
 ]
+SignalKey = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        metavar="KEY",
+        help="Idempotency key: a signal of this name already delivered with the same key "
+        "is not delivered again (re-running the command is safe).",
+    ),
+]
+
 Payload = Annotated[
     str | None,
     typer.Option(
