@@ -7,6 +7,7 @@ kill it with SIGKILL in the middle of a step attempt.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import signal
 import sys
@@ -28,6 +29,8 @@ def main() -> int:
     parser.add_argument("--ready-file")
     parser.add_argument("--schema", help="PostgreSQL schema (tests isolate themselves)")
     args = parser.parse_args()
+    # A hung worker in a test can be asked where it is: kill -USR1 PID prints every thread's stack.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     runtimes = []
     for ref in args.runtimes:
         module, _, attr = ref.partition(":")

@@ -82,18 +82,30 @@ class StepExecutor:
         owned: WorkflowRunSnapshot | None = None
         ran = 0
         state = "skipped"
-        for index in range(MAX_CHAIN):
-            if current is None:
-                break
-            state, invoked, following, owned = self._one(
-                current, owned, worker, lease_seconds, before_call, index < MAX_CHAIN - 1, report
-            )
-            ran += invoked
-            if keeper is not None:
+        try:
+            for index in range(MAX_CHAIN):
+                if current is None:
+                    break
+                state, invoked, following, owned = self._one(
+                    current,
+                    owned,
+                    worker,
+                    lease_seconds,
+                    before_call,
+                    index < MAX_CHAIN - 1,
+                    report,
+                )
+                ran += invoked
+                if keeper is not None:
+                    keeper.drop(current)
+                    if following is not None:
+                        keeper.hold(following)
+                current = following
+        finally:
+            # A chained attempt that ends in an error (the database went away mid-chain) must
+            # stop being renewed, or its lease would never expire and no worker would retry it.
+            if keeper is not None and current is not None:
                 keeper.drop(current)
-                if following is not None:
-                    keeper.hold(following)
-            current = following
         return StepOutcome(
             ran=ran > 0,
             state=state,
