@@ -401,6 +401,11 @@ class SQLiteStore(AppendViaCommit):
             return StoreError(
                 f"Flow database {self.path} was opened read-only; this command cannot write."
             )
+        if "disk is full" in text:
+            return StoreError(
+                f"Flow database {self.path}: the disk is full; nothing was written (free space "
+                "on its filesystem; a worker retries on its own)."
+            )
         if "readonly" in text or "unable to open" in text:
             return StoreError(f"Cannot open Flow database {self.path} for writing ({text}).")
         return StoreError(f"Flow database {self.path} failed: {text}.")
