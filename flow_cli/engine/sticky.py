@@ -33,6 +33,9 @@ from flow_cli.runtime import Runtime
 
 MAX_CALLS = 64
 """Workflow calls kept waiting at once (each holds one parked thread)."""
+STICKY_FROM = 8
+"""Completed steps a run needs before its call is kept: replaying a shorter run from the top
+costs less than a thread and its hand-overs."""
 EVENTS_OF_ONE_STEP = 3
 """``step_scheduled``, ``step_started`` and ``step_completed`` of the awaited step."""
 
@@ -145,6 +148,8 @@ class StickyCode:
         call = self._calls.claim(snapshot)
         if call is not None:
             proposal = call.resume(snapshot)
+        elif snapshot.step_counts.get(StepStatus.COMPLETED, 0) < STICKY_FROM:
+            return self.runtime.propose(snapshot)
         else:
             call = _Call(self.runtime, snapshot)
             proposal = call.start()
