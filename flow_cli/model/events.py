@@ -6,6 +6,7 @@ turn it into the JSON object stored in the database and shown by ``flow history`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, TypeAlias
@@ -312,8 +313,23 @@ TERMINAL_KEYS = frozenset(
 )
 
 
-_DECODERS: dict[str, tuple[tuple[str, str], ...]] = {
-    key: tuple((f.name, str(f.type)) for f in fields(cls)) for key, cls in EVENT_TYPES.items()
+def _converter(type_text: str) -> Callable[[Any], Any] | None:
+    """How a stored JSON value of a field of this type becomes the field's value."""
+    if type_text.startswith("datetime"):
+        return parse_utc
+    if type_text == "RetryPolicy":
+        return RetryPolicy.from_json
+    if type_text == "WorkflowSpec":
+        return WorkflowSpec.from_json
+    if type_text.startswith("tuple"):
+        return tuple
+    return None
+
+
+# Worked out once per event type: reading a long history decodes thousands of events.
+_DECODERS: dict[str, tuple[tuple[str, Callable[[Any], Any] | None], ...]] = {
+    key: tuple((f.name, _converter(str(f.type))) for f in fields(cls))
+    for key, cls in EVENT_TYPES.items()
 }
 
 
@@ -324,22 +340,14 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
     """
     cls = EVENT_TYPES[event_key]
     kwargs: dict[str, Any] = {}
-    for name, type_text in _DECODERS[event_key]:
+    for name, convert in _DECODERS[event_key]:
         if name not in data:
             continue  # a field added later falls back to its default
         value = data[name]
-        if value is None:
-            kwargs[name] = None
-        elif type_text.startswith("datetime"):
-            kwargs[name] = parse_utc(value)
-        elif type_text == "RetryPolicy":
-            kwargs[name] = RetryPolicy.from_json(value)
-        elif type_text == "WorkflowSpec":
-            kwargs[name] = WorkflowSpec.from_json(value)
-        elif type_text.startswith("tuple"):
-            kwargs[name] = tuple(value)
-        else:
+        if value is None or convert is None:
             kwargs[name] = value
+        else:
+            kwargs[name] = convert(value)
     return cls(**kwargs)
 
 

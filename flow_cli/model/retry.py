@@ -73,18 +73,39 @@ class RetryPolicy:
     def from_json(cls, data: dict[str, Any]) -> RetryPolicy:
         """The policy; equal policies read back as one shared instance, so that comparing a
         recorded policy with the code's (``ctx.step`` does it on every call) is usually ``is``."""
-        policy = cls(
-            max_attempts=data["max_attempts"],
-            initial_interval=data["initial_interval"],
-            backoff_coefficient=data["backoff_coefficient"],
-            max_interval=data["max_interval"],
-            non_retryable=tuple(data.get("non_retryable", ())),
-            on_exhausted=data.get("on_exhausted", "terminate"),
+        non_retryable = data.get("non_retryable", ())
+        key = (
+            data["max_attempts"],
+            data["initial_interval"],
+            data["backoff_coefficient"],
+            data["max_interval"],
+            tuple(non_retryable) if isinstance(non_retryable, list | tuple) else non_retryable,
+            data.get("on_exhausted", "terminate"),
         )
-        return intern(policy)
+        try:
+            known = _READ.get(key)
+        except TypeError:  # an unhashable value: let the constructor say what is wrong
+            known = None
+        if known is not None:
+            return known
+        policy = intern(
+            cls(
+                max_attempts=data["max_attempts"],
+                initial_interval=data["initial_interval"],
+                backoff_coefficient=data["backoff_coefficient"],
+                max_interval=data["max_interval"],
+                non_retryable=tuple(non_retryable),
+                on_exhausted=data.get("on_exhausted", "terminate"),
+            )
+        )
+        if len(_READ) < _INTERN_LIMIT:
+            _READ[key] = policy
+        return policy
 
 
 _INTERNED: dict[RetryPolicy, RetryPolicy] = {}
+_READ: dict[tuple[Any, ...], RetryPolicy] = {}
+"""Stored policies already read, by their JSON values: a long history repeats a few policies."""
 _INTERN_LIMIT = 1024
 
 
