@@ -127,6 +127,18 @@ def test_receive_returns_timed_out_and_keeps_a_late_signal(env: WorkflowEnvironm
     assert not env.snapshot(run).signal_waits["answer"].delivered
 
 
+def test_a_timed_out_signal_wait_is_no_longer_open(env: WorkflowEnvironment) -> None:
+    run = env.start("answer-or-timeout")
+    env.run_until_idle()
+    env.advance(hours=1)
+    snap = env.snapshot(run)
+    # Only the "late" wait is open: the timed-out one is neither counted nor indexed as waiting.
+    assert snap.signal_waits["answer"].timed_out
+    assert snap.progress()["waits_open"] == 1
+    assert env.engine.get_run(run).waiting_on == "signal:answer"
+    assert snap.to_json()["signals"]["waits"]["answer"]["timed_out"] is True
+
+
 def test_a_signal_sent_early_is_delivered_without_a_timer(env: WorkflowEnvironment) -> None:
     run = env.start("answer-or-timeout")
     env.engine.signal(run, "answer", 42)

@@ -320,7 +320,12 @@ def _signals(signals: Mapping[str, Any]) -> RenderableType:
             table.add_column(column, no_wrap=True)
         table.add_column("payload", overflow="fold")
         for wait_id, wait in signals["waits"].items():
-            state = Text("delivered", "green") if wait["delivered"] else Text("waiting", "blue")
+            if wait["delivered"]:
+                state = Text("delivered", "green")
+            elif wait.get("timed_out"):
+                state = Text("timed out", "yellow")
+            else:
+                state = Text("waiting", "blue")
             payload = short_json(wait.get("payload"), 80) if wait["delivered"] else ""
             table.add_row(Text(wait_id), Text(wait["signal_name"]), state, Text(payload))
         parts.append(table)

@@ -90,6 +90,8 @@ class SignalWaitState:
     delivered: bool = False
     payload: JsonValue = None
     signal_sequence: int | None = None
+    timed_out: bool = False
+    """Its deadline (``ctx.receive(..., deadline=)``) passed first: it takes no signal now."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -406,6 +408,7 @@ class WorkflowRunSnapshot:
                     wait, done=True, fired_at=at, fired_sequence=envelope.sequence
                 )
                 self.open_deadlines.pop(event.wait_id, None)
+                self._time_out(event.wait_id)
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
@@ -522,6 +525,21 @@ class WorkflowRunSnapshot:
         self.decision_error = None
         self.failing_since = None
 
+    def _time_out(self, timer_id: str) -> None:
+        """A signal wait whose deadline timer fired is no longer open."""
+        if not timer_id.endswith(DEADLINE_SUFFIX):
+            return
+        wait = self.signal_waits.get(timer_id[: -len(DEADLINE_SUFFIX)])
+        if wait is None or wait.delivered or wait.timed_out:
+            return
+        self.signal_waits[wait.wait_id] = replace(wait, timed_out=True)
+        self.signal_waits_open -= 1
+        waiting = self.waiting_signals.get(wait.signal_name)
+        if waiting is not None and wait.wait_id in waiting:
+            waiting.remove(wait.wait_id)
+            if not waiting:
+                del self.waiting_signals[wait.signal_name]
+
     def _deliver(self, signal_index: int, wait_id: str) -> None:
         signal = self.signals[signal_index]
         self.signals[signal_index] = replace(signal, wait_id=wait_id)
@@ -574,6 +592,7 @@ class WorkflowRunSnapshot:
                     w.wait_id: {
                         "signal_name": w.signal_name,
                         "delivered": w.delivered,
+                        "timed_out": w.timed_out,
                         "payload": w.payload,
                     }
                     for w in self.signal_waits.values()
@@ -619,9 +638,12 @@ class WorkflowRunSnapshot:
         return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
 
 
+DEADLINE_SUFFIX = ":deadline"
+
+
 def deadline_wait_id(wait_id: str) -> str:
     """The id of the timer that bounds wait or hook ``wait_id`` when given a deadline."""
-    return f"{wait_id}:deadline"
+    return f"{wait_id}{DEADLINE_SUFFIX}"
 
 
 def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:
