@@ -11,6 +11,7 @@ import pytest
 from flow_cli.cli import exits, logs
 from flow_cli.cli.cmd_drive import _OutageReporter
 from flow_cli.cli.io import parse_json_arg, short_json
+from flow_cli.engine.observe import LogObserver
 from flow_cli.errors import (
     BuildNotHosted,
     ConfigError,
@@ -67,7 +68,8 @@ def test_short_json_cuts_long_values() -> None:
 def test_outage_reporter_prints_one_line_and_silences_the_duplicate_log(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    reporter = _OutageReporter()
+    logs.install()
+    reporter = _OutageReporter(LogObserver())
     error = StoreError("Flow database /x.db is locked by another connection;\ngave up.")
     reporter(error)
     assert capsys.readouterr().err == (
