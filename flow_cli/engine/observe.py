@@ -123,7 +123,7 @@ class Observer:
 
     def lease_lost(self, lease: StepLease) -> None:
         """This worker no longer holds the lease of an attempt it runs: another worker may run
-        the same attempt again, and this one's result will be discarded."""
+        the same attempt again (the first end recorded counts; a later one is discarded)."""
 
     def store_error(self, error: StoreError) -> None:
         """The database failed; the worker retries with a growing pause."""
@@ -351,7 +351,7 @@ class LogObserver(Observer):
             logging.WARNING,
             "lease_lost",
             f"lease lost: step {lease.step_id!r} of run {lease.run_id}, attempt "
-            f"{lease.attempt}: another worker may run it again; this result will be discarded",
+            f"{lease.attempt}: another worker may run the same attempt again",
             {"run_id": lease.run_id, "step_id": lease.step_id, "attempt": lease.attempt},
         )
 
