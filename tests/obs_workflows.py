@@ -3,7 +3,7 @@
 ``chain`` runs N quick steps; ``flaky`` has a step that fails its first attempt; ``doomed`` a
 step that fails both its attempts, so the run fails; ``fragile`` fails to decide until the file
 named by ``FLOW_TEST_FIXED`` exists (a deploy that fixes the code, in miniature); ``napper``
-sleeps one second on a timer.
+sleeps on a timer (its input: seconds, default 1).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def fragile(ctx: WorkflowContext) -> RuntimeCommand:
 
 @runtime.workflow("napper")
 def napper(ctx: WorkflowContext) -> RuntimeCommand:
-    ctx.sleep("nap", 1)
+    ctx.sleep("nap", ctx.input if isinstance(ctx.input, int | float) else 1)
     return ctx.complete("rested")
 
 

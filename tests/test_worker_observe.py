@@ -195,7 +195,7 @@ def test_a_healthy_worker_prints_only_its_start_and_stop_lines(project: Project)
         assert stop(worker) == 0
     lines = project.lines()
     assert [line.split(":")[0].split(" ")[0] for line in lines] == ["worker", "SIGTERM", "worker"]
-    assert lines[-1] == "worker stopped: 6 runs decided, 100 steps run, 0 database errors"
+    assert re_full(r"worker stopped: \d+ runs decided, 100 steps run, 0 database errors", lines[-1])
 
 
 def test_log_level_error_hides_warnings(project: Project) -> None:
@@ -262,7 +262,7 @@ def test_metrics_of_a_real_worker(project: Project) -> None:
     assert m['flow_steps_total{outcome="failed"}'] == 1
     assert m['flow_steps_total{outcome="discarded"}'] == 0
     assert m["flow_step_duration_seconds_count"] == 9
-    assert m["flow_decision_failures_total"] == 1  # retried only after 5 s
+    assert m["flow_decision_failures_total"] >= 1  # fragile-1, again every 5 s or more
     # Each run decides at least once per step it schedules and once to end.
     assert m["flow_decisions_total"] >= 6 + 2 + 2 + 2
     assert m["flow_timer_lateness_seconds_count"] == 1
@@ -300,3 +300,39 @@ def test_metrics_port_without_the_extra_says_what_to_install(
     assert result.error_line() == (
         "error: --metrics-port needs prometheus-client: pip install 'flow-cli[metrics]'"
     )
+
+
+def test_a_database_outage_and_its_end_are_one_line_each(project: Project) -> None:
+    import sqlite3
+
+    project.start("chain", "chain-1")  # creates the database
+    project.start("napper", "nap-1", "3")  # its timer comes due while the database is locked
+    url = f"sqlite:///{project.db}?busy_timeout_ms=200"
+    with project.log.open("w", encoding="utf-8") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "flow_cli", "--db", url, "worker", "--log-format", "json"],
+            cwd=project.root,
+            env=project.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+    try:
+        wait_for(lambda: project.status("nap-1") is RunStatus.SUSPENDED, "the nap to start")
+        holder = sqlite3.connect(project.db, isolation_level=None)
+        try:
+            holder.execute("BEGIN EXCLUSIVE")
+            wait_for(lambda: "store_error" in project.log.read_text(), "the outage's line")
+            holder.execute("COMMIT")
+        finally:
+            holder.close()
+        wait_for(lambda: "store_reconnected" in project.log.read_text(), "the reconnection")
+    finally:
+        assert stop(worker) == 0
+    records = [json.loads(line) for line in project.lines()]
+    events = [r["event"] for r in records]
+    assert events.count("store_reconnected") == 1
+    outage = next(r for r in records if r["event"] == "store_error")
+    assert outage["level"] == "warning" and "locked" in outage["error"]
+    back = next(r for r in records if r["event"] == "store_reconnected")
+    assert back["level"] == "info" and back["outage_seconds"] > 0
