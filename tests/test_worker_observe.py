@@ -336,3 +336,14 @@ def test_a_database_outage_and_its_end_are_one_line_each(project: Project) -> No
     assert outage["level"] == "warning" and "locked" in outage["error"]
     back = next(r for r in records if r["event"] == "store_reconnected")
     assert back["level"] == "info" and back["outage_seconds"] > 0
+
+
+def test_prometheus_client_is_imported_only_for_metrics() -> None:
+    code = (
+        "import sys\n"
+        "from flow_cli.cli import app, cmd_drive\n"
+        "from flow_cli.engine import observe, worker\n"
+        "assert 'prometheus_client' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
