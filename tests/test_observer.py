@@ -168,3 +168,21 @@ def test_the_worker_tells_when_the_database_is_back(store: EventStore) -> None:
         worker.stop()
         thread.join(timeout=10)
     assert errors and seen.names().count("store_recovered") == 1
+
+
+def test_a_scrape_while_the_database_is_away_leaves_out_only_open_runs(store: EventStore) -> None:
+    from prometheus_client import generate_latest
+
+    from flow_cli.engine.metrics import MetricsObserver
+
+    class Away:
+        def count_runs(self, *args: Any, **kwargs: Any) -> Any:
+            raise StoreError("simulated: the database went away")
+
+    metrics = MetricsObserver(Away())  # type: ignore[arg-type]
+    metrics.decisions(3, 1)
+    text = generate_latest(metrics.registry).decode()
+    assert "flow_decisions_total 3.0" in text and "flow_decision_failures_total 1.0" in text
+    assert "flow_open_runs{" not in text
+    present = MetricsObserver(store)
+    assert 'flow_open_runs{status="Pending"} 0.0' in generate_latest(present.registry).decode()
