@@ -3,6 +3,7 @@ the worker's outage reporter and the one-line log handler."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from flow_cli.cli import exits, logs
 from flow_cli.cli.cmd_drive import _OutageReporter
 from flow_cli.cli.io import parse_json_arg, short_json
+from flow_cli.engine.observe import LogObserver
 from flow_cli.errors import (
     BuildNotHosted,
     ConfigError,
@@ -67,7 +69,8 @@ def test_short_json_cuts_long_values() -> None:
 def test_outage_reporter_prints_one_line_and_silences_the_duplicate_log(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    reporter = _OutageReporter()
+    logs.install()
+    reporter = _OutageReporter(LogObserver())
     error = StoreError("Flow database /x.db is locked by another connection;\ngave up.")
     reporter(error)
     assert capsys.readouterr().err == (
@@ -89,3 +92,46 @@ def test_log_handler_prints_exceptions_as_one_line(capsys: pytest.CaptureFixture
         logger.exception("step %s crashed", "s1")
     assert capsys.readouterr().err == "error: step s1 crashed: ValueError: bad thing\n"
     assert handler in logging.getLogger("flow").handlers
+
+
+def test_json_log_lines_carry_the_event_and_its_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import UTC, datetime
+
+    from flow_cli.store.protocol import StepLease
+
+    logs.install("json", "info")
+    try:
+        observer = LogObserver()
+        observer.lease_lost(
+            StepLease(
+                run_id="r-1",
+                step_id="charge",
+                attempt=2,
+                lease_until=datetime(2026, 12, 1, tzinfo=UTC),
+            )
+        )
+        observer.store_error(StoreError("Flow database is locked;\nretry"))
+        observer.store_recovered(12.345)
+        logging.getLogger("flow.steps").warning("gave up on %s", "r-1")
+        records = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        logs.install()
+    assert [(r["level"], r["event"]) for r in records] == [
+        ("warning", "lease_lost"),
+        ("warning", "store_error"),
+        ("info", "store_reconnected"),
+        ("warning", "log"),
+    ]
+    lost, outage, back, plain = records
+    assert (lost["run_id"], lost["step_id"], lost["attempt"]) == ("r-1", "charge", 2)
+    assert outage["message"] == "database unavailable, retrying: Flow database is locked; retry"
+    assert outage["error"] == "Flow database is locked;\nretry"  # the field keeps the text
+    assert back["outage_seconds"] == 12.345
+    assert (plain["logger"], plain["message"]) == ("flow.steps", "gave up on r-1")
+
+
+def test_text_log_level_hides_what_is_below_it(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.install("text", "warning")
+    LogObserver().store_recovered(1.0)  # info: hidden
+    LogObserver().store_error(StoreError("gone"))
+    assert capsys.readouterr().err == "warning: database unavailable, retrying: gone\n"

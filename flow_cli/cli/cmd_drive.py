@@ -13,16 +13,28 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flow_cli.cli.io import emit_json, note, one_line, out
-from flow_cli.cli.options import JsonFlag, LeaseSeconds
+from flow_cli.cli.io import emit_json, one_line, out
+from flow_cli.cli.options import (
+    JsonFlag,
+    LeaseSeconds,
+    LogFormat,
+    LogFormatOption,
+    LogLevel,
+    LogLevelOption,
+)
 from flow_cli.cli.state import CliState
+from flow_cli.errors import FlowError, InputError
 
 if TYPE_CHECKING:
     import logging
+    from wsgiref.simple_server import WSGIServer
 
     from flow_cli.engine.engine import Engine, TickReport
+    from flow_cli.engine.observe import Observer
     from flow_cli.engine.worker import WorkerStats
     from flow_cli.errors import StoreError
+
+METRICS_EXTRA = "pip install 'flow-cli[metrics]'"
 
 
 def tick(
@@ -36,19 +48,24 @@ def tick(
     ] = False,
     lease_seconds: LeaseSeconds = 30.0,
     json_output: JsonFlag = False,
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.WARNING,
 ) -> None:
     """Run one scheduler pass, or passes until idle.
 
     A pass fires due timers and retries, decides runnable runs and runs ready steps. Prints a
     one-line summary (or a JSON report with --json). With --until-idle on a terminal, progress
-    is shown on stderr while it works.
+    is shown on stderr while it works. Failed decisions and step attempts are logged on stderr
+    as `flow worker` logs them.
     """
     from flow_cli.cli import logs
+    from flow_cli.engine.observe import LogObserver
     from flow_cli.engine.registry import Registration
 
-    logs.install()
+    logs.install(log_format, log_level)
     state = CliState.of(ctx)
     with state.open_engine(create=True, with_runtimes=True) as engine:
+        engine.observe(LogObserver())
         progress = _TickProgress() if until_idle and sys.stderr.isatty() else None
         with Registration(engine), progress or nullcontext():
             report = engine.tick(
@@ -121,23 +138,49 @@ def worker(
         typer.Option("--concurrency", metavar="N", min=1, help="Step attempts run at once."),
     ] = 4,
     lease_seconds: LeaseSeconds = 30.0,
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.INFO,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            min=1,
+            max=65535,
+            help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs "
+            f"{METRICS_EXTRA}).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run runs continuously until interrupted.
 
     Decides due runs, runs ready steps on N threads and sleeps until work arrives. SIGINT or
     SIGTERM stops it cleanly: attempts in hand finish, then it exits 0 (a second Ctrl-C aborts
     at once; the abandoned attempts are retried after their lease expires). Safe to run many
-    at once, on many machines sharing one database. Database outages are reported on stderr
-    and retried.
+    at once, on many machines sharing one database. Quiet while healthy: stderr gets one line
+    per notable event (a decision failed or recovered, a step attempt failed and when the next
+    one is due, a step exhausted, a run failed, a lease lost, the database unavailable or
+    back), as text or JSON (--log-format).
     """
     from flow_cli.cli import logs
+    from flow_cli.engine.observe import LogObserver, Observers
     from flow_cli.engine.registry import Registration
     from flow_cli.engine.worker import Worker
 
-    handler = logs.install()
+    if metrics_port is not None:
+        _check_metrics_extra()
+    handler = logs.install(log_format, log_level)
     state = CliState.of(ctx)
+    server: WSGIServer | None = None
     with state.open_engine(create=True, with_runtimes=True) as engine:
-        reporter = _OutageReporter()
+        log_observer = LogObserver()
+        observers: list[Observer] = [log_observer]
+        if metrics_port is not None:
+            metrics, server = _serve_metrics(engine, metrics_port)
+            observers.append(metrics)
+        engine.observe(Observers(observers))
+        reporter = _OutageReporter(log_observer)
         runner = Worker(
             engine,
             concurrency=concurrency,
@@ -145,7 +188,15 @@ def worker(
             on_store_error=reporter,
         )
         handler.addFilter(reporter.already_reported)
-        note(_banner(engine, concurrency, lease_seconds))
+        logs.say(
+            _banner(engine, concurrency, lease_seconds, metrics_port),
+            "worker_started",
+            worker_id=engine.worker_id,
+            builds=engine.build_ids,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            metrics_port=metrics_port,
+        )
         previous = _install_stop_handlers(runner.stop, lambda: runner.stopping)
         hook, threading.excepthook = threading.excepthook, _thread_crashed
         try:
@@ -156,7 +207,35 @@ def worker(
             handler.removeFilter(reporter.already_reported)
             for signum, old in previous.items():
                 signal.signal(signum, old)
-    note(stopped_summary(stats))
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+    logs.say(
+        stopped_summary(stats),
+        "worker_stopped",
+        runs_decided=stats.runs_decided,
+        steps_run=stats.steps_run,
+        store_errors=stats.store_errors,
+    )
+
+
+def _check_metrics_extra() -> None:
+    """``--metrics-port`` without prometheus-client installed is a usage error (exit 2)."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise InputError(f"--metrics-port needs prometheus-client: {METRICS_EXTRA}")
+
+
+def _serve_metrics(engine: Engine, port: int) -> tuple[Observer, WSGIServer]:
+    from flow_cli.engine.metrics import MetricsObserver, serve
+
+    metrics = MetricsObserver(engine.store)
+    try:
+        return metrics, serve(metrics, port)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise FlowError(f"--metrics-port {port}: cannot listen on port {port}: {reason}") from None
 
 
 def stopped_summary(stats: WorkerStats) -> str:
@@ -173,27 +252,32 @@ def stopped_summary(stats: WorkerStats) -> str:
 
 def _thread_crashed(args: threading.ExceptHookArgs) -> None:
     """A crashed helper thread is one line on stderr, not a traceback."""
+    from flow_cli.cli import logs
+
     name = args.thread.name if args.thread is not None else "a worker thread"
-    note(f"error: {name} crashed: {args.exc_type.__name__}: {one_line(str(args.exc_value))}")
+    error = f"{args.exc_type.__name__}: {one_line(str(args.exc_value))}"
+    logs.say(f"{name} crashed: {error}", "thread_crashed", "error", thread=name, error=error)
 
 
-def _banner(engine: Engine, concurrency: int, lease_seconds: float) -> str:
+def _banner(engine: Engine, concurrency: int, lease_seconds: float, port: int | None) -> str:
     builds = ", ".join(engine.build_ids)
+    metrics = f"; metrics on port {port}" if port is not None else ""
     return (
         f"worker {engine.worker_id}: builds {builds}; {concurrency} step threads, "
-        f"leases {lease_seconds:g} s. Ctrl-C or SIGTERM to stop."
+        f"leases {lease_seconds:g} s{metrics}. Ctrl-C or SIGTERM to stop."
     )
 
 
 class _OutageReporter:
     """``on_store_error``: one clear line per database outage, then the worker retries."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: Observer) -> None:
         self._reported: set[int] = set()
+        self.observer = observer
 
     def __call__(self, error: StoreError) -> None:
         self._reported.add(id(error))
-        note(f"warning: database unavailable, retrying: {one_line(str(error))}")
+        self.observer.store_error(error)
 
     def already_reported(self, record: logging.LogRecord) -> bool:
         """Logging filter: drop the worker's own log line for an error printed above."""
@@ -207,13 +291,22 @@ def _install_stop_handlers(
 ) -> dict[int, Any]:
     """SIGINT/SIGTERM stop the worker cleanly; a second one aborts at once (exit 130)."""
 
+    from flow_cli.cli import logs
+
     def handle(signum: int, frame: FrameType | None) -> None:
         if stopping():
-            note("aborted; unfinished step attempts are retried after their lease expires")
+            logs.say(
+                "aborted; unfinished step attempts are retried after their lease expires",
+                "worker_aborted",
+            )
             sys.stdout.flush()
             os._exit(130)
         name = signal.Signals(signum).name
-        note(f"{name}: stopping after the attempts in hand (again to abort)")
+        logs.say(
+            f"{name}: stopping after the attempts in hand (again to abort)",
+            "worker_stopping",
+            signal=name,
+        )
         stop()
 
     previous: dict[int, Any] = {}

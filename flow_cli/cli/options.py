@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -60,5 +61,40 @@ Payload = Annotated[
         metavar="JSON|@FILE|-",
         help="The payload: literal JSON, @file.json, or - to read stdin. Default: null.",
         show_default=False,
+    ),
+]
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        metavar="text|json",
+        help="How log lines on stderr look: 'text' sentences, or one JSON object per line "
+        "(time, level, event, run_id, workflow, build_id, step, error ...) for log shippers.",
+        case_sensitive=False,
+    ),
+]
+LogLevelOption = Annotated[
+    LogLevel,
+    typer.Option(
+        "--log-level",
+        metavar="LEVEL",
+        help="Least severe log lines shown: debug, info (decisions recovered, database back), "
+        "warning (decision or step attempt failed, lease lost, database unavailable) or error "
+        "(step exhausted, run failed).",
+        case_sensitive=False,
     ),
 ]

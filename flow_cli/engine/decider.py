@@ -114,6 +114,7 @@ class Decider:
                 # fresh history.
                 report.conflicts += 1
                 self.conflicts += 1
+                self.streams.observer.conflict()
         return report
 
     def decide_many(
@@ -172,6 +173,7 @@ class Decider:
                 else:
                     report.conflicts += 1
                     self.conflicts += 1
+                    self.streams.observer.conflict()
                     again.append(pending.snapshot.run_id)
                     run_id = pending.snapshot.run_id
                     report.started = [s for s in report.started if s.run_id != run_id]
@@ -209,6 +211,17 @@ class Decider:
         step executor's chain), a workflow call waiting in ``ctx.step`` is kept alive and
         resumed instead of replayed (``flow_cli.engine.sticky``).
         """
+        made, failed_before = report.decisions, report.decision_failures
+        try:
+            return self._advance(pending, runtime, report, sticky)
+        finally:
+            self.streams.observer.decisions(
+                report.decisions - made, report.decision_failures - failed_before
+            )
+
+    def _advance(
+        self, pending: Pending, runtime: Runtime, report: DecideReport, sticky: bool
+    ) -> Effects:
         effects = Effects()
         code: WorkflowCode = StickyCode(runtime, self.sticky) if sticky else runtime
         for _ in range(MAX_DECISIONS_PER_COMMIT):

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from flow_cli.engine.decider import Decider, DecideReport, StartSteps
 from flow_cli.engine.leases import LeaseKeeper
+from flow_cli.engine.observe import Observer
 from flow_cli.engine.steps import StepExecutor, StepOutcome
 from flow_cli.engine.streams import Streams, Write
 from flow_cli.errors import (
@@ -374,7 +375,19 @@ class Engine:
 
     def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
         """A keeper that renews this engine's step leases while their handlers run."""
-        return LeaseKeeper(self.store, self.worker_id, self.clock, lease_seconds)
+        return LeaseKeeper(
+            self.store, self.worker_id, self.clock, lease_seconds, self.streams.observer
+        )
+
+    @property
+    def observer(self) -> Observer:
+        """Told what this engine does (``flow_cli.engine.observe``); nobody by default."""
+        return self.streams.observer
+
+    def observe(self, observer: Observer) -> None:
+        """Tell ``observer`` what this engine does from now on (set it before ``Worker``
+        or ``tick`` create their lease keeper)."""
+        self.streams.observer = observer
 
     def tick(
         self,

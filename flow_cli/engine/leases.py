@@ -4,6 +4,11 @@ Every process that runs steps (``flow worker`` and ``flow tick`` alike) renews t
 attempts in hand, so a long step is never run a second time by another worker while the first is
 still at it. A process that dies stops renewing, and its attempts become available once their
 leases expire.
+
+A renewal the store refuses means another worker took the attempt (its lease had run out, say
+after a long pause of this process). The keeper tells its observer once the refusal repeats on
+the next round while the handler still runs — a single refusal may only be the attempt's own
+end, committed an instant before the executor let go of its lease — and stops renewing it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import threading
 from datetime import timedelta
 
+from flow_cli.engine.observe import NOTHING, Observer
 from flow_cli.errors import StoreError
 from flow_cli.model.clock import Clock
 from flow_cli.store.protocol import EventStore, StepLease
@@ -23,9 +29,19 @@ class LeaseKeeper:
     """Renews the held step leases every third of ``lease_seconds`` on a background thread."""
 
     def __init__(
-        self, store: EventStore, worker_id: str, clock: Clock, lease_seconds: float
+        self,
+        store: EventStore,
+        worker_id: str,
+        clock: Clock,
+        lease_seconds: float,
+        observer: Observer = NOTHING,
     ) -> None:
         self.store = store
+        self.observer = observer
+        self._refused: set[tuple[str, str, int]] = set()
+        """Held attempts whose last renewal was refused."""
+        self._lost: set[tuple[str, str, int]] = set()
+        """Held attempts reported lost (told once)."""
         self.worker_id = worker_id
         self.clock = clock
         self.lease_seconds = lease_seconds
@@ -40,8 +56,21 @@ class LeaseKeeper:
             self._held[(lease.run_id, lease.step_id)] = lease
 
     def drop(self, lease: StepLease) -> None:
+        key = (lease.run_id, lease.step_id, lease.attempt)
         with self._lock:
             self._held.pop((lease.run_id, lease.step_id), None)
+            self._refused.discard(key)
+            self._lost.discard(key)
+
+    def lost(self, lease: StepLease) -> None:
+        """Stop renewing ``lease`` and tell the observer it was lost (once per attempt)."""
+        key = (lease.run_id, lease.step_id, lease.attempt)
+        with self._lock:
+            if key in self._lost:
+                return
+            self._lost.add(key)
+            self._refused.discard(key)
+        self.observer.lease_lost(lease)
 
     @property
     def held(self) -> list[StepLease]:
@@ -69,11 +98,27 @@ class LeaseKeeper:
         """Extend every held lease by ``lease_seconds`` from now."""
         until = self.clock.now() + timedelta(seconds=self.lease_seconds)
         for lease in self.held:
+            key = (lease.run_id, lease.step_id, lease.attempt)
+            with self._lock:
+                if key in self._lost:
+                    continue
             try:
-                if self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until):
-                    self.renewals += 1
+                renewed = self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until)
             except StoreError as exc:
                 log.warning("%s", exc)
+                continue
+            if renewed:
+                self.renewals += 1
+                with self._lock:
+                    self._refused.discard(key)
+                continue
+            with self._lock:
+                still_held = self._held.get((lease.run_id, lease.step_id)) == lease
+                again = key in self._refused
+                if still_held and not again:
+                    self._refused.add(key)
+            if still_held and again:
+                self.lost(lease)
 
     def _run(self) -> None:
         interval = max(0.2, self.lease_seconds / 3)

@@ -15,12 +15,14 @@ as a due time in the step index — no thread sleeps on it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
 from flow_cli.engine.decider import Decider, DecideReport, Effects, start_scheduled
 from flow_cli.engine.leases import LeaseKeeper
+from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
 from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.clock import Clock
@@ -94,6 +96,7 @@ class StepExecutor:
                     before_call,
                     index < MAX_CHAIN - 1,
                     report,
+                    keeper,
                 )
                 ran += invoked
                 if keeper is not None:
@@ -123,6 +126,7 @@ class StepExecutor:
         before_call: Callable[[], None] | None,
         may_chain: bool,
         report: DecideReport,
+        keeper: LeaseKeeper | None = None,
     ) -> tuple[str, int, StepLease | None, WorkflowRunSnapshot | None]:
         snap = owned if owned is not None else self.streams.take(lease.run_id)
         step = snap.steps.get(lease.step_id)
@@ -147,9 +151,11 @@ class StepExecutor:
             worker=worker,
         )
         payload = snap.json_payload(step.input)
+        ref = StepRef(RunRef.of(snap), step.step_id, step.name, step.attempt)
         if before_call is not None:
             before_call()
         event: Event
+        began = time.monotonic()
         try:
             output = normalise(runtime.run_step(step.name, payload, info))
             event = StepCompleted(step_id=step.step_id, attempt=step.attempt, output=output)
@@ -162,10 +168,20 @@ class StepExecutor:
             state = (
                 "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
             )
+        seconds = time.monotonic() - began
         recorded, following, after = self._record(
             snap, lease, event, runtime, worker, lease_seconds if may_chain else None, report
         )
-        return (state if recorded else "discarded"), 1, following, after
+        observer = self.streams.observer
+        if recorded is None:
+            # Another worker took the attempt: our lease ran out while the handler ran.
+            if keeper is not None:
+                keeper.lost(lease)
+            else:
+                observer.lease_lost(lease)
+        state = state if recorded else "discarded"
+        observer.step_finished(ref, state, seconds)
+        return state, 1, following, after
 
     def _failure(
         self, step_id: str, attempt: int, policy: RetryPolicy, exc: BaseException
@@ -193,9 +209,10 @@ class StepExecutor:
         worker: str,
         lease_seconds: float | None,
         report: DecideReport,
-    ) -> tuple[bool, StepLease | None, WorkflowRunSnapshot | None]:
+    ) -> tuple[bool | None, StepLease | None, WorkflowRunSnapshot | None]:
         """Commit the attempt's end with the run's next decision. Returns whether it was
-        recorded, and the next attempt this worker leased with its owned snapshot."""
+        recorded (``None``: not, because another worker took the attempt), and the next
+        attempt this worker leased with its owned snapshot."""
         current: WorkflowRunSnapshot | None = snap
         for _ in range(MAX_CONFLICT_RETRIES):
             if current is None:
@@ -209,7 +226,8 @@ class StepExecutor:
             ):
                 # Cancelled, or another worker settled this attempt first: drop our result.
                 self.streams.put(current)
-                return False, None, None
+                ended = current.terminal or step is None or step.status is StepStatus.CANCELLED
+                return (False if ended else None), None, None
             now = self.clock.now()
             pending = Pending.on(current, now)
             pending.add([event])
@@ -223,6 +241,7 @@ class StepExecutor:
                 self.decider.commit(pending, effects, keep=following is not None)
             except (EventConflict, HookTokenInUse):
                 self.conflicts += 1
+                self.streams.observer.conflict()
                 current = None  # dropped; read again
                 continue
             return True, following, (pending.snapshot if following is not None else None)

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.indexing import index_for
+from flow_cli.engine.observe import NOTHING, Observer, notify_committed
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
@@ -49,10 +50,12 @@ class Pending:
     now: datetime
     events: list[Event]
     decide_at: datetime | Keep | None = KEEP
+    failed_before: str | None = None
+    """The error type of the run's failing decision when these events were decided on."""
 
     @classmethod
     def on(cls, snapshot: WorkflowRunSnapshot, now: datetime) -> Pending:
-        return cls(snapshot, snapshot.last_sequence, now, [])
+        return cls(snapshot, snapshot.last_sequence, now, [], KEEP, failing_type(snapshot))
 
     def add(self, events: Sequence[Event]) -> None:
         """Fold ``events`` into the snapshot as the store will record them."""
@@ -85,6 +88,12 @@ def stored_size(event: Event) -> int:
     return len(json.dumps(event.to_data(), separators=(",", ":"), default=str))
 
 
+def failing_type(snapshot: WorkflowRunSnapshot) -> str | None:
+    """The error type of the run's last decision while it stands failed."""
+    error = snapshot.decision_error
+    return str(error.get("error_type")) if isinstance(error, dict) else None
+
+
 def failing(snapshot: WorkflowRunSnapshot) -> str | None:
     """The runs index's ``failing`` text: the last decision error while it stands."""
     error = snapshot.decision_error
@@ -104,6 +113,8 @@ class Streams:
         self._lock = threading.Lock()
         self.group: GroupCommitter | None = None
         """Set by a worker whose threads commit concurrently: their commits are grouped."""
+        self.observer: Observer = NOTHING
+        """Told what the committed events say (``Engine.observe``)."""
 
     @property
     def cached_bytes(self) -> int:
@@ -213,10 +224,21 @@ class Streams:
     def committed(self, pendings: Sequence[Pending], *, keep_first: bool = False) -> None:
         """After their commit: the snapshots are true again; back to the cache they go (but the
         first with ``keep_first``: its caller goes on owning it)."""
+        observer = self.observer
         for index, pending in enumerate(pendings):
+            if observer.listening and pending.events:
+                notify_committed(
+                    observer,
+                    pending.snapshot,
+                    pending.events,
+                    pending.now,
+                    pending.decide_at,
+                    pending.failed_before,
+                )
             pending.expected_sequence = pending.snapshot.last_sequence
             pending.events = []
             pending.decide_at = KEEP
+            pending.failed_before = failing_type(pending.snapshot)
             if index or not keep_first:
                 self.put(pending.snapshot)
 

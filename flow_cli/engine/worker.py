@@ -71,15 +71,21 @@ class Worker:
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flow-step")
         in_flight: set[Future[None]] = set()
         backoff = 0.5
+        outage: float | None = None  # when the database started failing
         try:
             while not self._stop.is_set():
                 try:
                     busy = self._pass(pool, in_flight)
+                    if outage is not None:
+                        self.engine.observer.store_recovered(time.monotonic() - outage)
+                        outage = None
                     if not busy:
                         self._idle(in_flight)
                     backoff = 0.5
                 except StoreError as exc:
                     self.stats.store_errors += 1
+                    if outage is None:
+                        outage = time.monotonic()
                     if self.on_store_error is not None:
                         self.on_store_error(exc)
                     else:
