@@ -214,7 +214,12 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     grid.add_column(overflow="fold")
     grid.add_row("status", status_text(snap["status"]))
     grid.add_row("workflow", Text(snap["workflow"]))
-    grid.add_row("build", Text(snap["build_id"]))
+    build = Text(snap["build_id"])
+    upgrades = snap.get("build_upgrades") or []
+    if upgrades:
+        first = upgrades[0]
+        build.append(f" (upgraded from {first['from']} at event {first['sequence']})", "dim")
+    grid.add_row("build", build)
     grid.add_row("patches", Text(", ".join(snap["patches"]) or "-"))
     grid.add_row("started", when(snap.get("started_at")))
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
@@ -459,6 +464,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
             return failing_text(d)
         case "decision_recovered":
             return f"decided cleanly again after {d.get('error_type')}"
+        case "build_upgraded":
+            return f"re-pinned from build {d.get('from')!r} to {d.get('to')!r}"
         case "run_completed":
             return f"result {short_json(d.get('result'), 70)}"
         case "run_failed":

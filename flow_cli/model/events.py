@@ -18,6 +18,8 @@ from flow_cli.model.spec import WorkflowSpec
 
 class _EventBase:
     KEY: ClassVar[str]
+    JSON_NAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(field, key in the stored JSON) where the two differ (``from`` is a Python keyword)."""
 
     @classmethod
     def event_key(cls) -> str:
@@ -27,8 +29,9 @@ class _EventBase:
     def to_data(self) -> dict[str, Any]:
         """The event as a JSON object (the ``data`` of a history entry)."""
         out: dict[str, Any] = {}
+        names = dict(self.JSON_NAMES)
         for f in fields(self):  # type: ignore[arg-type]
-            out[f.name] = _encode(getattr(self, f.name))
+            out[names.get(f.name, f.name)] = _encode(getattr(self, f.name))
         return out
 
 
@@ -216,6 +219,20 @@ class DecisionRecovered(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BuildUpgraded(_EventBase):
+    """An operator re-pinned the open run to another build (``flow upgrade``) after its history
+    replayed cleanly there; from here on that build's code decides it and runs its steps. The
+    recorded spec (input, patch markers) stays as it was. Stored as ``{"from", "to"}``."""
+
+    KEY = "build_upgraded"
+    JSON_NAMES = (("from_build", "from"), ("to_build", "to"))
+    from_build: str
+    """The build the run was pinned to."""
+    to_build: str
+    """The build the run is pinned to from now on."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -272,6 +289,7 @@ Event: TypeAlias = (
     | CancelRequested
     | DecisionFailed
     | DecisionRecovered
+    | BuildUpgraded
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -300,6 +318,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CancelRequested,
         DecisionFailed,
         DecisionRecovered,
+        BuildUpgraded,
         RunCompleted,
         RunFailed,
         RunCancelled,
@@ -312,9 +331,11 @@ TERMINAL_KEYS = frozenset(
 )
 
 
-_DECODERS: dict[str, tuple[tuple[str, str], ...]] = {
-    key: tuple((f.name, str(f.type)) for f in fields(cls)) for key, cls in EVENT_TYPES.items()
+_DECODERS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    key: tuple((f.name, dict(cls.JSON_NAMES).get(f.name, f.name), str(f.type)) for f in fields(cls))
+    for key, cls in EVENT_TYPES.items()
 }
+"""Per event key: (field, stored JSON key, type) of each field."""
 
 
 def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
@@ -324,10 +345,10 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
     """
     cls = EVENT_TYPES[event_key]
     kwargs: dict[str, Any] = {}
-    for name, type_text in _DECODERS[event_key]:
-        if name not in data:
+    for name, stored, type_text in _DECODERS[event_key]:
+        if stored not in data:
             continue  # a field added later falls back to its default
-        value = data[name]
+        value = data[stored]
         if value is None:
             kwargs[name] = None
         elif type_text.startswith("datetime"):
