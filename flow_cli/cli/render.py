@@ -545,3 +545,23 @@ def replay_table(results: Sequence[ReplayResult]) -> RenderableType:
                 Text(short_json(clean(d.produced), 160)),
             )
     return table
+
+
+# -- flow upgrade ----------------------------------------------------------------------------
+
+UPGRADE_STYLES = {"upgraded": "green", "would upgrade": "green", "refused": "bold red"}
+
+
+def upgrade_table(rows: Sequence[tuple[str, str, str]]) -> RenderableType:
+    """One row per run ``flow upgrade`` looked at: (run id, result, detail)."""
+    table = _table()
+    table.add_column("run", overflow="fold")
+    table.add_column("result", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for run_id, result, detail in rows:
+        table.add_row(
+            Text(escape_controls(run_id)),
+            Text(result, style=UPGRADE_STYLES.get(result, "dim")),
+            Text(escape_controls(detail)),
+        )
+    return table
