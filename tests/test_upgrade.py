@@ -365,7 +365,7 @@ def test_a_run_that_never_stops_moving_is_refused_after_bounded_checks(
     report = upgrade_runs(upgrader, "pay-1", "pay-2", run_ids=["waiting"])
     assert report.upgraded == ()
     assert "kept moving" in report.refused[0].reason
-    assert busy.upgrade_commits == MAX_CHECKS
+    assert busy.upgrade_commits == MAX_CHECKS and report.rechecked == MAX_CHECKS - 1
 
 
 def test_a_step_that_ends_after_the_upgrade_is_decided_by_the_new_build(

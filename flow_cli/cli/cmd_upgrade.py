@@ -139,3 +139,5 @@ def _show(report: UpgradeReport) -> None:
     if report.skipped:
         line += f", {len(report.skipped)} skipped"
     out(line + ("; dry run: nothing changed" if report.dry_run else ""))
+    if report.rechecked:
+        note(f"{report.rechecked} check(s) made again: the run moved while it was checked")

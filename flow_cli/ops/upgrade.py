@@ -217,7 +217,7 @@ def _upgrade_one(
         f"it kept moving while it was checked ({MAX_CHECKS} times); run flow upgrade again "
         "once it is quieter"
     )
-    return Refusal(run_id, (), reason), MAX_CHECKS
+    return Refusal(run_id, (), reason), MAX_CHECKS - 1
 
 
 def _reason(divergences: Sequence[Divergence], build: str) -> str:
