@@ -331,11 +331,9 @@ TERMINAL_KEYS = frozenset(
 )
 
 
-_DECODERS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    key: tuple((f.name, dict(cls.JSON_NAMES).get(f.name, f.name), str(f.type)) for f in fields(cls))
-    for key, cls in EVENT_TYPES.items()
+_DECODERS: dict[str, tuple[tuple[str, str], ...]] = {
+    key: tuple((f.name, str(f.type)) for f in fields(cls)) for key, cls in EVENT_TYPES.items()
 }
-"""Per event key: (field, stored JSON key, type) of each field."""
 
 
 def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
@@ -344,11 +342,12 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
     Raises KeyError for an unknown key or a missing field.
     """
     cls = EVENT_TYPES[event_key]
+    data = _field_names(cls, data)
     kwargs: dict[str, Any] = {}
-    for name, stored, type_text in _DECODERS[event_key]:
-        if stored not in data:
+    for name, type_text in _DECODERS[event_key]:
+        if name not in data:
             continue  # a field added later falls back to its default
-        value = data[stored]
+        value = data[name]
         if value is None:
             kwargs[name] = None
         elif type_text.startswith("datetime"):
@@ -362,6 +361,14 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
         else:
             kwargs[name] = value
     return cls(**kwargs)
+
+
+def _field_names(cls: type[Event], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the stored keys that differ from field names (``JSON_NAMES``) renamed."""
+    if not cls.JSON_NAMES:
+        return data
+    renamed = {stored: name for name, stored in cls.JSON_NAMES}
+    return {renamed.get(key, key): value for key, value in data.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
