@@ -15,6 +15,7 @@ from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import (
     EVENT_TYPES,
+    BuildUpgraded,
     CancelRequested,
     ChildAbandoned,
     ChildCancelled,
@@ -49,6 +50,7 @@ from flow_cli.store.protocol import (
     HookEntry,
     HookRecord,
     NewRun,
+    RunFilter,
     RunIndex,
     StepTask,
     StreamWrite,
@@ -541,6 +543,34 @@ def test_lease_steps_semantics(store: EventStore, clock: ManualClock) -> None:
     assert sorted((s.run_id, s.step_id) for s in again) == [("old", "x"), ("r1", "a"), ("r1", "b")]
 
 
+def test_an_index_build_id_moves_the_run_and_its_step_tasks_to_that_build(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "r1", now, decide_at=now)
+    _schedule(store, "r1", now, a=now, b=now)
+    until = now + timedelta(seconds=30)
+    [held] = store.lease_steps("w1", [BUILD], now, until, 1)  # one attempt is running
+    upgraded = BuildUpgraded(from_build=BUILD, to_build="shop-2")
+    last = len(store.read_history("r1"))
+    store.append_if_sequence("r1", last, [upgraded], idx(build_id="shop-2", decide_at=now), now)
+    record = store.get_run("r1")
+    assert record is not None and record.build_id == "shop-2"
+    assert [r.run_id for r in store.find_runs(RunFilter(build_id="shop-2"))] == ["r1"]
+    assert store.find_runs(RunFilter(build_id=BUILD)) == []
+    assert store.lease_runs("old", [BUILD], now, until, 10) == []
+    assert store.lease_steps("old", [BUILD], now, until, 10) == []
+    assert store.next_due([BUILD]) is None
+    assert store.lease_runs("new", ["shop-2"], now, until, 10) == ["r1"]
+    [other] = {"a", "b"} - {held.step_id}
+    assert [s.step_id for s in store.lease_steps("new", ["shop-2"], now, until, 10)] == [other]
+    # The attempt that was running keeps its lease; once it runs out, the new build takes it.
+    assert store.renew_step("r1", held.step_id, "w1", until)
+    expired = until + timedelta(seconds=1)
+    again = store.lease_steps("new", ["shop-2"], expired, expired + timedelta(seconds=30), 10)
+    assert held.step_id in [s.step_id for s in again]
+
+
 def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
     store: EventStore, clock: ManualClock
 ) -> None:
@@ -718,6 +748,7 @@ SAMPLES: list[Event] = [
     ChildAbandoned(child_id="c", child_run_id="r/c", reason="parent ended"),
     CancelRequested(reason="operator"),
     DecisionRecovered(error_type="KeyError"),
+    BuildUpgraded(from_build=BUILD, to_build="shop-2"),
     DecisionFailed(
         error_type="NonDeterminismError",
         message="step changed",
@@ -822,6 +853,7 @@ _events: st.SearchStrategy[Event] = st.one_of(
     st.builds(CancelRequested, reason=_text),
     st.builds(DecisionFailed, error_type=_text, message=_text, mismatches=_json),
     st.builds(DecisionRecovered, error_type=_text),
+    st.builds(BuildUpgraded, from_build=_text, to_build=_text),
     st.builds(RunCompleted, result=_json),
     st.builds(RunFailed, error=_json),
     st.builds(RunCancelled, reason=_text),

@@ -30,6 +30,7 @@ from flow_cli.cli import (
     cmd_read,
     cmd_replay,
     cmd_triage,
+    cmd_upgrade,
     cmd_wait,
     exits,
 )
@@ -205,6 +206,7 @@ app.command("history")(cmd_read.history)
 app.command("result")(cmd_wait.result)
 app.command("execute")(cmd_wait.execute)
 app.command("fork")(cmd_fork.fork)
+app.command("upgrade")(cmd_upgrade.upgrade)
 app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)

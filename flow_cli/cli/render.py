@@ -214,7 +214,12 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     grid.add_column(overflow="fold")
     grid.add_row("status", status_text(snap["status"]))
     grid.add_row("workflow", Text(snap["workflow"]))
-    grid.add_row("build", Text(snap["build_id"]))
+    build = Text(snap["build_id"])
+    upgrades = snap.get("build_upgrades") or []
+    if upgrades:
+        first = upgrades[0]
+        build.append(f" (upgraded from {first['from']} at event {first['sequence']})", "dim")
+    grid.add_row("build", build)
     grid.add_row("patches", Text(", ".join(snap["patches"]) or "-"))
     grid.add_row("started", when(snap.get("started_at")))
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
@@ -464,6 +469,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
             return failing_text(d)
         case "decision_recovered":
             return f"decided cleanly again after {d.get('error_type')}"
+        case "build_upgraded":
+            return f"re-pinned from build {d.get('from')!r} to {d.get('to')!r}"
         case "run_completed":
             return f"result {short_json(d.get('result'), 70)}"
         case "run_failed":
@@ -542,4 +549,24 @@ def replay_table(results: Sequence[ReplayResult]) -> RenderableType:
                 Text(short_json(clean(d.recorded), 160)),
                 Text(short_json(clean(d.produced), 160)),
             )
+    return table
+
+
+# -- flow upgrade ----------------------------------------------------------------------------
+
+UPGRADE_STYLES = {"upgraded": "green", "would upgrade": "green", "refused": "bold red"}
+
+
+def upgrade_table(rows: Sequence[tuple[str, str, str]]) -> RenderableType:
+    """One row per run ``flow upgrade`` looked at: (run id, result, detail)."""
+    table = _table()
+    table.add_column("run", overflow="fold")
+    table.add_column("result", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for run_id, result, detail in rows:
+        table.add_row(
+            Text(escape_controls(run_id)),
+            Text(result, style=UPGRADE_STYLES.get(result, "dim")),
+            Text(escape_controls(detail)),
+        )
     return table

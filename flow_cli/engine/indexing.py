@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from flow_cli.model.events import (
+    BuildUpgraded,
     CancelRequested,
     ChildCompleted,
     Event,
@@ -80,6 +81,7 @@ def index_for(
             )
     if after.terminal:
         decide_at = None
+    upgraded = any(isinstance(event, BuildUpgraded) for event in events)
     return RunIndex(
         status=after.status,
         decide_at=decide_at,
@@ -87,6 +89,7 @@ def index_for(
         steps=steps,
         hooks=hooks,
         waiting_on=waiting_on(after),
+        build_id=after.spec.runtime_build_id if upgraded else KEEP,
     )
 
 

@@ -170,7 +170,7 @@ class StepExecutor:
             )
         seconds = time.monotonic() - began
         recorded, following, after = self._record(
-            snap, lease, event, runtime, worker, lease_seconds if may_chain else None, report
+            snap, lease, event, worker, lease_seconds if may_chain else None, report
         )
         observer = self.streams.observer
         if recorded is None:
@@ -205,7 +205,6 @@ class StepExecutor:
         snap: WorkflowRunSnapshot,
         lease: StepLease,
         event: Event,
-        runtime: Runtime,
         worker: str,
         lease_seconds: float | None,
         report: DecideReport,
@@ -233,8 +232,15 @@ class StepExecutor:
             pending.add([event])
             effects = Effects()
             following: StepLease | None = None
-            if not (isinstance(event, StepFailed) and not event.exhausted):
-                effects = self.decider.advance(pending, runtime, report, sticky=True)
+            # The run may have been re-pinned to another build (`flow upgrade`) while the
+            # handler ran: its next decision belongs to that build's code, never to ours.
+            deciding = self.runtimes.get(current.spec.runtime_build_id)
+            if isinstance(event, StepFailed) and not event.exhausted:
+                pass  # the retry is due in the step index; nothing to decide
+            elif deciding is None:
+                pending.decide_at = now  # a worker of the run's build decides it
+            else:
+                effects = self.decider.advance(pending, deciding, report, sticky=True)
                 if not effects.more and lease_seconds is not None:
                     following = start_scheduled(pending, worker, lease_seconds)
             try:

@@ -19,6 +19,8 @@ from flow_cli.model.spec import WorkflowSpec
 
 class _EventBase:
     KEY: ClassVar[str]
+    JSON_NAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(field, key in the stored JSON) where the two differ (``from`` is a Python keyword)."""
 
     @classmethod
     def event_key(cls) -> str:
@@ -28,8 +30,9 @@ class _EventBase:
     def to_data(self) -> dict[str, Any]:
         """The event as a JSON object (the ``data`` of a history entry)."""
         out: dict[str, Any] = {}
+        names = dict(self.JSON_NAMES)
         for f in fields(self):  # type: ignore[arg-type]
-            out[f.name] = _encode(getattr(self, f.name))
+            out[names.get(f.name, f.name)] = _encode(getattr(self, f.name))
         return out
 
 
@@ -217,6 +220,20 @@ class DecisionRecovered(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BuildUpgraded(_EventBase):
+    """An operator re-pinned the open run to another build (``flow upgrade``) after its history
+    replayed cleanly there; from here on that build's code decides it and runs its steps. The
+    recorded spec (input, patch markers) stays as it was. Stored as ``{"from", "to"}``."""
+
+    KEY = "build_upgraded"
+    JSON_NAMES = (("from_build", "from"), ("to_build", "to"))
+    from_build: str
+    """The build the run was pinned to."""
+    to_build: str
+    """The build the run is pinned to from now on."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -273,6 +290,7 @@ Event: TypeAlias = (
     | CancelRequested
     | DecisionFailed
     | DecisionRecovered
+    | BuildUpgraded
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -301,6 +319,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CancelRequested,
         DecisionFailed,
         DecisionRecovered,
+        BuildUpgraded,
         RunCompleted,
         RunFailed,
         RunCancelled,
@@ -339,6 +358,7 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
     Raises KeyError for an unknown key or a missing field.
     """
     cls = EVENT_TYPES[event_key]
+    data = _field_names(cls, data)
     kwargs: dict[str, Any] = {}
     for name, convert in _DECODERS[event_key]:
         if name not in data:
@@ -349,6 +369,14 @@ def event_from_data(event_key: str, data: dict[str, Any]) -> Event:
         else:
             kwargs[name] = convert(value)
     return cls(**kwargs)
+
+
+def _field_names(cls: type[Event], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the stored keys that differ from field names (``JSON_NAMES``) renamed."""
+    if not cls.JSON_NAMES:
+        return data
+    renamed = {stored: name for name, stored in cls.JSON_NAMES}
+    return {renamed.get(key, key): value for key, value in data.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, assert_never
 
 from flow_cli.model.events import (
+    BuildUpgraded,
     CancelRequested,
     ChildAbandoned,
     ChildCancelled,
@@ -136,14 +137,38 @@ class ChildState:
         return self.status == "Running"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildUpgrade:
+    """One ``build_upgraded`` event: the run was re-pinned from one build to another."""
+
+    from_build: str
+    to_build: str
+    sequence: int
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from": self.from_build,
+            "to": self.to_build,
+            "sequence": self.sequence,
+            "at": self.at.isoformat(),
+        }
+
+
 @dataclass(slots=True)
 class WorkflowRunSnapshot:
     """Everything known about one run at ``last_sequence``. A projection of history only."""
 
     run_id: str
     spec: WorkflowSpec
+    """The run's spec as it stands: ``run_started``'s, with ``runtime_build_id`` the build the
+    run is pinned to now (the last ``build_upgraded``'s, if any). Everything that asks which
+    code decides the run, or which build a child or successor inherits, reads it here."""
     seed: str
     started_at: datetime
+    build_upgrades: list[BuildUpgrade] = field(default_factory=list)
+    """The ``build_upgraded`` events, oldest first (the recorded build is the first one's
+    ``from_build``)."""
     last_sequence: int = 1
     last_event_at: datetime | None = None
     steps: dict[str, StepState] = field(default_factory=dict)
@@ -257,6 +282,7 @@ class WorkflowRunSnapshot:
             waits=dict(self.waits),
             signal_waits=dict(self.signal_waits),
             signals=list(self.signals),
+            build_upgrades=list(self.build_upgrades),
             hooks=dict(self.hooks),
             children=dict(self.children),
             step_counts=dict(self.step_counts),
@@ -499,6 +525,23 @@ class WorkflowRunSnapshot:
             case DecisionRecovered():
                 self.decision_error = None
                 self.failing_since = None
+            case BuildUpgraded():
+                if event.from_build != self.spec.runtime_build_id:
+                    raise ValueError(
+                        f"run {self.run_id!r}: event {envelope.sequence} upgrades from build "
+                        f"{event.from_build!r}, but the run is pinned to "
+                        f"{self.spec.runtime_build_id!r}"
+                    )
+                # Not a decision: the failing state and everything open stay as they are.
+                self.spec = replace(self.spec, runtime_build_id=event.to_build)
+                self.build_upgrades.append(
+                    BuildUpgrade(
+                        from_build=event.from_build,
+                        to_build=event.to_build,
+                        sequence=envelope.sequence,
+                        at=at,
+                    )
+                )
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -558,6 +601,7 @@ class WorkflowRunSnapshot:
             "workflow": self.spec.workflow,
             "status": self.status.value,
             "build_id": self.spec.runtime_build_id,
+            "build_upgrades": [u.to_json() for u in self.build_upgrades],
             "patches": list(self.spec.patches),
             "input": self.spec.input,
             "parent_run_id": self.spec.parent_run_id,

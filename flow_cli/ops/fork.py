@@ -14,7 +14,9 @@ Before anything is written the new history is replayed against the fork's build
 (``replay_history``); if the code would not make the copied decisions again, the fork is refused
 with the divergences (``ForkDiverges``). The original run is never touched.
 
-Not copied: ``decision_failed`` / ``decision_recovered`` (not decisions), ``cancel_requested``.
+Not copied: ``decision_failed`` / ``decision_recovered`` (not decisions), ``cancel_requested``,
+``build_upgraded`` (the fork starts on the build the original is pinned to now, or on
+``build_id``).
 Refused: a cut after a child run was started, or while a hook is open (its token belongs to the
 original run).
 """
@@ -34,6 +36,7 @@ from flow_cli.engine.replay import Divergence, replay_history
 from flow_cli.engine.streams import simulate
 from flow_cli.errors import FlowError, InputError, RunAlreadyExists
 from flow_cli.model.events import (
+    BuildUpgraded,
     CancelRequested,
     ChildScheduled,
     DecisionFailed,
@@ -47,10 +50,10 @@ from flow_cli.model.events import (
     StepScheduled,
 )
 from flow_cli.model.jsonval import JsonValue, normalise
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import NewRun, StreamWrite
 
-_SKIPPED = (DecisionFailed, DecisionRecovered, CancelRequested)
+_SKIPPED = (DecisionFailed, DecisionRecovered, CancelRequested, BuildUpgraded)
 """Events never copied: they are not decisions nor facts a decision depended on."""
 
 _KEEP_INPUT = object()
@@ -103,7 +106,8 @@ def fork_run(
     original = history[0].event
     assert isinstance(original, RunStarted)
     spec = original.spec
-    runtime = engine.runtime_for(spec.workflow, build_id or spec.runtime_build_id)
+    pinned = project(history).spec.runtime_build_id  # after any `flow upgrade`
+    runtime = engine.runtime_for(spec.workflow, build_id or pinned)
     value = spec.input
     if input is not _KEEP_INPUT:
         try:

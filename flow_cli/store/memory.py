@@ -223,6 +223,11 @@ class MemoryStore(AppendViaCommit):
         run = self._runs[run_id]
         run.status = index.status
         run.updated_at = at
+        if index.build_id is not KEEP:
+            run.build_id = index.build_id
+            for (task_run, _), held in self._tasks.items():
+                if task_run == run_id:
+                    held.build_id = index.build_id
         if index.status.terminal:
             run.decide_at, run.lease_owner = None, None
         elif index.decide_at is not KEEP:

@@ -474,6 +474,14 @@ def apply_index(
     elif index.waiting_on is not KEEP:
         sets.append("waiting_on = %s")
         params.append(index.waiting_on)
+    if index.build_id is not KEEP:
+        # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
+        sets.append("build_id = %s")
+        params.append(index.build_id)
+        run.build_id = index.build_id
+        conn.execute(
+            "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
+        )
     conn.execute(
         sql.SQL("UPDATE runs SET {} WHERE run_id = %s").format(
             sql.SQL(", ").join(map(sql.SQL, sets))

@@ -71,6 +71,9 @@ class RunIndex:
     waiting_on: str | Keep | None = KEEP
     """What the open run waits on: space-separated ``KIND:ID`` (see ``RunFilter.waiting_on``);
     ``None`` when nothing (and always once terminal)."""
+    build_id: str | Keep = KEEP
+    """The build the run is pinned to from now on (``build_upgraded``): the run's row and its
+    step tasks move to it, so only workers hosting that build lease them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -563,6 +563,12 @@ class SQLiteStore(AppendViaCommit):
         elif index.waiting_on is not KEEP:
             sets.append("waiting_on = ?")
             params.append(index.waiting_on)
+        if index.build_id is not KEEP:
+            sets.append("build_id = ?")
+            params.append(index.build_id)
+            conn.execute(
+                "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
+            )
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
         if index.steps:
             build_id = conn.execute(
