@@ -28,6 +28,7 @@ The first four are stuck: ``flow doctor`` exits 1 when any run is.
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -171,17 +172,7 @@ def classify(
     run: RunState, hosting: Hosting, now: datetime, overdue_after: timedelta = OVERDUE_AFTER
 ) -> Diagnosis:
     """Why ``run`` (open) is where it is: the first cause that applies (module docstring)."""
-
-    def found(cause: str, detail: str, since: datetime) -> Diagnosis:
-        return Diagnosis(
-            run_id=run.run_id,
-            workflow=run.workflow,
-            build_id=run.build_id,
-            cause=cause,
-            detail=detail,
-            since=since,
-        )
-
+    found = functools.partial(_found, run)
     if run.failing is not None:
         return found("decision-failing", run.failing, run.updated_at)
     if hosting.unhosted(run.build_id):
@@ -251,6 +242,17 @@ def classify(
     if run.decide_at is not None:
         return found("runnable", f"{_due(run)} is due at {_at(run.decide_at)}", run.updated_at)
     return found("runnable", "nothing is due; its index names no wait", run.updated_at)
+
+
+def _found(run: RunState, cause: str, detail: str, since: datetime) -> Diagnosis:
+    return Diagnosis(
+        run_id=run.run_id,
+        workflow=run.workflow,
+        build_id=run.build_id,
+        cause=cause,
+        detail=detail,
+        since=since,
+    )
 
 
 def _busy(

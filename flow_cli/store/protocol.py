@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Protocol
@@ -253,33 +253,13 @@ def assemble_states(
     """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
     workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
     waiting_on, step_id, attempt, available_at, task lease_owner); ``when`` decodes a time."""
-    states: list[RunState] = []
-    tasks: list[TaskState] = []
-
-    def close() -> None:
-        if states and tasks:
-            states[-1] = replace(states[-1], tasks=tuple(tasks))
-
+    runs: list[Sequence[Any]] = []
+    tasks: dict[str, list[TaskState]] = {}
     for row in rows:
-        if not states or states[-1].run_id != row[0]:
-            close()
-            tasks = []
-            states.append(
-                RunState(
-                    run_id=row[0],
-                    workflow=row[1],
-                    status=RunStatus(row[2]),
-                    build_id=row[3],
-                    created_at=when(row[4]),
-                    updated_at=when(row[5]),
-                    decide_at=None if row[6] is None else when(row[6]),
-                    lease_owner=row[7],
-                    failing=row[8],
-                    waiting_on=row[9],
-                )
-            )
+        if not runs or runs[-1][0] != row[0]:
+            runs.append(row)
         if row[10] is not None:
-            tasks.append(
+            tasks.setdefault(row[0], []).append(
                 TaskState(
                     step_id=row[10],
                     attempt=int(row[11]),
@@ -287,8 +267,23 @@ def assemble_states(
                     lease_owner=row[13],
                 )
             )
-    close()
-    return states
+    statuses = {status.value: status for status in RunStatus}
+    return [
+        RunState(
+            run_id=row[0],
+            workflow=row[1],
+            status=statuses[row[2]],
+            build_id=row[3],
+            created_at=when(row[4]),
+            updated_at=when(row[5]),
+            decide_at=None if row[6] is None else when(row[6]),
+            lease_owner=row[7],
+            failing=row[8],
+            waiting_on=row[9],
+            tasks=tuple(tasks.get(row[0], ())),
+        )
+        for row in runs
+    ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
