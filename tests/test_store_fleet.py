@@ -314,7 +314,7 @@ def test_build_unhosted_rule(store: EventStore, clock: ManualClock) -> None:
     assert signal.cause == "build-unhosted"
     assert signal.detail == (
         f"no live worker hosts build {SCN_BUILD!r} "
-        f"(last hosted by a worker heard from at {last_seen.isoformat(timespec='seconds')})"
+        f"(last host seen {last_seen.isoformat(timespec='seconds')})"
     )
     assert signal.since == max(last_seen, engine.get_run("signal").updated_at)
     assert not diagnose(store, RunFilter(), clock.now()).ok

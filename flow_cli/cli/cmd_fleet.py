@@ -79,10 +79,10 @@ def doctor(
     cheap enough for a cron job. The first cause that applies wins, in this order:
 
     \b
-    decision-failing  its last decision failed (code raised or diverged)     stuck
-    build-unhosted    no live worker hosts its build (see below)              stuck
-    timer-overdue     a timer, retry or ready step is overdue (30 s) unfired  stuck
-    lease-expired     a worker's decision or step lease ended, not taken over stuck
+    decision-failing  its last decision failed (code raised or diverged)       stuck
+    build-unhosted    no live worker hosts its build (see below)                stuck
+    timer-overdue     a timer, retry or ready step is 30 s past due, unstarted  stuck
+    lease-expired     a decision or step lease ended 30 s ago, not taken over   stuck
     step-retrying     a step attempt failed; the next waits for its back-off
     runnable          a decision or step is due now or in progress
     waiting-signal    waits for a signal (then waiting-hook, waiting-child)

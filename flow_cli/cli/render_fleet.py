@@ -85,17 +85,15 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
         parts.append(counts)
         shown = _table()
         shown.add_column("cause", no_wrap=True)
-        shown.add_column("run", overflow="fold")
-        shown.add_column("workflow", overflow="fold")
+        shown.add_column("run", overflow="fold", min_width=12)
         shown.add_column("build", overflow="fold")
         shown.add_column("since", no_wrap=True)
-        shown.add_column("detail", overflow="fold")
+        shown.add_column("detail", overflow="fold", min_width=30)
         for cause in CAUSES:
             for diagnosis in by_cause.get(cause, [])[:samples]:
                 shown.add_row(
                     Text(cause),
                     Text(diagnosis.run_id),
-                    Text(diagnosis.workflow),
                     Text(diagnosis.build_id),
                     when(diagnosis.since),
                     Text(short_text(diagnosis.detail, 120)),
@@ -121,23 +119,22 @@ def _open_text(counts: Mapping[str, int]) -> str:
 
 
 def builds_table(reports: Sequence[BuildReport]) -> RenderableType:
-    """``flow builds``: one row per build id."""
+    """``flow builds``: one row per build id (live workers counted; ``--json`` names them)."""
     table = _table()
-    table.add_column("build id", overflow="fold")
-    table.add_column("open runs", overflow="fold")
-    table.add_column("oldest open run", overflow="fold")
-    table.add_column("live workers", overflow="fold")
+    table.add_column("build id", no_wrap=True)
+    table.add_column("open runs", no_wrap=True)
+    table.add_column("oldest open run", no_wrap=True)
+    table.add_column("since", no_wrap=True)
+    table.add_column("live hosts", justify="right", no_wrap=True)
     table.add_column("patches", overflow="fold")
-    table.add_column("retirable", no_wrap=True)
+    table.add_column("retirable", no_wrap=True, min_width=9)
     for report in reports:
-        oldest = "-"
-        if report.oldest_open_run is not None:
-            oldest = f"{report.oldest_open_run} ({since_text(report.oldest_open_at)})"
         table.add_row(
             Text(report.build_id),
             Text(_open_text(report.open)),
-            Text(oldest),
-            Text(", ".join(report.workers) or "-", style="" if report.workers else "dim"),
+            Text(report.oldest_open_run or "-"),
+            since_text(report.oldest_open_at),
+            Text(str(len(report.workers))) if report.workers else Text("none", style="dim"),
             Text(", ".join(report.patches) or "-"),
             Text("yes", style="green") if report.retirable else Text("no"),
         )

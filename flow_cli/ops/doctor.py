@@ -180,10 +180,7 @@ def classify(
         if last is None:
             detail = f"no worker hosts build {run.build_id!r}"
         else:
-            detail = (
-                f"no live worker hosts build {run.build_id!r} "
-                f"(last hosted by a worker heard from at {_at(last)})"
-            )
+            detail = f"no live worker hosts build {run.build_id!r} (last host seen {_at(last)})"
         return found("build-unhosted", detail, max(run.updated_at, last or run.updated_at))
     late = now - overdue_after
     free = [t for t in run.tasks if t.lease_owner is None]
