@@ -6,7 +6,9 @@ Runs once per ``store`` param (memory, SQLite, PostgreSQL when configured), like
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
+from pathlib import Path
 
 from engine_workflows import SCN_BUILD, hang_step, scenario_runtime
 
@@ -24,6 +26,7 @@ from flow_cli.store.protocol import (
     TaskState,
     WorkerInfo,
 )
+from flow_cli.store.sqlite import SQLiteStore
 
 
 def worker(worker_id: str, clock: ManualClock, builds: tuple[str, ...] = ("b1",)) -> WorkerInfo:
@@ -364,3 +367,69 @@ def test_build_usage(store: EventStore, clock: ManualClock) -> None:
     }
     assert reports["other-1"].workers == [] and not reports["other-1"].retirable
     assert all(reports[b].retirable for b in ("crash-1", "next-1", "spare-1"))
+
+
+def _fixable_runtime(broken: dict[str, bool]) -> Runtime:
+    rt = Runtime(build_id="fix-1")
+
+    @rt.workflow("fixable")
+    def fixable(ctx):  # type: ignore[no-untyped-def]
+        if broken["now"]:
+            raise ValueError(f"broken at {ctx.now:%H:%M:%S}")  # a new fact, a new message
+        return ctx.complete(ctx.receive("go", "go"))
+
+    return rt
+
+
+def test_failing_since_is_when_the_decisions_began_to_fail(
+    store: EventStore, clock: ManualClock
+) -> None:
+    broken = {"now": True}
+    engine = Engine(store, [_fixable_runtime(broken)], clock=clock, worker_id="w1")
+    engine.start("fixable", run_id="r")
+    began = clock.now()
+    engine.decide("r")
+    [state] = store.run_states(RunFilter())
+    assert (state.failing, state.failing_since) == ("ValueError: broken at 09:00:00", began)
+    clock.advance(60)
+    engine.signal("r", "nudge", 1)  # the run changes, and its decision fails another way
+    engine.decide("r")
+    [state] = store.run_states(RunFilter())
+    assert state.failing == "ValueError: broken at 09:01:00"
+    assert (state.updated_at, state.failing_since) == (clock.now(), began)
+    assert _diagnosis(store, clock, "r").since == began
+
+    broken["now"] = False  # fixed code deployed: the next retry recovers
+    clock.advance(600)
+    engine.decide("r")
+    [state] = store.run_states(RunFilter())
+    assert (state.failing, state.failing_since) == (None, None)
+    assert _causes(store, clock) == {"r": "build-unhosted"}  # nobody registered hosts fix-1
+    broken["now"] = True
+    engine.signal("r", "nudge", 2)
+    engine.decide("r")
+    [state] = store.run_states(RunFilter())
+    assert state.failing_since == clock.now()
+
+
+def test_sqlite_version_3_database_gets_failing_since(tmp_path: Path, clock: ManualClock) -> None:
+    path = tmp_path / "flow.db"
+    store = SQLiteStore(path)
+    engine = Engine(store, [_fixable_runtime({"now": True})], clock=clock, worker_id="w1")
+    engine.start("fixable", run_id="r")
+    failed_at = clock.now()
+    engine.decide("r")
+    clock.advance(30)
+    engine.signal("r", "nudge", 1)
+    engine.start("fixable", run_id="fine")
+    store.close()
+    with sqlite3.connect(path) as conn:  # what a version 3 Flow left: no failing_since
+        conn.execute("ALTER TABLE runs DROP COLUMN failing_since")
+        conn.execute("UPDATE flow_meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+    upgraded = SQLiteStore(path)
+    try:
+        since = {s.run_id: s.failing_since for s in upgraded.run_states(RunFilter())}
+        assert since == {"r": failed_at, "fine": None}  # the decision_failed event's time
+    finally:
+        upgraded.close()

@@ -71,8 +71,8 @@ class Diagnosis:
     detail: str
     """One sentence naming what is due, failing or awaited."""
     since: datetime
-    """When the cause began: the due time, the lease's end, the run's last change (for a
-    failing decision, a wait or a retry), or when the build was last hosted."""
+    """When the cause began: when its decisions began to fail, the due time, the lease's end,
+    when the build was last hosted, or the run's last change (a wait or a retry)."""
 
     @property
     def stuck(self) -> bool:
@@ -174,7 +174,7 @@ def classify(
     """Why ``run`` (open) is where it is: the first cause that applies (module docstring)."""
     found = functools.partial(_found, run)
     if run.failing is not None:
-        return found("decision-failing", run.failing, run.updated_at)
+        return found("decision-failing", run.failing, run.failing_since or run.updated_at)
     if hosting.unhosted(run.build_id):
         last = hosting.known.get(run.build_id)
         if last is None:

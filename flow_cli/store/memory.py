@@ -72,6 +72,7 @@ class _Run:
     decide_at: datetime | None
     lease_owner: str | None = None
     failing: str | None = None
+    failing_since: datetime | None = None
     waiting_on: str | None = None
     patches: tuple[str, ...] = ()
     events: list[_Event] = field(default_factory=list)
@@ -234,6 +235,10 @@ class MemoryStore(AppendViaCommit):
             run.decide_at = None if index.decide_at is None else _utc(index.decide_at)
             run.lease_owner = None
         if index.failing is not KEEP:
+            if index.failing is None:
+                run.failing_since = None
+            elif run.failing is None:
+                run.failing_since = at
             run.failing = index.failing
         if index.status.terminal:
             run.waiting_on = None
@@ -405,6 +410,7 @@ class MemoryStore(AppendViaCommit):
                     lease_owner=self._runs[r.run_id].lease_owner,
                     failing=r.failing,
                     waiting_on=r.waiting_on,
+                    failing_since=self._runs[r.run_id].failing_since,
                     tasks=tuple(tasks.get(r.run_id, ())),
                 )
                 for r in records

@@ -322,13 +322,14 @@ class PostgresStore(AppendViaCommit):
                 conn,
                 where,
                 "created_order, run_id, workflow, status, build_id, created_at, updated_at, "
-                "decide_at, lease_owner, failing, waiting_on",
+                "decide_at, lease_owner, failing, waiting_on, failing_since",
             )
             rows = conn.execute(
                 sql.SQL(
                     "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, "
                     "r.updated_at, r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
-                    "t.step_id, t.attempt, t.available_at, t.lease_owner FROM ({}) r "
+                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner "
+                    "FROM ({}) r "
                     "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
                     "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"
                 ).format(page),

@@ -243,6 +243,8 @@ class RunState:
     """The worker deciding the run under a lease, if any."""
     failing: str | None
     waiting_on: str | None
+    failing_since: datetime | None = None
+    """While ``failing``: when its decisions began to fail (a change of error keeps it)."""
     tasks: tuple[TaskState, ...] = ()
     """Its step tasks (unsettled steps), by step id."""
 
@@ -252,19 +254,20 @@ def assemble_states(
 ) -> list[RunState]:
     """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
     workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
-    waiting_on, step_id, attempt, available_at, task lease_owner); ``when`` decodes a time."""
+    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner); ``when``
+    decodes a time."""
     runs: list[Sequence[Any]] = []
     tasks: dict[str, list[TaskState]] = {}
     for row in rows:
         if not runs or runs[-1][0] != row[0]:
             runs.append(row)
-        if row[10] is not None:
+        if row[11] is not None:
             tasks.setdefault(row[0], []).append(
                 TaskState(
-                    step_id=row[10],
-                    attempt=int(row[11]),
-                    available_at=when(row[12]),
-                    lease_owner=row[13],
+                    step_id=row[11],
+                    attempt=int(row[12]),
+                    available_at=when(row[13]),
+                    lease_owner=row[14],
                 )
             )
     statuses = {status.value: status for status in RunStatus}
@@ -280,6 +283,7 @@ def assemble_states(
             lease_owner=row[7],
             failing=row[8],
             waiting_on=row[9],
+            failing_since=None if row[10] is None else when(row[10]),
             tasks=tuple(tasks.get(row[0], ())),
         )
         for row in runs

@@ -194,7 +194,24 @@ def _v2_triage(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial), (2, _v2_triage), (3, _v3_fleet)]
+def _v4_failing_since(db: Database) -> None:
+    """When each failing run's decisions began to fail (``flow doctor``'s since). Runs failing
+    already get the time of their last ``decision_failed``."""
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN failing_since TEXT")
+    conn.execute(
+        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
+        "WHERE failing IS NOT NULL"
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _v1_initial),
+    (2, _v2_triage),
+    (3, _v3_fleet),
+    (4, _v4_failing_since),
+]
 """Every schema version in order; the last one is what this code reads and writes."""
 
 
@@ -557,8 +574,12 @@ class SQLiteStore(AppendViaCommit):
             sets.append("decide_at = ?, lease_owner = NULL")
             params.append(_ts_or_none(index.decide_at))
         if index.failing is not KEEP:
-            sets.append("failing = ?")
-            params.append(index.failing)
+            # SET reads the row as it was: the time is kept while the run goes on failing.
+            sets.append(
+                "failing = ?, failing_since = CASE WHEN ? IS NULL THEN NULL "
+                "WHEN failing IS NULL THEN ? ELSE failing_since END"
+            )
+            params.extend([index.failing, index.failing, stamp])
         if index.status.terminal:
             sets.append("waiting_on = NULL")
         elif index.waiting_on is not KEEP:
@@ -797,10 +818,10 @@ class SQLiteStore(AppendViaCommit):
         page, params = self._page(conn, where)
         rows = conn.execute(
             "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
-            "r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
+            "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
             "t.step_id, t.attempt, t.available_at, t.lease_owner FROM ("
             "SELECT rowid AS ord, run_id, workflow, status, build_id, created_at, updated_at, "
-            f"decide_at, lease_owner, failing, waiting_on FROM runs{page}) r "
+            f"decide_at, lease_owner, failing, waiting_on, failing_since FROM runs{page}) r "
             "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
             "ORDER BY r.created_at DESC, r.ord DESC, t.step_id",
             params,
