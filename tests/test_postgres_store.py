@@ -572,3 +572,35 @@ def test_opening_without_create_refuses_an_empty_schema_and_writes_nothing(
     assert found == (0,)
     PostgresStore(url, schema=schema).close()  # created by a writer ...
     PostgresStore(url, schema=schema, create=False).close()  # ... then readers open it
+
+
+def test_version_3_schema_gets_failing_since(url: str, schema: str, store: PostgresStore) -> None:
+    from flow_cli.model.events import DecisionFailed
+    from flow_cli.store.protocol import RunFilter
+
+    store.create_run(new_run("r"), NOW)
+    failed = DecisionFailed(error_type="ValueError", message="boom")
+    failing = RunIndex(status=RunStatus.PENDING, failing="ValueError: boom")
+    store.append_if_sequence("r", 1, [failed], failing, NOW + timedelta(seconds=5))
+    store.append_if_sequence(
+        "r",
+        2,
+        [SignalReceived(signal_name="nudge", payload=1)],
+        failing,
+        NOW + timedelta(minutes=1),
+    )
+    store.create_run(new_run("fine"), NOW)
+    assert {s.run_id: s.failing_since for s in store.run_states(RunFilter())} == {
+        "r": NOW + timedelta(seconds=5),
+        "fine": None,
+    }
+    store.close()
+    with admin(url, schema) as conn:  # what a version 3 Flow left: no failing_since
+        conn.execute("ALTER TABLE runs DROP COLUMN failing_since")
+        conn.execute("UPDATE flow_meta SET value = '3' WHERE key = 'schema_version'")
+    upgraded = PostgresStore(url, schema=schema)
+    try:
+        since = {s.run_id: s.failing_since for s in upgraded.run_states(RunFilter())}
+        assert since == {"r": NOW + timedelta(seconds=5), "fine": None}
+    finally:
+        upgraded.close()

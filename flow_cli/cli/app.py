@@ -210,6 +210,8 @@ app.command("upgrade")(cmd_upgrade.upgrade)
 app.command("export")(cmd_bulk.export)
 app.command("replay-check")(cmd_replay.replay_check)
 app.command("workers")(cmd_fleet.workers)
+app.command("doctor")(cmd_fleet.doctor)
+app.command("builds")(cmd_fleet.builds)
 app.command("check")(cmd_check.check)
 
 

@@ -6,10 +6,12 @@ the runtimes; ``upgrade`` needs the runtime of the target build to replay runs a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from flow_cli.cli import exits
+from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
 from flow_cli.cli.io import emit_json
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
@@ -49,3 +51,86 @@ def workers(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     from flow_cli.cli.render_fleet import workers_table
 
     render.console().print(workers_table(rows))
+
+
+SAMPLES = 3
+"""Runs shown per cause in ``flow doctor``'s table (``--json`` lists them all)."""
+
+
+@with_filters
+def doctor(
+    ctx: typer.Context,
+    overdue_after: Annotated[
+        str,
+        typer.Option(
+            "--overdue-after",
+            metavar="DURATION",
+            help="How long past due a timer, a ready step or a lease may be before it counts "
+            "as stuck.",
+        ),
+    ] = "30s",
+    json_output: JsonFlag = False,
+    *,
+    filters: FilterArgs,
+) -> None:
+    """Classify every open run by what must happen for it to move; exit 1 if any is stuck.
+
+    Read from the runs index, the step tasks and the workers registry, never from histories:
+    cheap enough for a cron job. The first cause that applies wins, in this order:
+
+    \b
+    decision-failing  its last decision failed (code raised or diverged)       stuck
+    build-unhosted    no live worker hosts its build (see below)                stuck
+    timer-overdue     a timer, retry or ready step is 30 s past due, unstarted  stuck
+    lease-expired     a decision or step lease ended 30 s ago, not taken over   stuck
+    step-retrying     a step attempt failed; the next waits for its back-off
+    runnable          a decision or step is due now or in progress
+    waiting-signal    waits for a signal (then waiting-hook, waiting-child)
+    runnable          otherwise: a timer that is not due yet
+
+    A build is unhosted when no live worker hosts it and either some worker is live or no
+    registered worker (live or gone) ever hosted it. When only gone workers hosted it (the
+    fleet is down, e.g. after `flow tick` ended), its runs are judged by what is overdue.
+
+    --json: {"ok": bool, "summary": {cause: n}, "runs": [{"run_id", "workflow", "build_id",
+    "cause", "detail", "since"}]}. Exit 0 when no run is stuck, 1 when one is.
+    """
+    state = CliState.of(ctx)
+    grace = parse_duration(overdue_after, "--overdue-after")
+    where = filters.to_filter()
+    from flow_cli.ops.doctor import diagnose
+
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
+        report = diagnose(engine.store, where, engine.clock.now(), grace)
+    if state.want_json(json_output):
+        emit_json(report.to_json())
+    else:
+        from flow_cli.cli import render
+        from flow_cli.cli.render_fleet import doctor_view
+
+        render.console().print(doctor_view(report, SAMPLES))
+    if not report.ok:
+        raise typer.Exit(exits.FAILED)
+
+
+def builds(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """List the build ids in use: open runs by status, oldest open run, live workers hosting
+    it, patch markers its open runs carry, and whether it is retirable (no open run).
+
+    Builds are known from runs, from registered workers (live or gone) and from flow.toml's
+    build_id, so a build with no run yet is listed too. --json: [{"build_id", "open":
+    {status: n}, "oldest_open_run", "workers", "patches", "retirable"}].
+    """
+    state = CliState.of(ctx)
+    configured = [state.config.build_id] if state.config.build_id else []
+    from flow_cli.ops.builds import build_reports
+
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
+        reports = build_reports(engine.store, engine.clock.now(), configured)
+    if state.want_json(json_output):
+        emit_json([r.to_json() for r in reports])
+        return
+    from flow_cli.cli import render
+    from flow_cli.cli.render_fleet import builds_table
+
+    render.console().print(builds_table(reports))

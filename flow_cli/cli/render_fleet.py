@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -13,6 +13,10 @@ from rich.text import Text
 
 from flow_cli.cli.io import short_json, short_text
 from flow_cli.cli.render import when
+
+if TYPE_CHECKING:
+    from flow_cli.ops.builds import BuildReport
+    from flow_cli.ops.doctor import DoctorReport
 
 
 def _table(title: str | None = None) -> Table:
@@ -53,4 +57,97 @@ def since_text(value: datetime | str | None) -> str:
     return when(value) if value is not None else "-"
 
 
-__all__ = ["short_json", "short_text", "since_text", "workers_table"]
+def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
+    """``flow doctor``: runs per cause, a few sample runs of each (longest first), a verdict."""
+    from flow_cli.ops.doctor import CAUSES, STUCK
+
+    summary = report.summary
+    by_cause: dict[str, list[Any]] = {}
+    for diagnosis in report.runs:
+        by_cause.setdefault(diagnosis.cause, []).append(diagnosis)
+    counts = _table()
+    counts.add_column("cause", no_wrap=True)
+    counts.add_column("runs", justify="right")
+    counts.add_column("", no_wrap=True)
+    counts.add_column("oldest since", no_wrap=True)
+    for cause in CAUSES:
+        if not summary[cause]:
+            continue
+        stuck = cause in STUCK
+        counts.add_row(
+            Text(cause, style="red" if stuck else ""),
+            str(summary[cause]),
+            Text("stuck", style="bold red") if stuck else Text("ok", style="dim"),
+            when(by_cause[cause][0].since),
+        )
+    parts: list[RenderableType] = []
+    if report.runs:
+        parts.append(counts)
+        shown = _table()
+        shown.add_column("cause", no_wrap=True)
+        shown.add_column("run", overflow="fold", min_width=12)
+        shown.add_column("build", overflow="fold")
+        shown.add_column("since", no_wrap=True)
+        shown.add_column("detail", overflow="fold", min_width=30)
+        for cause in CAUSES:
+            for diagnosis in by_cause.get(cause, [])[:samples]:
+                shown.add_row(
+                    Text(cause),
+                    Text(diagnosis.run_id),
+                    Text(diagnosis.build_id),
+                    when(diagnosis.since),
+                    Text(short_text(diagnosis.detail, 120)),
+                )
+        parts.append(shown)
+    stuck_runs = sum(summary[c] for c in STUCK)
+    workers = _count(report.workers_live, "live worker")
+    if stuck_runs:
+        verdict = Text(
+            f"{_count(stuck_runs, 'run')} stuck of {len(report.runs)} open; {workers}",
+            style="bold red",
+        )
+    else:
+        verdict = Text(f"No run is stuck: {_count(len(report.runs), 'open run')}; {workers}")
+    parts.append(verdict)
+    return Group(*parts)
+
+
+def _open_text(counts: Mapping[str, int]) -> str:
+    if not counts:
+        return "-"
+    return ", ".join(f"{status} {n}" for status, n in counts.items())
+
+
+def builds_table(reports: Sequence[BuildReport]) -> RenderableType:
+    """``flow builds``: one row per build id (live workers counted; ``--json`` names them)."""
+    table = _table()
+    table.add_column("build id", no_wrap=True)
+    table.add_column("open runs", no_wrap=True)
+    table.add_column("oldest open run", no_wrap=True)
+    table.add_column("since", no_wrap=True)
+    table.add_column("live hosts", justify="right", no_wrap=True)
+    table.add_column("patches", overflow="fold")
+    table.add_column("retirable", no_wrap=True, min_width=9)
+    for report in reports:
+        table.add_row(
+            Text(report.build_id),
+            Text(_open_text(report.open)),
+            Text(report.oldest_open_run or "-"),
+            since_text(report.oldest_open_at),
+            Text(str(len(report.workers))) if report.workers else Text("none", style="dim"),
+            Text(", ".join(report.patches) or "-"),
+            Text("yes", style="green") if report.retirable else Text("no"),
+        )
+    retirable = sum(1 for r in reports if r.retirable)
+    summary = f"{_count(len(reports), 'build')}, {retirable} retirable"
+    return Group(table, Text(summary, style="dim"))
+
+
+__all__ = [
+    "builds_table",
+    "doctor_view",
+    "short_json",
+    "short_text",
+    "since_text",
+    "workers_table",
+]

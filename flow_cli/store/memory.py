@@ -24,6 +24,7 @@ from flow_cli.store.protocol import (
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    BuildUsage,
     CommitGroup,
     HookListing,
     HookRecord,
@@ -32,9 +33,11 @@ from flow_cli.store.protocol import (
     RunFilter,
     RunIndex,
     RunRecord,
+    RunState,
     StepLease,
     StoreStats,
     StreamWrite,
+    TaskState,
     WorkerInfo,
     waiting_needle,
 )
@@ -69,7 +72,9 @@ class _Run:
     decide_at: datetime | None
     lease_owner: str | None = None
     failing: str | None = None
+    failing_since: datetime | None = None
     waiting_on: str | None = None
+    patches: tuple[str, ...] = ()
     events: list[_Event] = field(default_factory=list)
 
     def record(self) -> RunRecord:
@@ -216,6 +221,7 @@ class MemoryStore(AppendViaCommit):
             created_at=at,
             updated_at=at,
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
+            patches=tuple(spec.patches),
             events=_encode([RunStarted(spec=spec, seed=run.seed)], at),
         )
 
@@ -234,6 +240,10 @@ class MemoryStore(AppendViaCommit):
             run.decide_at = None if index.decide_at is None else _utc(index.decide_at)
             run.lease_owner = None
         if index.failing is not KEEP:
+            if index.failing is None:
+                run.failing_since = None
+            elif run.failing is None:
+                run.failing_since = at
             run.failing = index.failing
         if index.status.terminal:
             run.waiting_on = None
@@ -378,6 +388,62 @@ class MemoryStore(AppendViaCommit):
                     key = str(getattr(run, by))
                     groups[key] = groups.get(key, 0) + 1
             return RunCount(total=len(runs), groups=dict(sorted(groups.items())))
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first."""
+        with self._lock:
+            records = self.find_runs(where)
+            tasks: dict[str, list[TaskState]] = {}
+            for (run_id, step_id), task in sorted(self._tasks.items()):
+                tasks.setdefault(run_id, []).append(
+                    TaskState(
+                        step_id=step_id,
+                        attempt=task.attempt,
+                        available_at=task.available_at,
+                        lease_owner=task.lease_owner,
+                    )
+                )
+            return [
+                RunState(
+                    run_id=r.run_id,
+                    workflow=r.workflow,
+                    status=r.status,
+                    build_id=r.build_id,
+                    created_at=r.created_at,
+                    updated_at=r.updated_at,
+                    decide_at=r.decide_at,
+                    lease_owner=self._runs[r.run_id].lease_owner,
+                    failing=r.failing,
+                    waiting_on=r.waiting_on,
+                    failing_since=self._runs[r.run_id].failing_since,
+                    tasks=tuple(tasks.get(r.run_id, ())),
+                )
+                for r in records
+            ]
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id of some run, by build id, with its open runs."""
+        with self._lock:
+            runs = sorted(self._runs.values(), key=lambda r: (r.created_at, r.order))
+            builds: dict[str, list[_Run]] = {}
+            for run in runs:
+                builds.setdefault(run.build_id, []).append(run)
+        usage = []
+        for build_id, members in sorted(builds.items()):
+            open_runs = [r for r in members if not r.status.terminal]
+            counts: dict[str, int] = {}
+            for run in open_runs:
+                counts[run.status.value] = counts.get(run.status.value, 0) + 1
+            usage.append(
+                BuildUsage(
+                    build_id=build_id,
+                    open=dict(sorted(counts.items())),
+                    oldest_open_run=open_runs[0].run_id if open_runs else None,
+                    oldest_open_at=open_runs[0].created_at if open_runs else None,
+                    patches=tuple(sorted({p for r in open_runs for p in r.patches})),
+                )
+            )
+        return usage
 
     def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
         """Hooks of one run or all runs, oldest first."""

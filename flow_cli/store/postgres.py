@@ -50,6 +50,7 @@ from flow_cli.store.protocol import (
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    BuildUsage,
     CommitGroup,
     HookListing,
     HookRecord,
@@ -58,10 +59,12 @@ from flow_cli.store.protocol import (
     RunFilter,
     RunIndex,
     RunRecord,
+    RunState,
     StepLease,
     StoreStats,
     StreamWrite,
     WorkerInfo,
+    assemble_states,
 )
 
 DEFAULT_SCHEMA = "flow"
@@ -283,28 +286,100 @@ class PostgresStore(AppendViaCommit):
             ).fetchall()
         return [tables.run_record(row) for row in rows]
 
-    def find_runs(self, where: RunFilter) -> list[RunRecord]:
-        """Runs matching ``where``, newest first (creation order breaks ties)."""
+    def _page(
+        self, conn: Connection, where: RunFilter, columns: str
+    ) -> tuple[sql.Composed, dict[str, Any]]:
+        """The runs matching ``where`` after its cursor, newest first, as a ``SELECT``."""
         condition, params = tables.run_filter(where)
         cursor = sql.SQL("")
+        if where.after is not None:
+            found = conn.execute(
+                "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
+            ).fetchone()
+            if found is None:
+                raise RunNotFound(where.after)
+            cursor = sql.SQL(" AND (created_at, created_order) < (%(c_at)s, %(c_order)s)")
+            params.update(c_at=found[0], c_order=found[1])
+        params["limit"] = where.limit
+        query = sql.SQL("SELECT {} FROM runs WHERE {}{} ").format(
+            sql.SQL(columns), condition, cursor
+        ) + sql.SQL("ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s")
+        return query, params
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
         with self._transaction() as conn:
-            if where.after is not None:
-                found = conn.execute(
-                    "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
-                ).fetchone()
-                if found is None:
-                    raise RunNotFound(where.after)
-                cursor = sql.SQL(" AND (created_at, created_order) < (%(c_at)s, %(c_order)s)")
-                params.update(c_at=found[0], c_order=found[1])
-            params["limit"] = where.limit
+            query, params = self._page(conn, where, tables.RUN_COLUMNS)
+            rows = conn.execute(query, params).fetchall()
+        return [tables.run_record(row) for row in rows]
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
+        (one consistent snapshot), the runs served by the filter's index, each run's tasks by
+        the step task primary key."""
+        with self._transaction(writes=False) as conn:
+            page, params = self._page(
+                conn,
+                where,
+                "created_order, run_id, workflow, status, build_id, created_at, updated_at, "
+                "decide_at, lease_owner, failing, waiting_on, failing_since",
+            )
             rows = conn.execute(
-                sql.SQL("SELECT {} FROM runs WHERE {}{} ").format(
-                    sql.SQL(tables.RUN_COLUMNS), condition, cursor
-                )
-                + sql.SQL("ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s"),
+                sql.SQL(
+                    "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, "
+                    "r.updated_at, r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
+                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner "
+                    "FROM ({}) r "
+                    "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
+                    "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"
+                ).format(page),
                 params,
             ).fetchall()
-        return [tables.run_record(row) for row in rows]
+        return assemble_states(rows, tables.utc)
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id of some run, with its open runs. The build ids are read by skipping
+        through the build index (one probe per build, not one row per run); the open runs
+        through the status index."""
+        open_statuses = [s.value for s in RunStatus if not s.terminal]
+        with self._transaction(writes=False) as conn:
+            builds = [
+                row[0]
+                for row in conn.execute(
+                    "WITH RECURSIVE b(id) AS (SELECT min(build_id) FROM runs UNION ALL "
+                    "SELECT (SELECT min(build_id) FROM runs WHERE build_id > b.id) "
+                    "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
+                )
+            ]
+            grouped = conn.execute(
+                "SELECT build_id, status, patches, count(*) FROM runs "
+                "WHERE status = ANY(%s) GROUP BY build_id, status, patches",
+                (open_statuses,),
+            ).fetchall()
+            oldest = {
+                build_id: (run_id, tables.utc(created_at))
+                for build_id, run_id, created_at in conn.execute(
+                    "SELECT DISTINCT ON (build_id) build_id, run_id, created_at FROM runs "
+                    "WHERE status = ANY(%s) ORDER BY build_id, created_at, created_order",
+                    (open_statuses,),
+                )
+            }
+        counts: dict[str, dict[str, int]] = {}
+        patches: dict[str, set[str]] = {}
+        for build_id, status, marks, n in grouped:
+            per = counts.setdefault(build_id, {})
+            per[status] = per.get(status, 0) + int(n)
+            patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
+        return [
+            BuildUsage(
+                build_id=build_id,
+                open=dict(sorted(counts.get(build_id, {}).items())),
+                oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
+                oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
+                patches=tuple(sorted(patches.get(build_id, ()))),
+            )
+            for build_id in sorted(set(builds) | set(counts))
+        ]
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""

@@ -176,10 +176,22 @@ def _v2_triage(conn: Connection) -> None:
     )
 
 
+def _v4_failing_since(conn: Connection) -> None:
+    # When each failing run's decisions began to fail (`flow doctor`'s since). Runs failing
+    # already get the time of their last decision_failed.
+    conn.execute("ALTER TABLE runs ADD COLUMN failing_since timestamptz")
+    conn.execute(
+        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
+        "WHERE failing IS NOT NULL"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
     Migration(3, "workers registry, runs.patches", _v3_fleet),
+    Migration(4, "runs.failing_since", _v4_failing_since),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 
@@ -467,8 +479,12 @@ def apply_index(
         sets.append("decide_at = %s, lease_owner = NULL")
         params.append(index.decide_at)
     if index.failing is not KEEP:
-        sets.append("failing = %s")
-        params.append(index.failing)
+        # SET reads the row as it was: the time is kept while the run goes on failing.
+        sets.append(
+            "failing = %s, failing_since = CASE WHEN %s::text IS NULL THEN NULL "
+            "WHEN failing IS NULL THEN %s::timestamptz ELSE failing_since END"
+        )
+        params.extend([index.failing, index.failing, now])
     if index.status.terminal:
         sets.append("waiting_on = NULL")
     elif index.waiting_on is not KEEP:

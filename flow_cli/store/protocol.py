@@ -10,11 +10,11 @@ computed by the engine (``flow_cli.engine.indexing``), never by the store.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
@@ -220,6 +220,94 @@ class RunCount:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TaskState:
+    """A step task as ``run_states`` reads it (see ``StepTask``)."""
+
+    step_id: str
+    attempt: int
+    available_at: datetime
+    """Ready time; for a started attempt (``lease_owner`` set), the end of its lease."""
+    lease_owner: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """A run's index row with its lease and its step tasks: what ``flow doctor`` classifies."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    build_id: str
+    created_at: datetime
+    updated_at: datetime
+    decide_at: datetime | None
+    """When the run should next be decided; while leased (``lease_owner``), the lease's end."""
+    lease_owner: str | None
+    """The worker deciding the run under a lease, if any."""
+    failing: str | None
+    waiting_on: str | None
+    failing_since: datetime | None = None
+    """While ``failing``: when its decisions began to fail (a change of error keeps it)."""
+    tasks: tuple[TaskState, ...] = ()
+    """Its step tasks (unsettled steps), by step id."""
+
+
+def assemble_states(
+    rows: Iterable[Sequence[Any]], when: Callable[[Any], datetime]
+) -> list[RunState]:
+    """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
+    workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
+    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner); ``when``
+    decodes a time."""
+    runs: list[Sequence[Any]] = []
+    tasks: dict[str, list[TaskState]] = {}
+    for row in rows:
+        if not runs or runs[-1][0] != row[0]:
+            runs.append(row)
+        if row[11] is not None:
+            tasks.setdefault(row[0], []).append(
+                TaskState(
+                    step_id=row[11],
+                    attempt=int(row[12]),
+                    available_at=when(row[13]),
+                    lease_owner=row[14],
+                )
+            )
+    statuses = {status.value: status for status in RunStatus}
+    return [
+        RunState(
+            run_id=row[0],
+            workflow=row[1],
+            status=statuses[row[2]],
+            build_id=row[3],
+            created_at=when(row[4]),
+            updated_at=when(row[5]),
+            decide_at=None if row[6] is None else when(row[6]),
+            lease_owner=row[7],
+            failing=row[8],
+            waiting_on=row[9],
+            failing_since=None if row[10] is None else when(row[10]),
+            tasks=tuple(tasks.get(row[0], ())),
+        )
+        for row in runs
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildUsage:
+    """One build id as the runs index knows it (``flow builds``)."""
+
+    build_id: str
+    open: Mapping[str, int]
+    """Open runs per status; empty when every run of the build has ended."""
+    oldest_open_run: str | None
+    """The open run created first (creation order breaks ties)."""
+    oldest_open_at: datetime | None
+    patches: tuple[str, ...]
+    """Patch markers the open runs carry, sorted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HookListing:
     """One row of ``list_hooks``."""
 
@@ -328,6 +416,15 @@ class EventStore(Protocol):
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where`` (``limit``/``after`` ignored), per ``by`` column."""
+        ...
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first, read in one
+        statement from the runs and step task indexes (never from histories)."""
+        ...
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id some run is pinned to, by build id, with its open runs."""
         ...
 
     def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:

@@ -47,6 +47,7 @@ from flow_cli.store.protocol import (
     KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
+    BuildUsage,
     CommitGroup,
     HookListing,
     HookRecord,
@@ -55,10 +56,12 @@ from flow_cli.store.protocol import (
     RunFilter,
     RunIndex,
     RunRecord,
+    RunState,
     StepLease,
     StoreStats,
     StreamWrite,
     WorkerInfo,
+    assemble_states,
     waiting_needle,
 )
 
@@ -147,6 +150,9 @@ def _v3_fleet(db: Database) -> None:
 _TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
 """The terminal statuses as an SQL list: hooks of ended runs are not open."""
 
+_OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+"""The open statuses as an SQL list (``status IN`` is served by the status index)."""
+
 _BUILD_KEY = "substr(build_id, 1)"
 """The indexed expression that `--build-id` filters on (see ``_v2_triage``)."""
 
@@ -188,7 +194,24 @@ def _v2_triage(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1_initial), (2, _v2_triage), (3, _v3_fleet)]
+def _v4_failing_since(db: Database) -> None:
+    """When each failing run's decisions began to fail (``flow doctor``'s since). Runs failing
+    already get the time of their last ``decision_failed``."""
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN failing_since TEXT")
+    conn.execute(
+        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
+        "WHERE failing IS NOT NULL"
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _v1_initial),
+    (2, _v2_triage),
+    (3, _v3_fleet),
+    (4, _v4_failing_since),
+]
 """Every schema version in order; the last one is what this code reads and writes."""
 
 
@@ -556,8 +579,12 @@ class SQLiteStore(AppendViaCommit):
             sets.append("decide_at = ?, lease_owner = NULL")
             params.append(_ts_or_none(index.decide_at))
         if index.failing is not KEEP:
-            sets.append("failing = ?")
-            params.append(index.failing)
+            # SET reads the row as it was: the time is kept while the run goes on failing.
+            sets.append(
+                "failing = ?, failing_since = CASE WHEN ? IS NULL THEN NULL "
+                "WHEN failing IS NULL THEN ? ELSE failing_since END"
+            )
+            params.extend([index.failing, index.failing, stamp])
         if index.status.terminal:
             sets.append("waiting_on = NULL")
         elif index.waiting_on is not KEEP:
@@ -769,10 +796,8 @@ class SQLiteStore(AppendViaCommit):
             sql.append("parent_run_id IS NULL")
         return sql, params
 
-    @_guarded
-    def find_runs(self, where: RunFilter) -> list[RunRecord]:
-        """Runs matching ``where``, newest first (creation order breaks ties)."""
-        conn = self._conn()
+    def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, list[Any]]:
+        """``WHERE ... ORDER BY ... LIMIT ?`` of a filter with its cursor, newest first."""
         sql, params = self._where(where)
         if where.after is not None:
             cursor = conn.execute(
@@ -782,10 +807,81 @@ class SQLiteStore(AppendViaCommit):
                 raise RunNotFound(where.after)
             sql.append("(created_at < ? OR (created_at = ? AND rowid < ?))")
             params.extend([cursor[0], cursor[0], cursor[1]])
-        query = _RUN_SELECT + (f" WHERE {' AND '.join(sql)}" if sql else "")
-        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        rows = conn.execute(query, [*params, -1 if where.limit is None else where.limit])
+        query = (f" WHERE {' AND '.join(sql)}" if sql else "") + (
+            " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
+        return query, [*params, -1 if where.limit is None else where.limit]
+
+    @_guarded
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        conn = self._conn()
+        page, params = self._page(conn, where)
+        rows = conn.execute(_RUN_SELECT + page, params)
         return [_record(row) for row in rows.fetchall()]
+
+    @_guarded
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
+        (one consistent read), the runs served by the filter's index, each run's tasks by the
+        step task primary key."""
+        conn = self._conn()
+        page, params = self._page(conn, where)
+        rows = conn.execute(
+            "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
+            "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
+            "t.step_id, t.attempt, t.available_at, t.lease_owner FROM ("
+            "SELECT rowid AS ord, run_id, workflow, status, build_id, created_at, updated_at, "
+            f"decide_at, lease_owner, failing, waiting_on, failing_since FROM runs{page}) r "
+            "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
+            "ORDER BY r.created_at DESC, r.ord DESC, t.step_id",
+            params,
+        )
+        return assemble_states(rows, _dt)
+
+    @_guarded
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id of some run, with its open runs. The build ids are read by skipping
+        through the build index (one probe per build, not one row per run); the open runs
+        through the status index."""
+        conn = self._conn()
+        builds = [
+            row[0]
+            for row in conn.execute(
+                f"WITH RECURSIVE b(id) AS (SELECT min({_BUILD_KEY}) FROM runs UNION ALL "
+                f"SELECT (SELECT min({_BUILD_KEY}) FROM runs WHERE {_BUILD_KEY} > b.id) "
+                "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
+            )
+        ]
+        counts: dict[str, dict[str, int]] = {}
+        patches: dict[str, set[str]] = {}
+        for build_id, status, marks, n in conn.execute(
+            "SELECT build_id, status, patches, count(*) FROM runs "
+            f"WHERE status IN ({_OPEN_LIST}) GROUP BY build_id, status, patches"
+        ):
+            per = counts.setdefault(build_id, {})
+            per[status] = per.get(status, 0) + n
+            patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
+        # With one min() the bare columns come from the row holding it (SQLite's rule); the
+        # rowid breaks ties between runs created at the same instant.
+        oldest = {
+            build_id: (run_id, _dt(created_at))
+            for build_id, run_id, created_at, _ in conn.execute(
+                "SELECT build_id, run_id, created_at, "
+                "min(created_at || printf(' %020d', rowid)) FROM runs "
+                f"WHERE status IN ({_OPEN_LIST}) GROUP BY build_id"
+            )
+        }
+        return [
+            BuildUsage(
+                build_id=build_id,
+                open=dict(sorted(counts.get(build_id, {}).items())),
+                oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
+                oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
+                patches=tuple(sorted(patches.get(build_id, ()))),
+            )
+            for build_id in sorted(set(builds) | set(counts))
+        ]
 
     @_guarded
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:

@@ -1,0 +1,76 @@
+"""``flow builds``: what each build id still carries, and whether it can be retired.
+
+A build is known from the runs pinned to it, from the workers registered as hosting it (live
+or gone) and from the configuration (the build new runs start on). It is ``retirable`` when no
+open run is pinned to it: its code can be removed from the fleet without stranding a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from flow_cli.store.protocol import EventStore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildReport:
+    build_id: str
+    open: dict[str, int]
+    """Open runs pinned to the build, per status."""
+    oldest_open_run: str | None
+    oldest_open_at: datetime | None
+    workers: list[str]
+    """Live workers hosting the build, by worker id."""
+    patches: list[str]
+    """Patch markers its open runs carry."""
+
+    @property
+    def open_total(self) -> int:
+        return sum(self.open.values())
+
+    @property
+    def retirable(self) -> bool:
+        """No open run is pinned to the build."""
+        return not self.open
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "build_id": self.build_id,
+            "open": dict(self.open),
+            "oldest_open_run": self.oldest_open_run,
+            "workers": list(self.workers),
+            "patches": list(self.patches),
+            "retirable": self.retirable,
+        }
+
+
+def build_reports(
+    store: EventStore, now: datetime, configured: Iterable[str] = ()
+) -> list[BuildReport]:
+    """Every known build id, sorted, with its open runs and live hosts."""
+    usage = {u.build_id: u for u in store.build_usage()}
+    hosts: dict[str, list[str]] = {}
+    for worker in store.list_workers():
+        for build in worker.builds:
+            hosts.setdefault(build, [])
+            if worker.live(now):
+                hosts[build].append(worker.worker_id)
+    reports = []
+    for build_id in sorted({*usage, *hosts, *configured}):
+        used = usage.get(build_id)
+        reports.append(
+            BuildReport(
+                build_id=build_id,
+                open=dict(used.open) if used else {},
+                oldest_open_run=used.oldest_open_run if used else None,
+                oldest_open_at=used.oldest_open_at if used else None,
+                workers=sorted(hosts.get(build_id, [])),
+                patches=list(used.patches) if used else [],
+            )
+        )
+    return reports
+
+
+__all__ = ["BuildReport", "build_reports"]

@@ -1,0 +1,308 @@
+"""``flow doctor``: every open run classified by what must happen for it to move.
+
+Served by the indexes alone — the runs table (status, build, ``decide_at`` and its lease,
+``failing``, ``waiting_on``), the step tasks and the workers registry — never by reading a
+history, so it stays cheap enough for a cron job over a hundred thousand open runs.
+
+The rule lives in ``classify``; the first cause that applies wins, in this order:
+
+1. ``decision-failing``: the run's last decision failed (its code raised, or diverged from
+   history); it is retried with a back-off until fixed code is deployed.
+2. ``build-unhosted``: no live worker hosts the run's build, and either some worker is live (the
+   fleet runs without that build) or no registered worker, live or gone, ever hosted it. When
+   the build's only hosts are gone workers (stopped, killed, or ``flow tick`` that ended), the run
+   is judged by what is overdue instead: the fleet is down, not missing the build.
+3. ``timer-overdue``: a due time — a timer or retry back-off ending in the run's next decision,
+   or a step attempt's ready time — passed more than ``overdue_after`` (30 s) ago and no worker
+   acted on it.
+4. ``lease-expired``: a worker took the run's decision or a step attempt under a lease that ended
+   more than ``overdue_after`` ago, and no worker took it over.
+5. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
+6. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
+7. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
+   fact from outside.
+8. ``runnable``: otherwise — a timer that is not due yet.
+
+The first four are stuck: ``flow doctor`` exits 1 when any run is.
+"""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from flow_cli.model.status import RunStatus
+from flow_cli.store.protocol import EventStore, RunFilter, RunState, TaskState, WorkerInfo
+
+CAUSES = (
+    "decision-failing",
+    "build-unhosted",
+    "timer-overdue",
+    "lease-expired",
+    "step-retrying",
+    "waiting-signal",
+    "waiting-hook",
+    "waiting-child",
+    "runnable",
+)
+"""Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
+
+STUCK = frozenset(CAUSES[:4])
+"""Causes that need an operator: a run with one of these will not move by itself."""
+
+OVERDUE_AFTER = timedelta(seconds=30)
+"""How long past due a timer, a ready step or a lease may be before it counts as stuck."""
+
+_WAITS = (("signal", "waiting-signal"), ("hook", "waiting-hook"), ("child", "waiting-child"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Diagnosis:
+    """One open run and why it is where it is."""
+
+    run_id: str
+    workflow: str
+    build_id: str
+    cause: str
+    """One of ``CAUSES``."""
+    detail: str
+    """One sentence naming what is due, failing or awaited."""
+    since: datetime
+    """When the cause began: when its decisions began to fail, the due time, the lease's end,
+    when the build was last hosted, or the run's last change (a wait or a retry)."""
+
+    @property
+    def stuck(self) -> bool:
+        return self.cause in STUCK
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "build_id": self.build_id,
+            "cause": self.cause,
+            "detail": self.detail,
+            "since": self.since.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Hosting:
+    """Which builds the registered workers host, as ``classify`` needs it."""
+
+    live: frozenset[str]
+    """Builds hosted by a live worker."""
+    known: Mapping[str, datetime]
+    """Builds hosted by any registered worker, live or gone, with the last heartbeat of one."""
+    any_live: bool
+
+    @classmethod
+    def of(cls, workers: Iterable[WorkerInfo], now: datetime) -> Hosting:
+        live: set[str] = set()
+        known: dict[str, datetime] = {}
+        any_live = False
+        for worker in workers:
+            alive = worker.live(now)
+            any_live = any_live or alive
+            for build in worker.builds:
+                if alive:
+                    live.add(build)
+                if build not in known or known[build] < worker.heartbeat_at:
+                    known[build] = worker.heartbeat_at
+        return cls(frozenset(live), known, any_live)
+
+    def unhosted(self, build_id: str) -> bool:
+        """The build-unhosted rule (see the module docstring)."""
+        if build_id in self.live:
+            return False
+        return self.any_live or build_id not in self.known
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    runs: list[Diagnosis]
+    """Every open run selected, by cause (``CAUSES`` order), then longest first."""
+    workers_live: int
+    checked_at: datetime
+
+    @property
+    def summary(self) -> dict[str, int]:
+        """Runs per cause, every cause present (zero when none)."""
+        counts = dict.fromkeys(CAUSES, 0)
+        for diagnosis in self.runs:
+            counts[diagnosis.cause] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        """No run is stuck."""
+        return not any(d.stuck for d in self.runs)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "summary": self.summary,
+            "runs": [d.to_json() for d in self.runs],
+        }
+
+
+def diagnose(
+    store: EventStore,
+    where: RunFilter,
+    now: datetime,
+    overdue_after: timedelta = OVERDUE_AFTER,
+) -> DoctorReport:
+    """Classify the open runs that ``where`` selects (its terminal statuses are ignored)."""
+    statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
+    workers = store.list_workers()
+    hosting = Hosting.of(workers, now)
+    states = store.run_states(replace(where, statuses=statuses)) if statuses else []
+    order = {cause: n for n, cause in enumerate(CAUSES)}
+    found = [classify(state, hosting, now, overdue_after) for state in states]
+    found.sort(key=lambda d: (order[d.cause], d.since, d.run_id))
+    return DoctorReport(
+        runs=found, workers_live=sum(1 for w in workers if w.live(now)), checked_at=now
+    )
+
+
+def classify(
+    run: RunState, hosting: Hosting, now: datetime, overdue_after: timedelta = OVERDUE_AFTER
+) -> Diagnosis:
+    """Why ``run`` (open) is where it is: the first cause that applies (module docstring)."""
+    found = functools.partial(_found, run)
+    if run.failing is not None:
+        return found("decision-failing", run.failing, run.failing_since or run.updated_at)
+    if hosting.unhosted(run.build_id):
+        last = hosting.known.get(run.build_id)
+        if last is None:
+            detail = f"no worker hosts build {run.build_id!r}"
+        else:
+            detail = f"no live worker hosts build {run.build_id!r} (last host seen {_at(last)})"
+        return found("build-unhosted", detail, max(run.updated_at, last or run.updated_at))
+    late = now - overdue_after
+    free = [t for t in run.tasks if t.lease_owner is None]
+    leased = [t for t in run.tasks if t.lease_owner is not None]
+
+    overdue: list[tuple[datetime, str]] = [
+        (t.available_at, f"{_step(t)} was ready at {_at(t.available_at)}; no worker started it")
+        for t in free
+        if t.available_at < late
+    ]
+    if run.decide_at is not None and run.lease_owner is None and run.decide_at < late:
+        overdue.append(
+            (run.decide_at, f"{_due(run)} was due at {_at(run.decide_at)}; nothing fired it")
+        )
+    if overdue:
+        since, detail = min(overdue)
+        return found("timer-overdue", detail, since)
+
+    expired: list[tuple[datetime, str]] = [
+        (
+            t.available_at,
+            f"{_step(t)}: the lease of worker {t.lease_owner} ended at {_at(t.available_at)}",
+        )
+        for t in leased
+        if t.available_at < late
+    ]
+    if run.decide_at is not None and run.lease_owner is not None and run.decide_at < late:
+        expired.append(
+            (
+                run.decide_at,
+                f"decision: the lease of worker {run.lease_owner} ended at {_at(run.decide_at)}",
+            )
+        )
+    if expired:
+        since, detail = min(expired)
+        return found("lease-expired", detail, since)
+
+    retrying = sorted(
+        (t.available_at, t.step_id, t) for t in free if t.attempt > 1 and t.available_at > now
+    )
+    if retrying:
+        task = retrying[0][2]
+        return found(
+            "step-retrying", f"{_step(task)} starts at {_at(task.available_at)}", run.updated_at
+        )
+
+    busy = _busy(run, free, leased, now)
+    if busy is not None:
+        return found("runnable", *busy)
+
+    waits = _waiting(run.waiting_on)
+    for kind, cause in _WAITS:
+        if waits.get(kind):
+            names = ", ".join(repr(name) for name in waits[kind])
+            return found(cause, f"{kind} {names}", run.updated_at)
+    if run.decide_at is not None:
+        return found("runnable", f"{_due(run)} is due at {_at(run.decide_at)}", run.updated_at)
+    return found("runnable", "nothing is due; its index names no wait", run.updated_at)
+
+
+def _found(run: RunState, cause: str, detail: str, since: datetime) -> Diagnosis:
+    return Diagnosis(
+        run_id=run.run_id,
+        workflow=run.workflow,
+        build_id=run.build_id,
+        cause=cause,
+        detail=detail,
+        since=since,
+    )
+
+
+def _busy(
+    run: RunState, free: Sequence[TaskState], leased: Sequence[TaskState], now: datetime
+) -> tuple[str, datetime] | None:
+    """What a worker is doing or is about to do for the run, and since when; None if nothing."""
+    if run.decide_at is not None and run.lease_owner is not None:
+        return f"being decided by worker {run.lease_owner}", run.updated_at
+    if run.decide_at is not None and run.decide_at <= now:
+        return "its next decision is due", run.decide_at
+    if leased:
+        task = min(leased, key=lambda t: t.step_id)
+        return f"{_step(task)} is running on worker {task.lease_owner}", run.updated_at
+    ready = sorted((t.available_at, t.step_id, t) for t in free if t.available_at <= now)
+    if ready:
+        return f"{_step(ready[0][2])} is ready to start", ready[0][0]
+    return None
+
+
+def _waiting(waiting_on: str | None) -> dict[str, list[str]]:
+    """``KIND:ID`` entries by kind, ids decoded."""
+    kinds: dict[str, list[str]] = {}
+    for entry in (waiting_on or "").split():
+        kind, _, ident = entry.partition(":")
+        kinds.setdefault(kind, []).append(urllib.parse.unquote(ident))
+    return kinds
+
+
+def _due(run: RunState) -> str:
+    """What the run's ``decide_at`` stands for, as far as the index tells."""
+    timers = _waiting(run.waiting_on).get("timer", [])
+    if len(timers) == 1:
+        return f"timer {timers[0]!r}"
+    if timers:
+        return f"the first of timers {', '.join(repr(t) for t in timers)}"
+    return "its next decision"
+
+
+def _step(task: TaskState) -> str:
+    return f"step {task.step_id!r} attempt {task.attempt}"
+
+
+def _at(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+__all__ = [
+    "CAUSES",
+    "OVERDUE_AFTER",
+    "STUCK",
+    "Diagnosis",
+    "DoctorReport",
+    "Hosting",
+    "classify",
+    "diagnose",
+]
