@@ -65,6 +65,7 @@ from flow_cli.store.protocol import (
     StreamWrite,
     WorkerInfo,
     assemble_states,
+    build_usages,
 )
 
 DEFAULT_SCHEMA = "flow"
@@ -364,22 +365,7 @@ class PostgresStore(AppendViaCommit):
                     (open_statuses,),
                 )
             }
-        counts: dict[str, dict[str, int]] = {}
-        patches: dict[str, set[str]] = {}
-        for build_id, status, marks, n in grouped:
-            per = counts.setdefault(build_id, {})
-            per[status] = per.get(status, 0) + int(n)
-            patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
-        return [
-            BuildUsage(
-                build_id=build_id,
-                open=dict(sorted(counts.get(build_id, {}).items())),
-                oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
-                oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
-                patches=tuple(sorted(patches.get(build_id, ()))),
-            )
-            for build_id in sorted(set(builds) | set(counts))
-        ]
+        return build_usages(builds, grouped, oldest)
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""

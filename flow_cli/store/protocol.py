@@ -9,6 +9,7 @@ computed by the engine (``flow_cli.engine.indexing``), never by the store.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -305,6 +306,31 @@ class BuildUsage:
     oldest_open_at: datetime | None
     patches: tuple[str, ...]
     """Patch markers the open runs carry, sorted."""
+
+
+def build_usages(
+    builds: Iterable[str],
+    grouped: Iterable[tuple[str, str, str | None, int]],
+    oldest: Mapping[str, tuple[str, datetime]],
+) -> list[BuildUsage]:
+    """``build_usage`` of a SQL store from its three queries: every build id, the open runs
+    counted by (build, status, patch markers as stored JSON), and each build's oldest open run."""
+    counts: dict[str, dict[str, int]] = {}
+    patches: dict[str, set[str]] = {}
+    for build_id, status, marks, n in grouped:
+        per = counts.setdefault(build_id, {})
+        per[status] = per.get(status, 0) + int(n)
+        patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
+    return [
+        BuildUsage(
+            build_id=build_id,
+            open=dict(sorted(counts.get(build_id, {}).items())),
+            oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
+            oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
+            patches=tuple(sorted(patches.get(build_id, ()))),
+        )
+        for build_id in sorted(set(builds) | set(counts))
+    ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -62,6 +62,7 @@ from flow_cli.store.protocol import (
     StreamWrite,
     WorkerInfo,
     assemble_states,
+    build_usages,
     waiting_needle,
 )
 
@@ -853,15 +854,10 @@ class SQLiteStore(AppendViaCommit):
                 "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
             )
         ]
-        counts: dict[str, dict[str, int]] = {}
-        patches: dict[str, set[str]] = {}
-        for build_id, status, marks, n in conn.execute(
+        grouped = conn.execute(
             "SELECT build_id, status, patches, count(*) FROM runs "
             f"WHERE status IN ({_OPEN_LIST}) GROUP BY build_id, status, patches"
-        ):
-            per = counts.setdefault(build_id, {})
-            per[status] = per.get(status, 0) + n
-            patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
+        ).fetchall()
         # With one min() the bare columns come from the row holding it (SQLite's rule); the
         # rowid breaks ties between runs created at the same instant.
         oldest = {
@@ -872,16 +868,7 @@ class SQLiteStore(AppendViaCommit):
                 f"WHERE status IN ({_OPEN_LIST}) GROUP BY build_id"
             )
         }
-        return [
-            BuildUsage(
-                build_id=build_id,
-                open=dict(sorted(counts.get(build_id, {}).items())),
-                oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
-                oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
-                patches=tuple(sorted(patches.get(build_id, ()))),
-            )
-            for build_id in sorted(set(builds) | set(counts))
-        ]
+        return build_usages(builds, grouped, oldest)
 
     @_guarded
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
