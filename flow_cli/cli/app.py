@@ -34,6 +34,7 @@ from flow_cli.cli import (
     cmd_wait,
     exits,
 )
+from flow_cli.cli.coercion import defer_adapters
 from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
@@ -55,6 +56,8 @@ class FlowGroup(TyperGroup):
             from flow_cli.cli.completion import enable
 
             enable()
+
+        defer_adapters(self)
 
         def invoke() -> Any:
             check_arguments(sys.argv[1:] if args is None else args)
