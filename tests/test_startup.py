@@ -131,3 +131,32 @@ def test_step_with_is_replace() -> None:
         assert _step_with(step, **{name: value}) == replace(step, **{name: value})
     assert _step_with(step) == step
     assert _step_with(step, **values) == replace(step, **values)
+
+
+@pytest.mark.parametrize(
+    ("args", "lean"),
+    [
+        (["show", "r"], "show"),
+        (["--db", "memory://", "--json", "runs"], "runs"),
+        (["--db=memory://", "show", "r"], "show"),
+        (["--config", "flow.toml", "hook", "list"], None),  # a group: the whole app
+        (["--help"], None),
+        (["-h", "show"], None),
+        (["--version"], None),
+        (["shwo"], None),  # a typo: the whole app suggests "show"
+        (["--db"], None),
+        ([], None),
+    ],
+)
+def test_a_command_line_naming_a_command_builds_that_command_alone(
+    args: list[str], lean: str | None
+) -> None:
+    from flow_cli.cli.app import app, app_for
+
+    chosen = app_for(args)
+    if lean is None:
+        assert chosen is app
+    else:
+        assert [info.name for info in chosen.registered_commands] == [lean]
+        assert chosen.registered_groups == app.registered_groups
+        assert len(app.registered_commands) > 1
