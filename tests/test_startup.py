@@ -142,7 +142,7 @@ def test_step_with_is_replace() -> None:
         (["--config", "flow.toml", "hook", "list"], None),  # a group: the whole app
         (["--help"], None),
         (["-h", "show"], None),
-        (["--version"], None),
+        (["--version", "--help"], None),
         (["shwo"], None),  # a typo: the whole app suggests "show"
         (["--db"], None),
         ([], None),
@@ -160,3 +160,11 @@ def test_a_command_line_naming_a_command_builds_that_command_alone(
         assert [info.name for info in chosen.registered_commands] == [lean]
         assert chosen.registered_groups == app.registered_groups
         assert len(app.registered_commands) > 1
+
+
+def test_version_alone_builds_no_command() -> None:
+    from flow_cli.cli.app import app, app_for, main
+
+    assert app_for(["--version"]).registered_commands == []
+    assert app.registered_commands
+    assert main(["--version"]) == 0

@@ -245,8 +245,14 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     for all of Flow's); a command's own help, usage and errors do not depend on its siblings.
     A name that is no command (a typo) gets the whole app, which suggests the close ones.
     """
+    if os.environ.get("_FLOW_COMPLETE"):
+        return app
+    if list(args) == ["--version"]:  # answered while the root's options are parsed
+        lean = copy.copy(app)
+        lean.registered_commands = []
+        return lean
     name = _command_name(args)
-    if name is None or os.environ.get("_FLOW_COMPLETE"):
+    if name is None:
         return app
     chosen = [info for info in app.registered_commands if info.name == name]
     if not chosen:

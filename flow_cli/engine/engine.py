@@ -8,7 +8,6 @@ append with ``append_if_sequence`` semantics like everything else and retry on c
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import threading
 import uuid
@@ -236,6 +235,8 @@ class Engine:
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
         )
+        import secrets  # imported here: it loads hashlib and hmac, which readers never need
+
         now = self.clock.now()
         created = self.store.create_run(
             NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now), now
