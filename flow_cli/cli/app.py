@@ -1,8 +1,10 @@
 """The ``flow`` command line: global options, the commands, and errors mapped to exit codes.
 
 Start-up cost matters (``flow --help``, ``flow show`` in scripts): this module and the command
-modules import only Typer and the standard library. The engine, the stores and Rich are imported
-inside the commands that use them.
+modules import only Typer, the standard library and Flow's errors and small helpers. The engine,
+the stores and Rich are imported inside the commands that use them; ``main`` builds only the
+command that the command line names (``app_for``), and Typer's pydantic coercion is built only
+for values that need it (``coercion``). ``tests/test_startup.py`` keeps it so.
 
 Every error leaves as one ``error: ...`` line on stderr and an exit code (see ``exits``), never
 a traceback. Set ``FLOW_DEBUG=1`` to get the traceback of an unexpected error instead.
