@@ -5,16 +5,18 @@
 
 The database (SQLite, one completed run of bench_workflows' `chain` with 2,000 steps, decided
 in-process with Engine.tick) is made once and cached under the temporary directory. Each command
-runs N times as a subprocess of the interpreter's own `flow` script; median and min wall seconds
-are printed. With --baseline, the same commands of another build of Flow run interleaved with
-this one's (one of each in turn), and the ratio this/baseline of the medians is printed: machines
-like ours are noisy, ratios measured in one run are what to compare.
+runs N times as a subprocess of the interpreter's own `flow` script; the median and min wall
+seconds and the median CPU seconds (user + system, less disturbed by other work) are printed.
+With --baseline, the same commands of another build of Flow run interleaved with this one's (one
+of each in turn), and the ratios this/baseline of the medians are printed: machines like ours
+are noisy, ratios measured in one run are what to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,15 +72,19 @@ def _flow(python: str) -> str:
     return str(flow)
 
 
-def _time(flow: str, args: list[str], env: dict[str, str], cwd: Path) -> float:
+def _time(flow: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one ``flow`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
         [flow, *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"flow {' '.join(args)} exited {done.returncode}: {done.stderr!r}")
-    return wall
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu
 
 
 def main() -> None:
@@ -100,20 +106,29 @@ def main() -> None:
     builds = [("this", _flow(sys.executable))]
     if args.baseline:
         builds.append(("baseline", _flow(args.baseline)))
-    print(f"{'command':18} {'build':9} {'median s':>9} {'min s':>7} {'ratio':>7}")
+    print(
+        f"{'command':18} {'build':9} {'median s':>9} {'min s':>7} {'ratio':>7}"
+        f" {'median cpu s':>13} {'ratio':>7}"
+    )
     for name, command in COMMANDS:
-        times: dict[str, list[float]] = {label: [] for label, _ in builds}
+        times: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in builds}
         for _label, flow in builds:  # warm the page cache and the .pyc files
             _time(flow, command, env, scratch)
         for _ in range(args.n):
             for label, flow in builds:
                 times[label].append(_time(flow, command, env, scratch))
-        medians = {label: statistics.median(values) for label, values in times.items()}
+        wall = {label: statistics.median(w for w, _ in values) for label, values in times.items()}
+        cpu = {label: statistics.median(c for _, c in values) for label, values in times.items()}
         for label, values in times.items():
-            ratio = ""
-            if label == "this" and "baseline" in medians:
-                ratio = f"{medians['this'] / medians['baseline']:6.2f}x"
-            print(f"{name:18} {label:9} {medians[label]:9.3f} {min(values):7.3f} {ratio:>7}")
+            ratio = cpu_ratio = ""
+            if label == "this" and "baseline" in wall:
+                ratio = f"{wall['this'] / wall['baseline']:6.2f}x"
+                cpu_ratio = f"{cpu['this'] / cpu['baseline']:6.2f}x"
+            fastest = min(w for w, _ in values)
+            print(
+                f"{name:18} {label:9} {wall[label]:9.3f} {fastest:7.3f} {ratio:>7}"
+                f" {cpu[label]:13.3f} {cpu_ratio:>7}"
+            )
         sys.stdout.flush()
     os.rmdir(scratch)
 
