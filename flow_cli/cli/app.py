@@ -1,8 +1,10 @@
 """The ``flow`` command line: global options, the commands, and errors mapped to exit codes.
 
 Start-up cost matters (``flow --help``, ``flow show`` in scripts): this module and the command
-modules import only Typer and the standard library. The engine, the stores and Rich are imported
-inside the commands that use them.
+modules import only Typer, the standard library and Flow's errors and small helpers. The engine,
+the stores and Rich are imported inside the commands that use them; ``main`` builds only the
+command that the command line names (``app_for``), and Typer's pydantic coercion is built only
+for values that need it (``coercion``). ``tests/test_startup.py`` keeps it so.
 
 Every error leaves as one ``error: ...`` line on stderr and an exit code (see ``exits``), never
 a traceback. Set ``FLOW_DEBUG=1`` to get the traceback of an unexpected error instead.
@@ -10,6 +12,7 @@ a traceback. Set ``FLOW_DEBUG=1`` to get the traceback of an unexpected error in
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -34,6 +37,7 @@ from flow_cli.cli import (
     cmd_wait,
     exits,
 )
+from flow_cli.cli.coercion import defer_adapters
 from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
@@ -55,6 +59,8 @@ class FlowGroup(TyperGroup):
             from flow_cli.cli.completion import enable
 
             enable()
+
+        defer_adapters(self)
 
         def invoke() -> Any:
             check_arguments(sys.argv[1:] if args is None else args)
@@ -215,9 +221,52 @@ app.command("builds")(cmd_fleet.builds)
 app.command("check")(cmd_check.check)
 
 
+_GLOBAL_OPTIONS = {"--db": True, "--config": True, "--json": False}
+"""The root's options that may come before the command name, and whether they take a value."""
+
+
+def _command_name(args: Sequence[str]) -> str | None:
+    """The command that ``args`` names after the global options, or None (help, version, or
+    anything unusual: those get the whole app)."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name, equals, _ = arg.partition("=")
+        if name in _GLOBAL_OPTIONS:
+            index += 1 if equals or not _GLOBAL_OPTIONS[name] else 2
+            continue
+        return None if arg.startswith("-") else arg
+    return None
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """``app``, or, when ``args`` name one of its commands, a copy that registers that command
+    (and the ``hook`` group) alone.
+
+    Typer turns every registered command into a Click command before it parses anything (~30 ms
+    for all of Flow's); a command's own help, usage and errors do not depend on its siblings.
+    A name that is no command (a typo) gets the whole app, which suggests the close ones.
+    """
+    if os.environ.get("_FLOW_COMPLETE"):
+        return app
+    if list(args) == ["--version"]:  # answered while the root's options are parsed
+        lean = copy.copy(app)
+        lean.registered_commands = []
+        return lean
+    name = _command_name(args)
+    if name is None:
+        return app
+    chosen = [info for info in app.registered_commands if info.name == name]
+    if not chosen:
+        return app
+    lean = copy.copy(app)
+    lean.registered_commands = chosen
+    return lean
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``flow`` console script. Returns the exit code when ``argv`` is given (tests)."""
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(app_for(sys.argv[1:] if argv is None else argv))
     code: int = command.main(
         args=list(argv) if argv is not None else None, prog_name="flow", standalone_mode=False
     )

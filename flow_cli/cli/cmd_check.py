@@ -14,7 +14,6 @@ from flow_cli.cli.io import emit_json, note, one_line, out
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
 from flow_cli.errors import StoreError
-from flow_cli.store.locations import Backend, classify, redact
 
 ADVICE_SQLITE = (
     "Stop workers using it, keep a copy of the damaged file (with its -wal file), then restore "
@@ -36,6 +35,8 @@ def check(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     event, and no event, step task or hook lacks its run. PostgreSQL: Flow's own checks.
     Reads only; it works on a read-only file.
     """
+    from flow_cli.store.locations import Backend, classify, redact
+
     state = CliState.of(ctx)
     url = state.database
     backend = classify(url).backend

@@ -13,13 +13,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from flow_cli.errors import InputError
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import WAITING_KINDS, RunFilter
+
+if TYPE_CHECKING:
+    from flow_cli.store.protocol import RunFilter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,6 +85,8 @@ def complete_status(incomplete: str) -> list[str]:
 
 
 def parse_waiting_on(value: str) -> str:
+    from flow_cli.store.protocol import WAITING_KINDS
+
     kind, sep, ident = value.partition(":")
     if kind not in WAITING_KINDS or (sep and not ident):
         raise InputError(
@@ -125,6 +129,8 @@ class FilterArgs:
 
     def to_filter(self, now: datetime | None = None) -> RunFilter:
         """The store's ``RunFilter``. Raises ``InputError`` with one sentence."""
+        from flow_cli.store.protocol import RunFilter
+
         at = now or datetime.now(UTC)
         idle = None if self.idle_for is None else at - parse_duration(self.idle_for, "--idle-for")
         return RunFilter(

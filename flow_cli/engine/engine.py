@@ -8,17 +8,15 @@ append with ``append_if_sequence`` semantics like everything else and retry on c
 from __future__ import annotations
 
 import os
-import secrets
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from flow_cli.engine.decider import Decider, DecideReport, StartSteps
-from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import Observer
-from flow_cli.engine.steps import StepExecutor, StepOutcome
 from flow_cli.engine.streams import Streams, Write
 from flow_cli.errors import (
     BuildNotHosted,
@@ -34,7 +32,6 @@ from flow_cli.errors import (
     WorkflowNotFound,
 )
 from flow_cli.model.clock import Clock, SystemClock
-from flow_cli.model.commands import Cancelled
 from flow_cli.model.events import (
     CancelRequested,
     Event,
@@ -47,8 +44,13 @@ from flow_cli.model.names import check_name
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
-from flow_cli.runtime import Runtime
 from flow_cli.store.protocol import EventStore, NewRun, RunRecord, StepLease
+
+if TYPE_CHECKING:
+    from flow_cli.engine.decider import Decider, DecideReport
+    from flow_cli.engine.leases import LeaseKeeper
+    from flow_cli.engine.steps import StepExecutor, StepOutcome
+    from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
 
@@ -104,8 +106,11 @@ class Engine:
             raise BuildNotHosted(default_build, list(self.runtimes))
         self.default_build = default_build
         self.streams = Streams(store)
-        self.decider = Decider(self.streams, self.runtimes, self.clock)
-        self.executor = StepExecutor(self.streams, self.runtimes, self.clock, self.decider)
+        # The decider and the step executor (and the workflow machinery they import) are made
+        # on first use: an engine that only reads, as `flow show` does, never needs them.
+        self._decider: Decider | None = None
+        self._executor: StepExecutor | None = None
+        self._making = threading.Lock()
 
     @classmethod
     def open(
@@ -133,8 +138,36 @@ class Engine:
             default_build=default_build,
         )
 
+    @property
+    def decider(self) -> Decider:
+        """Decides runs: replays their workflow code and commits what it proposes."""
+        decider = self._decider
+        if decider is None:
+            with self._making:
+                if self._decider is None:
+                    from flow_cli.engine.decider import Decider
+
+                    self._decider = Decider(self.streams, self.runtimes, self.clock)
+                decider = self._decider
+        return decider
+
+    @property
+    def executor(self) -> StepExecutor:
+        """Runs leased step attempts (and the steps that follow them in the same worker)."""
+        executor = self._executor
+        if executor is None:
+            decider = self.decider
+            with self._making:
+                if self._executor is None:
+                    from flow_cli.engine.steps import StepExecutor
+
+                    self._executor = StepExecutor(self.streams, self.runtimes, self.clock, decider)
+                executor = self._executor
+        return executor
+
     def close(self) -> None:
-        self.decider.sticky.close()
+        if self._decider is not None:
+            self._decider.sticky.close()
         self.store.close()
 
     def __enter__(self) -> Engine:
@@ -150,7 +183,9 @@ class Engine:
     @property
     def conflicts(self) -> int:
         """``EventConflict``s met and recovered from by this engine."""
-        return self.decider.conflicts + self.executor.conflicts
+        decided = self._decider.conflicts if self._decider is not None else 0
+        executed = self._executor.conflicts if self._executor is not None else 0
+        return decided + executed
 
     # -- starting runs -------------------------------------------------------------------------
 
@@ -200,6 +235,8 @@ class Engine:
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
         )
+        import secrets  # imported here: it loads hashlib and hmac, which readers never need
+
         now = self.clock.now()
         created = self.store.create_run(
             NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now), now
@@ -290,6 +327,8 @@ class Engine:
         ``run_cancelled`` with ``forced: true``, in one commit. Works on a run whose code raises
         on every decision. Returns False when the run had already ended. Raises ``RunNotFound``.
         """
+        from flow_cli.model.commands import Cancelled
+
         command = Cancelled(reason=reason, forced=True)
         for _ in range(MAX_CONFLICT_RETRIES):
             snap = self.snapshot(run_id)
@@ -375,6 +414,8 @@ class Engine:
 
     def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
         """A keeper that renews this engine's step leases while their handlers run."""
+        from flow_cli.engine.leases import LeaseKeeper
+
         return LeaseKeeper(
             self.store, self.worker_id, self.clock, lease_seconds, self.streams.observer
         )
@@ -404,6 +445,8 @@ class Engine:
         ready step attempts (new, retries whose backoff elapsed, expired leases) and runs them.
         Future timers and retries stay pending.
         """
+        from flow_cli.engine.decider import StartSteps
+
         report = TickReport()
         with self.lease_keeper(lease_seconds) as keeper:
             for _ in range(max_passes):

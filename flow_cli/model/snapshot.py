@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, assert_never
 
@@ -361,7 +361,7 @@ class WorkflowRunSnapshot:
             case StepStarted():
                 step = self.steps[event.step_id]
                 self._set_step(
-                    replace(
+                    _step_with(
                         step,
                         status=StepStatus.RUNNING,
                         attempt=event.attempt,
@@ -375,7 +375,7 @@ class WorkflowRunSnapshot:
             case StepCompleted():
                 step = self.steps[event.step_id]
                 self._set_step(
-                    replace(
+                    _step_with(
                         step,
                         status=StepStatus.COMPLETED,
                         output=event.output,
@@ -392,7 +392,7 @@ class WorkflowRunSnapshot:
                 }
                 if event.exhausted:
                     self._set_step(
-                        replace(
+                        _step_with(
                             step,
                             status=StepStatus.FAILED,
                             error=error,
@@ -402,7 +402,7 @@ class WorkflowRunSnapshot:
                     )
                 else:
                     self._set_step(
-                        replace(
+                        _step_with(
                             step,
                             status=StepStatus.BACKOFF,
                             attempt=event.attempt + 1,
@@ -414,7 +414,7 @@ class WorkflowRunSnapshot:
             case StepCancelled():
                 step = self.steps[event.step_id]
                 self._set_step(
-                    replace(
+                    _step_with(
                         step,
                         status=StepStatus.CANCELLED,
                         cancel_reason=event.reason,
@@ -701,6 +701,21 @@ def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:
     for envelope in iterator:
         snapshot.apply(envelope)
     return snapshot
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(StepState))
+
+
+def _step_with(step: StepState, **changes: Any) -> StepState:
+    """``dataclasses.replace(step, **changes)`` without its per-call overhead.
+
+    ``apply`` replaces a step for nearly every event, thousands of times for a long history.
+    ``StepState`` has no ``__post_init__``: setting its fields is all its ``__init__`` does.
+    """
+    new = object.__new__(StepState)
+    for name in _STEP_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(step, name))
+    return new
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -1,0 +1,78 @@
+"""Parameter coercion without pydantic on the paths that do not need it.
+
+Typer 0.29 coerces each parameter through a pydantic ``TypeAdapter`` that it builds the first
+time the parameter is parsed, even when the value is missing (``None``), which needs no
+coercion at all. Importing pydantic and building the adapters costs ~100 ms, more than the rest
+of ``flow show``. ``defer_adapters`` gives every parameter of a command tree a stand-in that
+returns a plain string, a list of plain strings or an empty list as Typer's adapters would, and
+builds Typer's own coercion the first time another value arrives. The coercion, the messages of
+a bad value and the help stay Typer's own.
+
+With a Typer that has no such per-parameter coercion (before 0.29), nothing changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, get_args, get_origin
+
+try:
+    from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+except ImportError:  # pragma: no cover - Typer before 0.29 coerces through Click types
+    RuntimeParam = None  # type: ignore[assignment,misc]
+
+
+if RuntimeParam is not None:
+
+    @dataclass(frozen=True)
+    class _Deferred(RuntimeParam):
+        """Typer's coercion of one parameter, built on the first value that needs it."""
+
+        descriptor: TypeDescriptor
+        built: list[RuntimeParam] = field(default_factory=list)
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            annotation: Any = self.annotation
+            if self.parameter_info.parser is None:
+                if annotation is str and type(value) is str:
+                    return value  # Typer's str adapter returns a str as it is
+                if (
+                    get_origin(annotation) is list
+                    and type(value) in (list, tuple)
+                    and (not value or get_args(annotation) == (str,))
+                    and all(type(item) is str for item in value)
+                ):
+                    return list(value)  # what Typer's list adapter makes of no value or strs
+            if not self.built:
+                self.built.append(build_runtime_param(self.descriptor))
+            return self.built[0].coerce(value, param=param, ctx=ctx)
+
+
+def defer_adapters(command: Any, help_names: list[str] | None = None) -> None:
+    """Give each parameter of ``command`` and its subcommands a deferred coercion (once).
+
+    The help option each command makes for itself is included (``help_names``: the root's
+    ``help_option_names``, which the subcommands' contexts inherit).
+    """
+    if RuntimeParam is None or getattr(command, "_flow_deferred", False):
+        return
+    settings = getattr(command, "context_settings", None) or {}
+    names = settings.get("help_option_names", help_names or ["--help"])
+    params = list(command.params)
+    get_help_option = getattr(command, "get_help_option", None)
+    if get_help_option is not None:
+        help_option = get_help_option(SimpleNamespace(help_option_names=names))
+        if help_option is not None:
+            params.append(help_option)
+    for param in params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if isinstance(descriptor, TypeDescriptor) and getattr(param, "_runtime_param", 0) is None:
+            param._runtime_param = _Deferred(
+                parameter_info=descriptor.parameter_info,
+                annotation=descriptor.annotation,
+                descriptor=descriptor,
+            )
+    command._flow_deferred = True
+    for sub in (getattr(command, "commands", None) or {}).values():
+        defer_adapters(sub, names)

@@ -1,0 +1,170 @@
+"""Start-up cost of the command line: what a command imports before it needs it.
+
+Each check runs in a fresh interpreter (``sys.modules`` of this one has everything loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.snapshot import StepState, _step_with
+from flow_cli.model.status import StepStatus
+
+HEAVY = ["pydantic", "psycopg", "rich.table", "flow_cli.engine.decider", "flow_cli.model.context"]
+
+
+def _loaded_after(code: str, tmp_path: Path, modules: list[str] = HEAVY) -> dict[str, bool]:
+    """Run ``code`` in a new interpreter; which of ``modules`` it left in ``sys.modules``."""
+    report = f"print(json.dumps({{m: m in sys.modules for m in {modules!r}}}))"
+    script = f"import sys, json\n{code}\n{report}\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(tmp_path)},
+    )
+    result: dict[str, bool] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_importing_the_app_loads_no_engine_store_rich_or_pydantic(tmp_path: Path) -> None:
+    modules = [*HEAVY, "flow_cli.engine.engine", "flow_cli.store.protocol", "sqlite_utils"]
+    loaded = _loaded_after("import flow_cli.cli.app", tmp_path, modules)
+    assert not any(loaded.values()), loaded
+
+
+def test_version_and_help_load_nothing_heavy(tmp_path: Path) -> None:
+    for argv in (["--version"], ["--help"], ["show", "--help"]):
+        code = f"from flow_cli.cli.app import main\nmain({argv!r})"
+        loaded = _loaded_after(code, tmp_path)
+        assert not any(loaded.values()), (argv, loaded)
+
+
+def test_read_only_commands_leave_out_pydantic_and_the_decider(tmp_path: Path) -> None:
+    """``flow show`` needs the store and Rich, not Typer's pydantic coercion nor the decider."""
+    from flow_cli.engine.engine import Engine
+    from flow_cli.store import open_store
+
+    db = tmp_path / "flow.db"
+    Engine(open_store(f"sqlite:///{db}"), []).close()
+    url = f"sqlite:///{db}"
+    for argv in (
+        ["--db", url, "runs"],
+        ["--db", url, "runs", "--status", "Running", "--workflow", "w"],
+        ["--db", url, "show", "nope"],
+    ):
+        code = f"from flow_cli.cli.app import main\nmain({argv!r})"
+        loaded = _loaded_after(code, tmp_path)
+        assert not loaded["pydantic"], argv
+        assert not loaded["flow_cli.engine.decider"], argv
+        assert not loaded["psycopg"], argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["runs", "--limit", "abc"], "Invalid value for '--limit': Input should be a valid"),
+        (["runs", "--limit", "0"], "Input should be greater than or equal to 1"),
+    ],
+)
+def test_values_that_need_coercion_still_get_typers(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    code = f"from flow_cli.cli.app import main\nraise SystemExit(main({argv!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+
+
+def test_step_with_is_replace() -> None:
+    assert not hasattr(StepState, "__post_init__")
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    step = StepState(
+        step_id="a",
+        name="inc",
+        input={"x": 1},
+        retry=RetryPolicy(),
+        batch_id=None,
+        status=StepStatus.SCHEDULED,
+        sequence=3,
+        attempt=1,
+        scheduled_at=at,
+    )
+    values = {
+        "step_id": "b",
+        "name": "n",
+        "input": [1],
+        "retry": RetryPolicy(max_attempts=5),
+        "batch_id": "g",
+        "status": StepStatus.RUNNING,
+        "sequence": 9,
+        "attempt": 2,
+        "attempts": 2,
+        "output": {"y": 2},
+        "error": {"type": "E"},
+        "next_attempt_at": at,
+        "lease_until": at,
+        "worker": "w",
+        "scheduled_at": at,
+        "started_at": at,
+        "finished_at": at,
+        "cancel_reason": "r",
+    }
+    assert set(values) == {f.name for f in fields(StepState)}
+    for name, value in values.items():
+        assert _step_with(step, **{name: value}) == replace(step, **{name: value})
+    assert _step_with(step) == step
+    assert _step_with(step, **values) == replace(step, **values)
+
+
+@pytest.mark.parametrize(
+    ("args", "lean"),
+    [
+        (["show", "r"], "show"),
+        (["--db", "memory://", "--json", "runs"], "runs"),
+        (["--db=memory://", "show", "r"], "show"),
+        (["--config", "flow.toml", "hook", "list"], None),  # a group: the whole app
+        (["--help"], None),
+        (["-h", "show"], None),
+        (["--version", "--help"], None),
+        (["shwo"], None),  # a typo: the whole app suggests "show"
+        (["--db"], None),
+        ([], None),
+    ],
+)
+def test_a_command_line_naming_a_command_builds_that_command_alone(
+    args: list[str], lean: str | None
+) -> None:
+    from flow_cli.cli.app import app, app_for
+
+    chosen = app_for(args)
+    if lean is None:
+        assert chosen is app
+    else:
+        assert [info.name for info in chosen.registered_commands] == [lean]
+        assert chosen.registered_groups == app.registered_groups
+        assert len(app.registered_commands) > 1
+
+
+def test_version_alone_builds_no_command() -> None:
+    from flow_cli.cli.app import app, app_for, main
+
+    assert app_for(["--version"]).registered_commands == []
+    assert app.registered_commands
+    assert main(["--version"]) == 0
