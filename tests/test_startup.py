@@ -168,3 +168,17 @@ def test_version_alone_builds_no_command() -> None:
     assert app_for(["--version"]).registered_commands == []
     assert app.registered_commands
     assert main(["--version"]) == 0
+
+
+def test_a_typer_whose_private_coercion_changed_keeps_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The deferral leans on Typer's private module; if it no longer fits, commands still run.
+    from flow_cli.cli import app as app_module
+    from flow_cli.cli import coercion
+
+    def broken(command: object, names: object) -> None:
+        raise TypeError("RuntimeParam() takes no argument 'descriptor'")
+
+    monkeypatch.setattr(coercion, "_defer", broken)
+    assert app_module.main(["--db", "memory://", "count", "--json"]) == 0

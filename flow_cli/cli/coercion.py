@@ -53,10 +53,19 @@ def defer_adapters(command: Any, help_names: list[str] | None = None) -> None:
     """Give each parameter of ``command`` and its subcommands a deferred coercion (once).
 
     The help option each command makes for itself is included (``help_names``: the root's
-    ``help_option_names``, which the subcommands' contexts inherit).
+    ``help_option_names``, which the subcommands' contexts inherit). This leans on Typer's
+    private ``_coercion`` module: if a later Typer shapes it otherwise, the command keeps
+    Typer's own coercion (start-up is slower, nothing else changes).
     """
     if RuntimeParam is None or getattr(command, "_flow_deferred", False):
         return
+    try:
+        _defer(command, help_names)
+    except Exception:  # an optimisation only: Typer's coercion stays in place
+        return
+
+
+def _defer(command: Any, help_names: list[str] | None) -> None:
     settings = getattr(command, "context_settings", None) or {}
     names = settings.get("help_option_names", help_names or ["--help"])
     params = list(command.params)
@@ -75,4 +84,5 @@ def defer_adapters(command: Any, help_names: list[str] | None = None) -> None:
             )
     command._flow_deferred = True
     for sub in (getattr(command, "commands", None) or {}).values():
-        defer_adapters(sub, names)
+        if not getattr(sub, "_flow_deferred", False):
+            _defer(sub, names)
