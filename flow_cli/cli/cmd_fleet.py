@@ -26,7 +26,7 @@ def workers(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     machine lost) is gone. Gone workers are forgotten after a day.
     """
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         found = engine.store.list_workers()
         now = engine.clock.now()
     rows: list[dict[str, Any]] = [

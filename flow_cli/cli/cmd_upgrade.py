@@ -85,7 +85,8 @@ def upgrade(
     state = CliState.of(ctx)
     state.runtime(to_build)  # an unknown B2 is refused before the database is opened
     where = filters.to_filter()
-    with state.open_engine(create=False, with_runtimes=True) as engine:
+    # A dry run only reads: it works on a read-only database and never migrates its schema.
+    with state.open_engine(create=False, with_runtimes=True, read_only=dry_run) as engine:
         report = upgrade_runs(
             engine, from_build, to_build, where=where, run_ids=ids or None, dry_run=dry_run
         )

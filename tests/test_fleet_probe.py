@@ -1,0 +1,43 @@
+"""Defects found probing the fleet-health commands (issue 11); each test fails without its fix."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from cli_helpers import FlowProject
+
+
+def _downgrade_to_v3(db: Path) -> None:
+    """Make ``db`` look like a database written before schema version 4 (no failing_since)."""
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE runs DROP COLUMN failing_since")
+    conn.execute("UPDATE flow_meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+
+
+def _schema_version(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return str(
+            conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'").fetchone()[0]
+        )
+    finally:
+        conn.close()
+
+
+def test_workers_and_upgrade_dry_run_never_migrate_an_older_schema(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    project.setup("start", "two-step", "--id", "r")
+    _downgrade_to_v3(project.db)
+    before = project.db.read_bytes()
+    for args in (
+        ("workers",),
+        ("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "--dry-run"),
+    ):
+        result = project.run(*args)
+        assert result.code == 1, (args, result.stderr)
+        assert "has schema version 3, older than this Flow's" in result.error_line()
+        assert _schema_version(project.db) == "3", args
+    assert project.db.read_bytes() == before
