@@ -41,3 +41,23 @@ def test_workers_and_upgrade_dry_run_never_migrate_an_older_schema(tmp_path: Pat
         assert "has schema version 3, older than this Flow's" in result.error_line()
         assert _schema_version(project.db) == "3", args
     assert project.db.read_bytes() == before
+
+
+def test_doctor_pages_with_next_after(tmp_path: Path) -> None:
+    """doctor lists a page by cause, oldest first: its last run is not the listing cursor, so
+    the report names the cursor of the next page."""
+    project = FlowProject(tmp_path)
+    started = [f"r-{n}" for n in range(5)]
+    for run_id in started:
+        project.setup("start", "two-step", "--id", run_id)
+    seen: list[str] = []
+    after: list[str] = []
+    for _ in range(len(started)):
+        page = project.run("doctor", "--json", "--limit", "2", *after).json()
+        seen += [run["run_id"] for run in page["runs"]]
+        if page["next_after"] is None:
+            break
+        after = ["--after", page["next_after"]]
+    assert sorted(seen) == started  # each run once
+    table = project.run("doctor", "--limit", "2")
+    assert table.stdout.splitlines()[-1] == "More open runs: page on with --after r-3"

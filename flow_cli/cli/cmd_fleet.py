@@ -93,7 +93,9 @@ def doctor(
     fleet is down, e.g. after `flow tick` ended), its runs are judged by what is overdue.
 
     --json: {"ok": bool, "summary": {cause: n}, "runs": [{"run_id", "workflow", "build_id",
-    "cause", "detail", "since"}]}. Exit 0 when no run is stuck, 1 when one is.
+    "cause", "detail", "since"}], "next_after"}. Runs are listed by cause, not in listing
+    order: to page with --limit N, pass next_after (the table's last line names it) to --after.
+    Exit 0 when no run is stuck, 1 when one is.
     """
     state = CliState.of(ctx)
     grace = parse_duration(overdue_after, "--overdue-after")

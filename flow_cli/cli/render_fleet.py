@@ -109,6 +109,8 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
     else:
         verdict = Text(f"No run is stuck: {_count(len(report.runs), 'open run')}; {workers}")
     parts.append(verdict)
+    if report.next_after is not None:
+        parts.append(Text(f"More open runs: page on with --after {report.next_after}", style="dim"))
     return Group(*parts)
 
 
