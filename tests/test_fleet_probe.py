@@ -61,3 +61,20 @@ def test_doctor_pages_with_next_after(tmp_path: Path) -> None:
     assert sorted(seen) == started  # each run once
     table = project.run("doctor", "--limit", "2")
     assert table.stdout.splitlines()[-1] == "More open runs: page on with --after r-3"
+
+
+def test_upgrade_with_no_run_ids_on_stdin_upgrades_nothing(tmp_path: Path) -> None:
+    """`flow runs --failing --jsonl | flow upgrade ... -` with nothing failing must not fall
+    back to every open run of the --from build."""
+    project = FlowProject(tmp_path)
+    project.setup("start", "two-step", "--id", "r")
+    for stdin in ("", "# none\n"):
+        result = project.run(
+            "upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "-", "--json", stdin=stdin
+        )
+        assert (result.code, result.stderr) == (0, "")
+        assert result.json()["upgraded"] == []
+    assert project.setup("runs", "--json").json()[0]["build_id"] == "cli-1"
+    moved = project.run("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "-", stdin="r\n")
+    assert moved.code == 0, moved.stderr
+    assert project.setup("runs", "--json").json()[0]["build_id"] == "cli-1-compatible"

@@ -81,14 +81,14 @@ def upgrade(
             f"--from and --to are both {from_build!r}; name the build the runs are pinned to "
             "and the build to move them to."
         )
-    ids = _run_ids(run_ids or [], filters)
+    ids = _run_ids(run_ids or [], filters)  # None: no RUN given; [] from an empty stdin
     state = CliState.of(ctx)
     state.runtime(to_build)  # an unknown B2 is refused before the database is opened
     where = filters.to_filter()
     # A dry run only reads: it works on a read-only database and never migrates its schema.
     with state.open_engine(create=False, with_runtimes=True, read_only=dry_run) as engine:
         report = upgrade_runs(
-            engine, from_build, to_build, where=where, run_ids=ids or None, dry_run=dry_run
+            engine, from_build, to_build, where=where, run_ids=ids, dry_run=dry_run
         )
     if state.want_json(json_output):
         emit_json(report.to_json())
@@ -98,8 +98,11 @@ def upgrade(
         raise typer.Exit(exits.DIVERGED)
 
 
-def _run_ids(runs: list[str], filters: FilterArgs) -> list[str]:
-    if runs and filters.selects:
+def _run_ids(runs: list[str], filters: FilterArgs) -> list[str] | None:
+    """The runs named (``-``: read from stdin, maybe none), or None when no RUN was given."""
+    if not runs:
+        return None
+    if filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
         from flow_cli.cli.cmd_bulk import read_ids

@@ -109,11 +109,11 @@ def upgrade_runs(
 ) -> UpgradeReport:
     """Re-pin the open runs of ``from_build`` that replay cleanly on ``to_build``.
 
-    The runs are ``run_ids`` when given, else those matching ``where`` (narrowed to open runs of
-    ``from_build``), else every open run of ``from_build``. ``to_build`` must be one of the
-    engine's runtimes; ``from_build`` need not be (its code may be gone already). With
-    ``dry_run`` every run is checked and nothing is written. ``progress`` is called with each
-    run id once it is done.
+    The runs are ``run_ids`` when given (an empty sequence selects none), else those matching
+    ``where`` (narrowed to open runs of ``from_build``), else every open run of ``from_build``.
+    ``to_build`` must be one of the engine's runtimes; ``from_build`` need not be (its code
+    may be gone already). With ``dry_run`` every run is checked and nothing is written.
+    ``progress`` is called with each run id once it is done.
 
     Raises ``InputError`` (same build twice, filters that cannot select open runs of
     ``from_build``), ``BuildNotHosted`` (``to_build`` unknown) and ``RunNotFound`` (a named run
@@ -160,7 +160,7 @@ def _targets(
     where: RunFilter | None,
     run_ids: Sequence[str] | None,
 ) -> list[str]:
-    if run_ids:
+    if run_ids is not None:  # named runs, maybe none (an empty stdin): never every run of B1
         ids = list(dict.fromkeys(run_ids))
         for run_id in ids:
             if engine.store.get_run(run_id) is None:
