@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import sqlite3
 from pathlib import Path
 
+import pytest
 from cli_helpers import FlowProject
 
 
@@ -78,3 +81,27 @@ def test_upgrade_with_no_run_ids_on_stdin_upgrades_nothing(tmp_path: Path) -> No
     moved = project.run("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "-", stdin="r\n")
     assert moved.code == 0, moved.stderr
     assert project.setup("runs", "--json").json()[0]["build_id"] == "cli-1-compatible"
+
+
+def test_a_fatal_error_under_log_format_json_is_a_json_line(tmp_path: Path) -> None:
+    """A log shipper reading `flow worker --log-format json` gets the error that stopped it as
+    JSON too; in text, and for every other command, it stays the plain `error:` line."""
+    pytest.importorskip("prometheus_client")
+    project = FlowProject(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        failed = project.run("worker", "--log-format", "json", "--metrics-port", port)
+        assert failed.code == 1
+        lines = failed.stderr.splitlines()
+        assert len(lines) == 1, failed.stderr
+        line = json.loads(lines[0])
+        assert (line["level"], line["event"], line["exit_code"]) == ("error", "command_failed", 1)
+        assert line["message"].startswith(f"--metrics-port {port}: cannot listen on port")
+        text = project.run("worker", "--metrics-port", port)
+        assert text.code == 1
+        assert text.error_line().startswith(f"error: --metrics-port {port}: cannot listen")
+    # In one process, a later command without --log-format json is back to text.
+    project.invoke("tick", "--log-format", "json")
+    assert project.invoke("show", "nope").error_line().startswith("error: Run 'nope'")
