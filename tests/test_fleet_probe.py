@@ -105,3 +105,17 @@ def test_a_fatal_error_under_log_format_json_is_a_json_line(tmp_path: Path) -> N
     # In one process, a later command without --log-format json is back to text.
     project.invoke("tick", "--log-format", "json")
     assert project.invoke("show", "nope").error_line().startswith("error: Run 'nope'")
+
+
+def test_doctor_table_says_how_many_runs_it_leaves_out(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    for n in range(5):
+        project.setup("start", "two-step", "--id", f"r-{n}")
+    table = project.run("doctor")
+    assert table.code == 1  # never decided, no worker ever hosted cli-1: build-unhosted
+    assert "2 more runs not shown (at most 3 per cause, longest first); --json lists every run" in (
+        table.stdout
+    )
+    project.setup("start", "two-step", "--id", "r-5")
+    assert "3 more runs not shown" in project.run("doctor").stdout
+    assert "not shown" not in project.run("doctor", "--limit", "3").stdout

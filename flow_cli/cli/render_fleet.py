@@ -99,6 +99,15 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
                     Text(short_text(diagnosis.detail, 120)),
                 )
         parts.append(shown)
+        hidden = sum(max(0, n - samples) for n in summary.values())
+        if hidden:
+            parts.append(
+                Text(
+                    f"{_count(hidden, 'more run')} not shown (at most {samples} per cause, "
+                    "longest first); --json lists every run",
+                    style="dim",
+                )
+            )
     stuck_runs = sum(summary[c] for c in STUCK)
     workers = _count(report.workers_live, "live worker")
     if stuck_runs:
