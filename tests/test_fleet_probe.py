@@ -119,3 +119,15 @@ def test_doctor_table_says_how_many_runs_it_leaves_out(tmp_path: Path) -> None:
     project.setup("start", "two-step", "--id", "r-5")
     assert "3 more runs not shown" in project.run("doctor").stdout
     assert "not shown" not in project.run("doctor", "--limit", "3").stdout
+
+
+def test_workers_and_builds_take_jsonl_like_every_listing(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    project.setup("start", "two-step", "--id", "r")
+    project.setup("tick")
+    for command in ("workers", "builds"):
+        array = project.run(command, "--json")
+        lines = project.run(command, "--jsonl")
+        assert (lines.code, lines.stderr) == (0, "")
+        assert [json.loads(line) for line in lines.stdout.splitlines()] == array.json()
+        assert array.json()  # one tick registered; cli-1 ran a run
