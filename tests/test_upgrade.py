@@ -241,7 +241,7 @@ def test_a_database_failure_midway_names_the_runs_already_moved(
     def fail_the_second(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:
-            raise StoreError("Flow database flow.db is locked by another connection")
+            raise StoreError("Flow database flow.db is locked by another connection.")
         return commit(*args, **kwargs)
 
     monkeypatch.setattr(engine.streams, "commit", fail_the_second)

@@ -144,8 +144,9 @@ def upgrade_runs(
                 f" and {len(upgraded) - 3} more" if len(upgraded) > 3 else ""
             )
             raise StoreError(
-                f"{error} — flow upgrade stopped at run {run_id}, after re-pinning "
-                f"{len(upgraded)} run(s) to {to_build} ({shown}); run it again for the rest."
+                f"{str(error).rstrip('.')} — flow upgrade stopped at run {run_id}, after "
+                f"re-pinning {len(upgraded)} run(s) to {to_build} ({shown}); run it again for "
+                "the rest."
             ) from error
         rechecked += again
         if isinstance(outcome, Refusal):
