@@ -124,8 +124,8 @@ def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag =
 
     Builds are known from runs, from registered workers (live or gone) and from flow.toml's
     build_id, so a build with no run yet is listed too. --json: [{"build_id", "open":
-    {status: n}, "oldest_open_run", "workers", "patches", "retirable"}]; --jsonl: one such
-    object a line.
+    {status: n}, "oldest_open_run", "oldest_open_at", "workers", "patches", "retirable"}];
+    --jsonl: one such object a line.
     """
     state = CliState.of(ctx)
     configured = [state.config.build_id] if state.config.build_id else []
