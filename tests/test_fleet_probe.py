@@ -131,3 +131,18 @@ def test_workers_and_builds_take_jsonl_like_every_listing(tmp_path: Path) -> Non
         assert (lines.code, lines.stderr) == (0, "")
         assert [json.loads(line) for line in lines.stdout.splitlines()] == array.json()
         assert array.json()  # one tick registered; cli-1 ran a run
+
+
+def test_upgrade_from_a_build_no_run_is_pinned_to_says_so(tmp_path: Path) -> None:
+    """A typo in --from is not an error (a rerun after every run moved must stay exit 0), but
+    the note says no run is pinned to it and names the builds that have runs."""
+    project = FlowProject(tmp_path)
+    project.setup("start", "two-step", "--id", "r")
+    typo = project.run("upgrade", "--from", "cli-l", "--to", "cli-1-compatible")
+    assert (typo.code, typo.stdout) == (0, "")
+    assert typo.stderr == (
+        "no open runs of build cli-l to upgrade; nothing done (no run is pinned to cli-l; "
+        "builds with runs: cli-1)\n"
+    )
+    known = project.run("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "--failing")
+    assert known.stderr == "no open runs of build cli-1 to upgrade; nothing done\n"

@@ -90,10 +90,14 @@ def upgrade(
         report = upgrade_runs(
             engine, from_build, to_build, where=where, run_ids=ids, dry_run=dry_run
         )
+        unknown: list[str] | None = None
+        if ids is None and not (report.upgraded or report.refused or report.skipped):
+            builds = sorted(u.build_id for u in engine.store.build_usage())
+            unknown = None if from_build in builds else builds
     if state.want_json(json_output):
         emit_json(report.to_json())
     else:
-        _show(report)
+        _show(report, unknown)
     if report.refused:
         raise typer.Exit(exits.DIVERGED)
 
@@ -113,7 +117,9 @@ def _run_ids(runs: list[str], filters: FilterArgs) -> list[str] | None:
     return runs
 
 
-def _show(report: UpgradeReport) -> None:
+def _show(report: UpgradeReport, builds_with_runs: list[str] | None = None) -> None:
+    """The result table; ``builds_with_runs`` when no run at all is pinned to the --from build
+    (a typo, or runs that all moved already)."""
     from flow_cli.cli import render, replay_report
     from flow_cli.engine.replay import ReplayResult
 
@@ -124,7 +130,11 @@ def _show(report: UpgradeReport) -> None:
     rows += [(s.run_id, "skipped", s.reason) for s in report.skipped]
     total = len(rows)
     if not total:
-        note(f"no open runs of build {report.from_build} to upgrade; nothing done")
+        line = f"no open runs of build {report.from_build} to upgrade; nothing done"
+        if builds_with_runs is not None:
+            known = ", ".join(builds_with_runs) or "none"
+            line += f" (no run is pinned to {report.from_build}; builds with runs: {known})"
+        note(line)
         return
     console = render.console()
     console.print(render.upgrade_table(rows))
