@@ -63,7 +63,10 @@ def test_doctor_pages_with_next_after(tmp_path: Path) -> None:
         after = ["--after", page["next_after"]]
     assert sorted(seen) == started  # each run once
     table = project.run("doctor", "--limit", "2")
-    assert table.stdout.splitlines()[-1] == "More open runs: page on with --after r-3"
+    assert (
+        table.stdout.splitlines()[-1]
+        == "Next page (the page is full; it may be empty): --after r-3"
+    )
 
 
 def test_upgrade_with_no_run_ids_on_stdin_upgrades_nothing(tmp_path: Path) -> None:

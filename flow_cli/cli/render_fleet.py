@@ -119,7 +119,12 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
         verdict = Text(f"No run is stuck: {_count(len(report.runs), 'open run')}; {workers}")
     parts.append(verdict)
     if report.next_after is not None:
-        parts.append(Text(f"More open runs: page on with --after {report.next_after}", style="dim"))
+        parts.append(
+            Text(
+                f"Next page (the page is full; it may be empty): --after {report.next_after}",
+                style="dim",
+            )
+        )
     return Group(*parts)
 
 
