@@ -216,11 +216,13 @@ def test_builds_lists_open_runs_hosts_patches_and_retirable_builds(fleet: FleetP
             lambda: [w for w in _registered(fleet) if w["live"]], "the worker to register"
         )
         rows = fleet.must("builds", "--json").json()
+        created = {r["run_id"]: r["created_at"] for r in fleet.must("runs", "--json").json()}
         assert rows == [
             {
                 "build_id": "fleet-0",
                 "open": {},
                 "oldest_open_run": None,
+                "oldest_open_at": None,
                 "workers": [live[0]["worker_id"]],
                 "patches": [],
                 "retirable": True,
@@ -229,6 +231,7 @@ def test_builds_lists_open_runs_hosts_patches_and_retirable_builds(fleet: FleetP
                 "build_id": "fleet-1",
                 "open": {"Suspended": 2},
                 "oldest_open_run": "new-1",
+                "oldest_open_at": created["new-1"],
                 "workers": [live[0]["worker_id"]],
                 "patches": ["fleet-fix"],
                 "retirable": False,
@@ -237,6 +240,7 @@ def test_builds_lists_open_runs_hosts_patches_and_retirable_builds(fleet: FleetP
                 "build_id": "fleet-2",
                 "open": {},
                 "oldest_open_run": None,
+                "oldest_open_at": None,
                 "workers": [live[0]["worker_id"]],
                 "patches": [],
                 "retirable": True,

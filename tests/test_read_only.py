@@ -1,9 +1,9 @@
 """Read commands work on a read-only database (issue 8, defect 5).
 
-`flow runs`, `show`, `history`, `export`, `replay-check --all`, `doctor` and `builds` open SQLite
-with ``mode=ro``; where even that cannot open the file (a WAL database in a read-only directory or
-mount, whose ``-shm`` cannot be created) they fall back to ``immutable=1`` unless a ``-wal`` file
-holds commits that are not in the main file yet.
+`flow runs`, `show`, `history`, `export`, `replay-check --all`, `doctor`, `builds`, `workers` and
+`upgrade --dry-run` open SQLite with ``mode=ro``; where even that cannot open the file (a WAL
+database in a read-only directory or mount, whose ``-shm`` cannot be created) they fall back to
+``immutable=1`` unless a ``-wal`` file holds commits that are not in the main file yet.
 
 Tests run as root in CI, and root ignores file permissions: the directory is made read-only with
 a read-only bind mount when the test may mount, and with chmod when it does not run as root.
@@ -35,6 +35,8 @@ READS = (
     ("replay-check", "--all", "--build-id", "cli-1"),
     ("doctor",),
     ("builds",),
+    ("workers",),
+    ("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "--dry-run"),
 )
 
 

@@ -361,6 +361,7 @@ def test_build_usage(store: EventStore, clock: ManualClock) -> None:
         "build_id": SCN_BUILD,
         "open": {"Pending": 1, "Suspended": 1},
         "oldest_open_run": "a-old",
+        "oldest_open_at": usage[SCN_BUILD].oldest_open_at.isoformat(),
         "workers": ["live"],
         "patches": [],
         "retirable": False,

@@ -19,7 +19,7 @@ from engine_workflows import keys, make_engine
 from flow_cli import Runtime, RuntimeCommand, WorkflowContext
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay import replay_history
-from flow_cli.errors import BuildNotHosted, InputError, RunNotFound
+from flow_cli.errors import BuildNotHosted, InputError, RunNotFound, StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import BuildUpgraded, EventEnvelope, SignalReceived, event_from_data
 from flow_cli.model.snapshot import project
@@ -229,6 +229,30 @@ def test_filters_and_named_runs(engine: Engine, clock: ManualClock) -> None:
         ("fresh", "it is pinned to build 'pay-2', not 'pay-1'"),
     ]
     assert upgrade_runs(engine, "pay-1", "pay-2", where=RunFilter(workflow="loop")).upgraded == ()
+
+
+def test_a_database_failure_midway_names_the_runs_already_moved(
+    engine: Engine, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _setup(engine, clock)
+    commit = engine.streams.commit
+    calls: list[int] = []
+
+    def fail_the_second(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise StoreError("Flow database flow.db is locked by another connection.")
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(engine.streams, "commit", fail_the_second)
+    with pytest.raises(StoreError) as raised:
+        upgrade_runs(engine, "pay-1", "pay-2", run_ids=["waiting", "fresh"])
+    assert str(raised.value) == (
+        "Flow database flow.db is locked by another connection — flow upgrade stopped at run "
+        "fresh, after re-pinning 1 run(s) to pay-2 (waiting); run it again for the rest."
+    )
+    assert engine.get_run("waiting").build_id == "pay-2"
+    assert engine.get_run("fresh").build_id == "pay-1"
 
 
 def test_refusals_of_the_request(engine: Engine, clock: ManualClock) -> None:

@@ -81,6 +81,9 @@ class FlowGroup(TyperGroup):
 
 def run_guarded(invoke: Callable[[], Any]) -> int:
     """Call ``invoke`` and map what escapes it to an exit code, printing one line on stderr."""
+    from flow_cli.cli import logs
+
+    logs.HANDLER.json = False  # every invocation starts in text; --log-format json turns it on
     try:
         result = invoke()
     except FlowError as error:
@@ -123,7 +126,12 @@ def _fail(message: str, code: int) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         _silence_stdout()
-    sys.stderr.write(f"error: {one_line(message)}\n")
+    from flow_cli.cli import logs
+
+    if logs.HANDLER.json:  # `flow worker|tick --log-format json`: the error is a JSON line too
+        logs.say(one_line(message), "command_failed", "error", exit_code=code)
+    else:
+        sys.stderr.write(f"error: {one_line(message)}\n")
     sys.stderr.flush()
     return code
 

@@ -11,22 +11,25 @@ from typing import Annotated, Any
 import typer
 
 from flow_cli.cli import exits
+from flow_cli.cli.cmd_triage import JsonlFlag, emit_rows
 from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
 from flow_cli.cli.io import emit_json
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
 
 
-def workers(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+def workers(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag = False) -> None:
     """List the workers registered in the database, live or gone.
 
     `flow worker` and `flow tick` register themselves and heartbeat every few seconds
     (FLOW_HEARTBEAT_SECONDS, default 5). A worker is live while its last heartbeat is at most
     three of its intervals old; one that stopped cleanly or stopped heartbeating (killed,
-    machine lost) is gone. Gone workers are forgotten after a day.
+    machine lost) is gone. Gone workers are forgotten after a day. --json: [{"worker_id",
+    "host", "pid", "builds", "started_at", "heartbeat_at", "live", "stopped_at",
+    "heartbeat_seconds"}]; --jsonl: one such object a line.
     """
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         found = engine.store.list_workers()
         now = engine.clock.now()
     rows: list[dict[str, Any]] = [
@@ -44,8 +47,8 @@ def workers(ctx: typer.Context, json_output: JsonFlag = False) -> None:
         for w in found
     ]
     rows.sort(key=lambda row: not row["live"])  # live first; each group newest first
-    if state.want_json(json_output):
-        emit_json(rows)
+    if jsonl or state.want_json(json_output):
+        emit_rows(rows, jsonl)
         return
     from flow_cli.cli import render
     from flow_cli.cli.render_fleet import workers_table
@@ -93,7 +96,9 @@ def doctor(
     fleet is down, e.g. after `flow tick` ended), its runs are judged by what is overdue.
 
     --json: {"ok": bool, "summary": {cause: n}, "runs": [{"run_id", "workflow", "build_id",
-    "cause", "detail", "since"}]}. Exit 0 when no run is stuck, 1 when one is.
+    "cause", "detail", "since"}], "next_after"}. Runs are listed by cause, not in listing
+    order: to page with --limit N, pass next_after (the table's last line names it) to --after.
+    Exit 0 when no run is stuck, 1 when one is.
     """
     state = CliState.of(ctx)
     grace = parse_duration(overdue_after, "--overdue-after")
@@ -113,13 +118,14 @@ def doctor(
         raise typer.Exit(exits.FAILED)
 
 
-def builds(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag = False) -> None:
     """List the build ids in use: open runs by status, oldest open run, live workers hosting
     it, patch markers its open runs carry, and whether it is retirable (no open run).
 
     Builds are known from runs, from registered workers (live or gone) and from flow.toml's
     build_id, so a build with no run yet is listed too. --json: [{"build_id", "open":
-    {status: n}, "oldest_open_run", "workers", "patches", "retirable"}].
+    {status: n}, "oldest_open_run", "oldest_open_at", "workers", "patches", "retirable"}];
+    --jsonl: one such object a line.
     """
     state = CliState.of(ctx)
     configured = [state.config.build_id] if state.config.build_id else []
@@ -127,8 +133,8 @@ def builds(ctx: typer.Context, json_output: JsonFlag = False) -> None:
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         reports = build_reports(engine.store, engine.clock.now(), configured)
-    if state.want_json(json_output):
-        emit_json([r.to_json() for r in reports])
+    if jsonl or state.want_json(json_output):
+        emit_rows([r.to_json() for r in reports], jsonl)
         return
     from flow_cli.cli import render
     from flow_cli.cli.render_fleet import builds_table

@@ -81,24 +81,32 @@ def upgrade(
             f"--from and --to are both {from_build!r}; name the build the runs are pinned to "
             "and the build to move them to."
         )
-    ids = _run_ids(run_ids or [], filters)
+    ids = _run_ids(run_ids or [], filters)  # None: no RUN given; [] from an empty stdin
     state = CliState.of(ctx)
     state.runtime(to_build)  # an unknown B2 is refused before the database is opened
     where = filters.to_filter()
-    with state.open_engine(create=False, with_runtimes=True) as engine:
+    # A dry run only reads: it works on a read-only database and never migrates its schema.
+    with state.open_engine(create=False, with_runtimes=True, read_only=dry_run) as engine:
         report = upgrade_runs(
-            engine, from_build, to_build, where=where, run_ids=ids or None, dry_run=dry_run
+            engine, from_build, to_build, where=where, run_ids=ids, dry_run=dry_run
         )
+        unknown: list[str] | None = None
+        if ids is None and not (report.upgraded or report.refused or report.skipped):
+            builds = sorted(u.build_id for u in engine.store.build_usage())
+            unknown = None if from_build in builds else builds
     if state.want_json(json_output):
         emit_json(report.to_json())
     else:
-        _show(report)
+        _show(report, unknown)
     if report.refused:
         raise typer.Exit(exits.DIVERGED)
 
 
-def _run_ids(runs: list[str], filters: FilterArgs) -> list[str]:
-    if runs and filters.selects:
+def _run_ids(runs: list[str], filters: FilterArgs) -> list[str] | None:
+    """The runs named (``-``: read from stdin, maybe none), or None when no RUN was given."""
+    if not runs:
+        return None
+    if filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
         from flow_cli.cli.cmd_bulk import read_ids
@@ -109,7 +117,9 @@ def _run_ids(runs: list[str], filters: FilterArgs) -> list[str]:
     return runs
 
 
-def _show(report: UpgradeReport) -> None:
+def _show(report: UpgradeReport, builds_with_runs: list[str] | None = None) -> None:
+    """The result table; ``builds_with_runs`` when no run at all is pinned to the --from build
+    (a typo, or runs that all moved already)."""
     from flow_cli.cli import render, replay_report
     from flow_cli.engine.replay import ReplayResult
 
@@ -120,7 +130,11 @@ def _show(report: UpgradeReport) -> None:
     rows += [(s.run_id, "skipped", s.reason) for s in report.skipped]
     total = len(rows)
     if not total:
-        note(f"no open runs of build {report.from_build} to upgrade; nothing done")
+        line = f"no open runs of build {report.from_build} to upgrade; nothing done"
+        if builds_with_runs is not None:
+            known = ", ".join(builds_with_runs) or "none"
+            line += f" (no run is pinned to {report.from_build}; builds with runs: {known})"
+        note(line)
         return
     console = render.console()
     console.print(render.upgrade_table(rows))

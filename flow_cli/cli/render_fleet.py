@@ -99,6 +99,15 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
                     Text(short_text(diagnosis.detail, 120)),
                 )
         parts.append(shown)
+        hidden = sum(max(0, n - samples) for n in summary.values())
+        if hidden:
+            parts.append(
+                Text(
+                    f"{_count(hidden, 'more run')} not shown (at most {samples} per cause, "
+                    "longest first); --json lists every run",
+                    style="dim",
+                )
+            )
     stuck_runs = sum(summary[c] for c in STUCK)
     workers = _count(report.workers_live, "live worker")
     if stuck_runs:
@@ -109,6 +118,13 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
     else:
         verdict = Text(f"No run is stuck: {_count(len(report.runs), 'open run')}; {workers}")
     parts.append(verdict)
+    if report.next_after is not None:
+        parts.append(
+            Text(
+                f"Next page (the page is full; it may be empty): --after {report.next_after}",
+                style="dim",
+            )
+        )
     return Group(*parts)
 
 

@@ -40,6 +40,9 @@ class BuildReport:
             "build_id": self.build_id,
             "open": dict(self.open),
             "oldest_open_run": self.oldest_open_run,
+            "oldest_open_at": None
+            if self.oldest_open_at is None
+            else self.oldest_open_at.isoformat(),
             "workers": list(self.workers),
             "patches": list(self.patches),
             "retirable": self.retirable,

@@ -127,6 +127,10 @@ class DoctorReport:
     """Every open run selected, by cause (``CAUSES`` order), then longest first."""
     workers_live: int
     checked_at: datetime
+    next_after: str | None = None
+    """With a ``limit`` that the page filled: the cursor for the next page (``--after``), the
+    last run of the page in listing order (newest first), which ``runs`` (sorted by cause)
+    does not show last."""
 
     @property
     def summary(self) -> dict[str, int]:
@@ -146,6 +150,7 @@ class DoctorReport:
             "ok": self.ok,
             "summary": self.summary,
             "runs": [d.to_json() for d in self.runs],
+            "next_after": self.next_after,
         }
 
 
@@ -163,8 +168,12 @@ def diagnose(
     order = {cause: n for n, cause in enumerate(CAUSES)}
     found = [classify(state, hosting, now, overdue_after) for state in states]
     found.sort(key=lambda d: (order[d.cause], d.since, d.run_id))
+    full = where.limit is not None and len(states) >= where.limit
     return DoctorReport(
-        runs=found, workers_live=sum(1 for w in workers if w.live(now)), checked_at=now
+        runs=found,
+        workers_live=sum(1 for w in workers if w.live(now)),
+        checked_at=now,
+        next_after=states[-1].run_id if full and states else None,
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay import Divergence, replay_history
 from flow_cli.engine.streams import Write
-from flow_cli.errors import BuildNotHosted, EventConflict, InputError, RunNotFound
+from flow_cli.errors import BuildNotHosted, EventConflict, InputError, RunNotFound, StoreError
 from flow_cli.model.events import BuildUpgraded
 from flow_cli.model.snapshot import project
 from flow_cli.model.status import RunStatus
@@ -109,15 +109,16 @@ def upgrade_runs(
 ) -> UpgradeReport:
     """Re-pin the open runs of ``from_build`` that replay cleanly on ``to_build``.
 
-    The runs are ``run_ids`` when given, else those matching ``where`` (narrowed to open runs of
-    ``from_build``), else every open run of ``from_build``. ``to_build`` must be one of the
-    engine's runtimes; ``from_build`` need not be (its code may be gone already). With
-    ``dry_run`` every run is checked and nothing is written. ``progress`` is called with each
-    run id once it is done.
+    The runs are ``run_ids`` when given (an empty sequence selects none), else those matching
+    ``where`` (narrowed to open runs of ``from_build``), else every open run of ``from_build``.
+    ``to_build`` must be one of the engine's runtimes; ``from_build`` need not be (its code
+    may be gone already). With ``dry_run`` every run is checked and nothing is written.
+    ``progress`` is called with each run id once it is done.
 
     Raises ``InputError`` (same build twice, filters that cannot select open runs of
-    ``from_build``), ``BuildNotHosted`` (``to_build`` unknown) and ``RunNotFound`` (a named run
-    does not exist; nothing is changed then).
+    ``from_build``), ``BuildNotHosted`` (``to_build`` unknown), ``RunNotFound`` (a named run
+    does not exist; nothing is changed then) and ``StoreError`` (the database failed; when runs
+    were re-pinned before it, the message names them).
     """
     if from_build == to_build:
         raise InputError(
@@ -133,7 +134,20 @@ def upgrade_runs(
     skipped: list[Skipped] = []
     rechecked = 0
     for run_id in targets:
-        outcome, again = _upgrade_one(engine, runtime, run_id, from_build, dry_run)
+        try:
+            outcome, again = _upgrade_one(engine, runtime, run_id, from_build, dry_run)
+        except StoreError as error:
+            if not upgraded or dry_run:
+                raise
+            # The runs moved so far stay moved: say which, or the operator cannot tell.
+            shown = ", ".join(upgraded[:3]) + (
+                f" and {len(upgraded) - 3} more" if len(upgraded) > 3 else ""
+            )
+            raise StoreError(
+                f"{str(error).rstrip('.')} — flow upgrade stopped at run {run_id}, after "
+                f"re-pinning {len(upgraded)} run(s) to {to_build} ({shown}); run it again for "
+                "the rest."
+            ) from error
         rechecked += again
         if isinstance(outcome, Refusal):
             refused.append(outcome)
@@ -160,7 +174,7 @@ def _targets(
     where: RunFilter | None,
     run_ids: Sequence[str] | None,
 ) -> list[str]:
-    if run_ids:
+    if run_ids is not None:  # named runs, maybe none (an empty stdin): never every run of B1
         ids = list(dict.fromkeys(run_ids))
         for run_id in ids:
             if engine.store.get_run(run_id) is None:
