@@ -151,7 +151,13 @@ class StepExecutor:
             worker=worker,
         )
         payload = snap.json_payload(step.input)
-        ref = StepRef(RunRef.of(snap), step.step_id, step.name, step.attempt)
+        observer = self.streams.observer
+        # Taken now, and only for a listener: once recorded, the snapshot is the cache's.
+        ref = (
+            StepRef(RunRef.of(snap), step.step_id, step.name, step.attempt)
+            if observer.listening
+            else None
+        )
         if before_call is not None:
             before_call()
         event: Event
@@ -172,7 +178,6 @@ class StepExecutor:
         recorded, following, after = self._record(
             snap, lease, event, worker, lease_seconds if may_chain else None, report
         )
-        observer = self.streams.observer
         if recorded is None:
             # Another worker took the attempt: our lease ran out while the handler ran.
             if keeper is not None:
@@ -180,7 +185,8 @@ class StepExecutor:
             else:
                 observer.lease_lost(lease)
         state = state if recorded else "discarded"
-        observer.step_finished(ref, state, seconds)
+        if ref is not None:
+            observer.step_finished(ref, state, seconds)
         return state, 1, following, after
 
     def _failure(
