@@ -39,10 +39,19 @@ def read_exchange_rate(input, info):  # info: run_id, step_id, attempt, idempote
 
 
 def make_engine(
-    store: EventStore, runtimes: Iterable[Runtime], clock: ManualClock, name: str = "w1"
+    store: EventStore,
+    runtimes: Iterable[Runtime],
+    clock: ManualClock,
+    name: str = "w1",
+    *,
+    eager_start: bool = True,
 ) -> Engine:
-    """An engine with a fixed worker id (so histories are comparable between runs)."""
-    return Engine(store, list(runtimes), clock=clock, worker_id=name)
+    """An engine with a fixed worker id (so histories are comparable between runs).
+
+    ``eager_start=False`` for a test about what happens between a run's creation and its
+    first decision: the starter then leaves that decision to the workers.
+    """
+    return Engine(store, list(runtimes), clock=clock, worker_id=name, eager_start=eager_start)
 
 
 def keys(engine: Engine, run_id: str) -> list[str]:

@@ -140,6 +140,7 @@ def test_a_timed_out_signal_wait_is_no_longer_open(env: WorkflowEnvironment) -> 
 
 
 def test_a_signal_sent_early_is_delivered_without_a_timer(env: WorkflowEnvironment) -> None:
+    env.engine.eager_start = False  # the signal must come before the first decision
     run = env.start("answer-or-timeout")
     env.engine.signal(run, "answer", 42)
     env.run_until_idle()

@@ -81,13 +81,13 @@ def test_two_engines_deciding_one_run_converge_on_the_single_writer_history(
 ) -> None:
     # The single-writer reference: one engine, its own store, the same clock schedule.
     solo_clock = ManualClock(clock.now())
-    solo = make_engine(MemoryStore(), [program_runtime()], solo_clock, "solo")
+    solo = make_engine(MemoryStore(), [program_runtime()], solo_clock, "solo", eager_start=False)
     solo.start("program", PROGRAM, run_id="solo")
     solo.decide("solo")
     _drive([solo], solo_clock)
 
     runtime_1 = program_runtime()
-    engine_1 = make_engine(store, [runtime_1], clock, "w1")
+    engine_1 = make_engine(store, [runtime_1], clock, "w1", eager_start=False)
     engine_2 = make_engine(store, [program_runtime()], clock, "w2")
     engine_1.start("program", PROGRAM, run_id="race")
     raced = _race(runtime_1, monkeypatch, engine_2, "race", times=4)
@@ -119,7 +119,7 @@ def test_a_signal_that_lands_mid_decision_is_not_lost(
     store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = scenario_runtime()
-    engine = make_engine(store, [runtime], clock, "w1")
+    engine = make_engine(store, [runtime], clock, "w1", eager_start=False)
     sender = make_engine(store, [scenario_runtime()], clock, "sender")
     engine.start("one-signal", run_id="sig")
     original = runtime.propose
@@ -168,7 +168,7 @@ def test_after_a_lost_race_the_engine_snapshot_is_still_the_projection(
     """The losing engine had already folded its own decision (which consumed a buffered
     signal) into a snapshot; after the conflict none of that may leak into what it reads."""
     runtime_1 = scenario_runtime()
-    engine_1 = make_engine(store, [runtime_1], clock, "w1")
+    engine_1 = make_engine(store, [runtime_1], clock, "w1", eager_start=False)
     engine_2 = make_engine(store, [scenario_runtime()], clock, "w2")
     engine_1.start("two-signals", run_id="buf")
     engine_1.signal("buf", "item", "p1")

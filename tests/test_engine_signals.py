@@ -14,7 +14,8 @@ from flow_cli.store.protocol import EventStore
 def test_a_signal_that_arrives_before_its_wait_is_kept_and_matched(
     store: EventStore, clock: ManualClock
 ) -> None:
-    engine = make_engine(store, [scenario_runtime()], clock)
+    # The signal must come before the first decision opens the wait.
+    engine = make_engine(store, [scenario_runtime()], clock, eager_start=False)
     engine.start("one-signal", run_id="early")
     sequence = engine.signal("early", "approve", {"by": "alice"})
     assert sequence == 2

@@ -15,7 +15,9 @@ def test_a_run_waits_for_a_worker_that_hosts_its_build(
 ) -> None:
     build_a = scenario_runtime(build_id="shop-A")
     build_b = scenario_runtime(build_id="shop-B")
-    make_engine(store, [build_a], clock, "starter").start("which-build", run_id="pinned")
+    # A client that hosts build A but leaves the decisions to the workers.
+    starter = make_engine(store, [build_a], clock, "starter", eager_start=False)
+    starter.start("which-build", run_id="pinned")
 
     only_b = make_engine(store, [build_b], clock, "worker-b")
     for _ in range(3):

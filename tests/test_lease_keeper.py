@@ -61,7 +61,7 @@ def test_an_outage_mid_chain_leaves_no_lease_renewed_forever(
     store: EventStore, clock: ManualClock
 ) -> None:
     flaky = OutageAfter(store)
-    engine = Engine(flaky, [chain], clock=clock, worker_id="w1")  # type: ignore[arg-type]
+    engine = Engine(flaky, [chain], clock=clock, worker_id="w1", eager_start=False)  # type: ignore[arg-type]
     engine.start("chain", None, run_id="r")
     run_ids = engine.lease_runs(30, 10)
     started = engine.decider.decide_many(run_ids, start=StartSteps("w1", 30, 10)).started

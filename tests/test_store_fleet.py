@@ -110,7 +110,10 @@ def _engine(store: EventStore, clock: ManualClock) -> Engine:
         scenario_runtime(build_id="other-1", patches=["p-2", "p-1"]),
         _crash_runtime(),
     ]
-    return Engine(store, runtimes, clock=clock, worker_id="w1", default_build=SCN_BUILD)
+    # The tests look at runs between their creation and their first decision.
+    return Engine(
+        store, runtimes, clock=clock, worker_id="w1", default_build=SCN_BUILD, eager_start=False
+    )
 
 
 def _causes(

@@ -79,7 +79,8 @@ def engine(store: EventStore, clock: ManualClock) -> Engine:
 
 
 def _setup(engine: Engine, clock: ManualClock) -> None:
-    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker")
+    # "fresh" stays as created, before any decision: its starter leaves them to the workers.
+    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker", eager_start=False)
     for run_id in ("waiting", "charging", "done"):
         v1_only.start("pay", {"n": 2}, run_id=run_id, build_id="pay-1")
     v1_only.tick(until_idle=True)
@@ -294,7 +295,8 @@ def test_an_open_step_whose_handler_the_target_lacks_is_refused(
 def test_a_run_stuck_on_a_failed_decision_is_upgraded_to_fixed_code(
     engine: Engine, clock: ManualClock
 ) -> None:
-    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker")
+    # "fresh" stays as created, before any decision: its starter leaves them to the workers.
+    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker", eager_start=False)
     v1_only.start("pay", {"n": 3, "boom": True}, run_id="stuck", build_id="pay-1")
     v1_only.tick(until_idle=True)
     assert "decision_failed" in keys(engine, "stuck")
@@ -396,7 +398,8 @@ def test_a_step_that_ends_after_the_upgrade_is_decided_by_the_new_build(
     engine: Engine, clock: ManualClock
 ) -> None:
     _setup(engine, clock)
-    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker")
+    # "fresh" stays as created, before any decision: its starter leaves them to the workers.
+    v1_only = make_engine(engine.store, [V1], clock, name="v1-worker", eager_start=False)
     [lease] = [lease for lease in v1_only.lease_steps(60, 10) if lease.run_id == "charging"]
     # The upgrade lands while pay-1's worker runs the charge handler.
     outcome = v1_only.executor.execute(

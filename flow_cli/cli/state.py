@@ -115,9 +115,14 @@ class CliState:
             from flow_cli.store import open_store
 
             return Engine(open_store(url, create=False, read_only=True), runtimes)
-        return Engine.open(
+        engine = Engine.open(
             url,
             runtimes,
             default_build=self.config.build_id if with_runtimes else None,
             create=create,
         )
+        # The command line leaves every decision to the workers (no eager start): its start-up
+        # costs far more than deciding early would save, and decisions stay where they are
+        # logged and counted, in `flow worker` and `flow tick`.
+        engine.eager_start = False
+        return engine

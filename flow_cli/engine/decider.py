@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from flow_cli.engine.sticky import StickyCalls, StickyCode
-from flow_cli.engine.streams import Pending, Streams
+from flow_cli.engine.streams import Pending, Streams, stored_size
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import Clock
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
@@ -183,6 +183,28 @@ class Decider:
             report.conflicts += more.conflicts
             report.decision_failures += more.decision_failures
         return report
+
+    def first_decisions(
+        self, run: NewRun, runtime: Runtime, now: datetime
+    ) -> tuple[Pending, Effects] | None:
+        """A new run's first decisions, made before it exists, to commit with its creation.
+
+        This is an eager start: the process that starts a run of a build it hosts decides it at
+        once, so no worker has to lease, read and decide the run before its first step can
+        start. ``None`` when there is nothing worth committing early (the code failed to
+        decide, or the decision reaches other runs): the run is then created plainly and a
+        worker decides it, meeting and reporting any failure as it would for any run.
+        """
+        started = RunStarted(spec=run.spec, seed=run.seed)
+        envelope = EventEnvelope(
+            run_id=run.run_id, sequence=1, recorded_at=now, event=started, size=stored_size(started)
+        )
+        pending = Pending.on(WorkflowRunSnapshot.start(envelope), now)
+        report = DecideReport()
+        effects = self.advance(pending, runtime, report)
+        if report.decision_failures or not pending.events or effects.others:
+            return None
+        return pending, effects
 
     def _round(self, run_id: str, report: DecideReport) -> bool:
         snap = self.streams.take(run_id)

@@ -25,6 +25,7 @@ from flow_cli.errors import (
     FlowError,
     HookAlreadyResolved,
     HookNotFound,
+    HookTokenInUse,
     InputError,
     RunAlreadyExists,
     RunFinished,
@@ -93,8 +94,12 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         default_build: str | None = None,
+        eager_start: bool = True,
     ) -> None:
         self.store = store
+        self.eager_start = eager_start
+        """``start`` decides a new run at once and commits its first decisions with its
+        creation, so the first step is ready for a worker without a decision round first."""
         self.clock: Clock = clock or SystemClock()
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runtimes: dict[str, Runtime] = {}
@@ -122,6 +127,7 @@ class Engine:
         worker_id: str | None = None,
         default_build: str | None = None,
         create: bool = True,
+        eager_start: bool = True,
     ) -> Engine:
         """Open the store at ``url`` (``sqlite:///flow.db``, ``postgresql://...``, ``memory://``)."""
         from flow_cli.store import open_store
@@ -136,6 +142,7 @@ class Engine:
             clock=clock,
             worker_id=worker_id,
             default_build=default_build,
+            eager_start=eager_start,
         )
 
     @property
@@ -218,6 +225,9 @@ class Engine:
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
 
+        With ``eager_start`` (the default), the run's first decisions are made here and
+        committed with its creation: its first step is at once ready for a worker.
+
         Raises ``WorkflowNotFound``, ``InputError`` (input not JSON), or ``RunAlreadyExists``
         when the id is taken by a run with another spec (workflow, input, build id, patches):
         after a deploy, pass the old ``build_id`` to repeat a start idempotently.
@@ -238,10 +248,8 @@ class Engine:
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
         now = self.clock.now()
-        created = self.store.create_run(
-            NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now), now
-        )
-        if created is not None:
+        run = NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now)
+        if self._create(run, runtime, now):
             return StartResult(run_id=run_id, created=True)
         existing = self.snapshot(run_id).spec
         if existing.workflow != workflow:
@@ -253,6 +261,21 @@ class Engine:
         if existing.patches != spec.patches:
             raise RunAlreadyExists(run_id, f"set of patch markers ({list(existing.patches)})")
         return StartResult(run_id=run_id, created=False)
+
+    def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
+        """Create ``run`` (with its first decisions when ``eager_start``); False if the id
+        is taken."""
+        first = self.decider.first_decisions(run, runtime, now) if self.eager_start else None
+        if first is not None:
+            pending, effects = first
+            try:
+                self.streams.commit_pending([pending], [run, *effects.creates])
+                return True
+            except (EventConflict, HookTokenInUse):
+                # The id is taken (the caller finds out by what), or a child's id or a hook's
+                # token the decision claims was taken meanwhile: a worker decides the run then.
+                pass
+        return self.store.create_run(run, now) is not None
 
     # -- facts from outside --------------------------------------------------------------------
 

@@ -279,6 +279,7 @@ class Simulation:
         workers: int = 3,
         actions: int = 120,
         store_factory: Callable[[], Any] = MemoryStore,
+        eager_start: bool | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -291,7 +292,12 @@ class Simulation:
         self.n_actions = actions
         self.spawned = 0
         self.workers = [self._spawn() for _ in range(workers)]
-        self.client = Engine(self.store, [self.runtime], clock=self.clock, worker_id="client")
+        # Half the seeds start runs eagerly (the client decides them in their creating commit,
+        # Engine's default), half leave every decision to the workers.
+        eager = seed % 2 == 0 if eager_start is None else eager_start
+        self.client = Engine(
+            self.store, [self.runtime], clock=self.clock, worker_id="client", eager_start=eager
+        )
         self.started: dict[str, tuple[str, Any]] = {}
         """Runs a client asked to start: run id -> (workflow, input)."""
         self.report = Report(seed)
