@@ -64,7 +64,7 @@ def main() -> None:
             while engine.get_run(f"alarm-{args.runs - 1}").status is not RunStatus.COMPLETED or (
                 len(engine.list_runs(status=RunStatus.COMPLETED)) < args.runs
             ):
-                time.sleep(0.1)
+                time.sleep(0.02)
             seconds = time.perf_counter() - started
             cpu = _cpu_seconds(worker.pid) - cpu
             flushes = _flushes(tracer) if tracer is not None else None

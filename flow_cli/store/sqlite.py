@@ -37,7 +37,14 @@ from flow_cli.errors import (
     RunNotFound,
     StoreError,
 )
-from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
+from flow_cli.model.events import (
+    Event,
+    EventEnvelope,
+    RunStarted,
+    StepStarted,
+    event_from_data,
+    event_json,
+)
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.integrity import structural_problems
@@ -236,7 +243,15 @@ def _dt_or_none(text: str | None) -> datetime | None:
 
 
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
-    return [(e.event_key(), json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
+    return [(e.event_key(), event_json(e)) for e in events]
+
+
+def _rows(write: StreamWrite) -> list[tuple[str, str]]:
+    """The write's events as (key, JSON) rows; the JSON the writer made already if it did."""
+    data = write.data
+    if data is None or len(data) != len(write.events):
+        return _encode(write.events)
+    return [(e.event_key(), text) for e, text in zip(write.events, data, strict=True)]
 
 
 def _guarded(
@@ -655,7 +670,7 @@ class SQLiteStore(AppendViaCommit):
     ) -> list[list[EventEnvelope]]:
         """Apply the creations, then the writes, in one transaction (see ``EventStore``)."""
         stamp = _ts(now)
-        encoded = [_encode(w.events) for w in writes]  # before BEGIN: bad JSON writes nothing
+        encoded = [_rows(w) for w in writes]  # before BEGIN: bad JSON writes nothing
         try:
             with self._write() as conn:
                 self._apply(conn, writes, encoded, creates, stamp)
@@ -668,7 +683,7 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``)."""
-        encoded = [[_encode(w.events) for w in g.writes] for g in groups]
+        encoded = [[_rows(w) for w in g.writes] for g in groups]
         results: list[FlowError | None] = []
         with self._write() as conn:
             for group, rows in zip(groups, encoded, strict=True):
@@ -723,7 +738,10 @@ class SQLiteStore(AppendViaCommit):
             "WHERE run_id = ? AND sequence > ? ORDER BY sequence",
             (run_id, after_sequence),
         ).fetchall()
-        if not rows and self.get_run(run_id) is None:
+        if (
+            not rows
+            and not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        ):
             raise RunNotFound(run_id)
         try:
             return [
