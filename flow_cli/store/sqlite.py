@@ -532,8 +532,13 @@ class SQLiteStore(AppendViaCommit):
         expected: int,
         rows: list[tuple[str, str]],
         stamp: str,
+        *,
+        bump: bool = True,
     ) -> None:
-        """Append after ``expected``: the one place a lost race becomes ``EventConflict``."""
+        """Append after ``expected``: the one place a lost race becomes ``EventConflict``.
+
+        Without ``bump`` the caller moves ``runs.last_sequence`` itself, in the same
+        transaction (``_apply_index`` does, in the row's one update)."""
         found = conn.execute(
             "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -550,10 +555,11 @@ class SQLiteStore(AppendViaCommit):
             except sqlite3.IntegrityError:
                 pass  # the primary key caught a writer the sequence check could not see
             else:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
-                    (expected + len(rows), run_id),
-                )
+                if bump:
+                    conn.execute(
+                        "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
+                        (expected + len(rows), run_id),
+                    )
                 return
         raise EventConflict(run_id, expected, actual)
 
@@ -585,10 +591,18 @@ class SQLiteStore(AppendViaCommit):
         return True
 
     def _apply_index(
-        self, conn: sqlite3.Connection, run_id: str, index: RunIndex, stamp: str
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        index: RunIndex,
+        stamp: str,
+        last_sequence: int | None = None,
     ) -> None:
         sets = ["status = ?", "updated_at = ?"]
         params: list[Any] = [index.status.value, stamp]
+        if last_sequence is not None:
+            sets.append("last_sequence = ?")
+            params.append(last_sequence)
         if index.status.terminal:
             sets.append("decide_at = NULL, lease_owner = NULL")
         elif index.decide_at is not KEEP:
@@ -613,7 +627,7 @@ class SQLiteStore(AppendViaCommit):
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
             )
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
-        if index.steps:
+        if index.steps and not index.status.terminal:  # a finished run's tasks all go below
             build_id = conn.execute(
                 "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
@@ -712,8 +726,10 @@ class SQLiteStore(AppendViaCommit):
         for run in creates:
             self._create(conn, run, stamp, must_create=True)
         for write, rows in zip(writes, encoded, strict=True):
-            self._append(conn, write.run_id, write.expected_sequence, rows, stamp)
-            self._apply_index(conn, write.run_id, write.index, stamp)
+            # One update of the run's row moves both its sequence and its index.
+            self._append(conn, write.run_id, write.expected_sequence, rows, stamp, bump=False)
+            last = write.expected_sequence + len(rows)
+            self._apply_index(conn, write.run_id, write.index, stamp, last)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
