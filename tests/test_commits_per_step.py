@@ -9,10 +9,21 @@ commits on every backend, so the figure cannot regress unnoticed.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import pytest
+
 from flow_cli import Runtime
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.worker import Worker
+from flow_cli.errors import FlowError
 from flow_cli.model.clock import ManualClock
-from flow_cli.store.protocol import EventStore
+from flow_cli.model.status import RunStatus
+from flow_cli.store.memory import MemoryStore
+from flow_cli.store.protocol import CommitGroup, EventStore
 
 chain = Runtime(build_id="chain-1")
 
@@ -60,3 +71,54 @@ def test_many_runs_of_ten_steps_cost_at_most_one_and_a_half_commits_per_step(
         outcome = engine.snapshot(f"w1-{i}").outcome
         assert outcome is not None and outcome.result == i + steps
     assert commits / (runs * steps) <= 1.5, commits
+
+
+@chain.workflow("alarm")
+def _alarm(ctx):  # type: ignore[no-untyped-def]
+    ctx.sleep_until("t", datetime.fromisoformat(ctx.input["at"]))
+    return ctx.complete(ctx.step("after", "inc", 0))
+
+
+def test_timers_that_come_due_at_once_cost_few_commits_per_run(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker drains runs whose timers fired together in a few commits per pass of 100 runs:
+    the ends of their steps are handed to the group committer instead of each step thread
+    waiting for its own commit, and the pass's decisions join the same transactions."""
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    runs = 200
+    at = clock.now() + timedelta(minutes=5)
+    for i in range(runs):
+        engine.start("alarm", {"at": at.isoformat()}, run_id=f"alarm-{i}")
+    engine.tick(until_idle=True)
+    assert len(engine.list_runs(status=RunStatus.SUSPENDED)) == runs
+    commit_groups = store.commit_groups
+    transactions: list[int] = []
+
+    def slow_disk(groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        time.sleep(0.02)  # a flush that takes a while: other threads queue behind it meanwhile
+        transactions.append(len(groups))
+        return commit_groups(groups)
+
+    monkeypatch.setattr(store, "commit_groups", slow_disk)
+    clock.advance(timedelta(minutes=6))
+    before = store.stats.durable_commits
+    worker = Worker(engine, concurrency=4, max_idle_sleep=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(engine.list_runs(status=RunStatus.COMPLETED)) < runs:
+            assert time.monotonic() < deadline, "the runs did not drain"
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    # Per pass: the runs' decisions and a few transactions of step ends (every step thread
+    # waiting for its own commit made it about one transaction per four runs, or worse).
+    assert sum(transactions) == 2 * runs
+    assert len(transactions) <= runs / 20, transactions
+    if not isinstance(store, MemoryStore):  # the memory store counts each group as a commit
+        # ... and on a database, the runs' lease in each pass.
+        commits = store.stats.durable_commits - before
+        assert commits <= runs / 10, commits

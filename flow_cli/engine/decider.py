@@ -164,7 +164,14 @@ class Decider:
                 )
                 for pending, effects in prepared
             ]
-            results = self.streams.store.commit_groups(groups)
+            group = self.streams.group
+            # Through a worker's group committer, these decisions share a transaction with the
+            # ends of steps its threads are handing over (one commit for both, not two).
+            results: Sequence[BaseException | None] = (
+                group.commit_many(groups)
+                if group is not None
+                else self.streams.store.commit_groups(groups)
+            )
             for (pending, effects), error in zip(prepared, results, strict=True):
                 if error is None:
                     self.streams.committed([pending, *effects.others])

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flow_cli.engine.decider import Decider, DecideReport, Effects, start_scheduled
+from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
@@ -32,7 +33,7 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.runtime import Runtime, StepInfo
-from flow_cli.store.protocol import StepLease
+from flow_cli.store.protocol import CommitGroup, StepLease
 
 log = logging.getLogger("flow.steps")
 
@@ -53,6 +54,9 @@ class StepOutcome:
     decisions: int = 0
     """Decisions made with the attempts' ends."""
     decision_failures: int = 0
+    deferred: bool = False
+    """The last attempt's end was handed to the group committer (``Streams.group``), which
+    records it and then drops the attempt's lease."""
 
 
 class StepExecutor:
@@ -78,17 +82,23 @@ class StepExecutor:
         keeper: LeaseKeeper | None = None,
     ) -> StepOutcome:
         """Run a leased attempt (its ``step_started`` is recorded) to its recorded end, then the
-        steps of the same run that can start at once, each leased to this worker."""
+        steps of the same run that can start at once, each leased to this worker.
+
+        With a group committer (``Streams.group``: a worker's step threads), an end after which
+        the run waits is handed to the committer and this returns before it is committed
+        (``StepOutcome.deferred``); the committer then drops its lease from ``keeper``.
+        """
         report = DecideReport()
         current: StepLease | None = lease
         owned: WorkflowRunSnapshot | None = None
         ran = 0
         state = "skipped"
+        deferred = False
         try:
             for index in range(MAX_CHAIN):
                 if current is None:
                     break
-                state, invoked, following, owned = self._one(
+                state, invoked, following, owned, deferred = self._one(
                     current,
                     owned,
                     worker,
@@ -100,7 +110,8 @@ class StepExecutor:
                 )
                 ran += invoked
                 if keeper is not None:
-                    keeper.drop(current)
+                    if not deferred:  # else the committer drops it once the end is recorded
+                        keeper.drop(current)
                     if following is not None:
                         keeper.hold(following)
                 current = following
@@ -115,6 +126,7 @@ class StepExecutor:
             steps_run=ran,
             decisions=report.decisions,
             decision_failures=report.decision_failures,
+            deferred=deferred,
         )
 
     def _one(
@@ -127,7 +139,7 @@ class StepExecutor:
         may_chain: bool,
         report: DecideReport,
         keeper: LeaseKeeper | None = None,
-    ) -> tuple[str, int, StepLease | None, WorkflowRunSnapshot | None]:
+    ) -> tuple[str, int, StepLease | None, WorkflowRunSnapshot | None, bool]:
         snap = owned if owned is not None else self.streams.take(lease.run_id)
         step = snap.steps.get(lease.step_id)
         runtime = self.runtimes.get(snap.spec.runtime_build_id)
@@ -142,7 +154,7 @@ class StepExecutor:
         ):
             # Settled, cancelled, or our lease ran out and another worker owns the attempt now.
             self.streams.put(snap)
-            return "skipped", 0, None, None
+            return "skipped", 0, None, None, False
         info = StepInfo(
             run_id=snap.run_id,
             step_id=step.step_id,
@@ -175,19 +187,37 @@ class StepExecutor:
                 "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
             )
         seconds = time.monotonic() - began
-        recorded, following, after = self._record(
-            snap, lease, event, worker, lease_seconds if may_chain else None, report
+
+        def settled(recorded: bool | None) -> str:
+            if recorded is None:
+                # Another worker took the attempt: our lease ran out while the handler ran.
+                if keeper is not None:
+                    keeper.lost(lease)
+                else:
+                    observer.lease_lost(lease)
+            final = state if recorded else "discarded"
+            if ref is not None:
+                observer.step_finished(ref, final, seconds)
+            return final
+
+        def later(recorded: bool | None, error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    # As a step thread does with a store error: the lease expires, and this
+                    # attempt runs again (at least once).
+                    log.warning("%s", error)
+                else:
+                    settled(recorded)
+            finally:
+                if keeper is not None:
+                    keeper.drop(lease)
+
+        recorded, following, after, deferred = self._record(
+            snap, lease, event, worker, lease_seconds if may_chain else None, report, later
         )
-        if recorded is None:
-            # Another worker took the attempt: our lease ran out while the handler ran.
-            if keeper is not None:
-                keeper.lost(lease)
-            else:
-                observer.lease_lost(lease)
-        state = state if recorded else "discarded"
-        if ref is not None:
-            observer.step_finished(ref, state, seconds)
-        return state, 1, following, after
+        if deferred:
+            return state, 1, None, None, True
+        return settled(recorded), 1, following, after, False
 
     def _failure(
         self, step_id: str, attempt: int, policy: RetryPolicy, exc: BaseException
@@ -214,41 +244,26 @@ class StepExecutor:
         worker: str,
         lease_seconds: float | None,
         report: DecideReport,
-    ) -> tuple[bool | None, StepLease | None, WorkflowRunSnapshot | None]:
+        later: Later | None = None,
+    ) -> tuple[bool | None, StepLease | None, WorkflowRunSnapshot | None, bool]:
         """Commit the attempt's end with the run's next decision. Returns whether it was
-        recorded (``None``: not, because another worker took the attempt), and the next
-        attempt this worker leased with its owned snapshot."""
+        recorded (``None``: not, because another worker took the attempt), the next attempt
+        this worker leased with its owned snapshot, and whether the commit was handed to the
+        group committer instead (``later`` is then told the outcome, see ``_submit``)."""
         current: WorkflowRunSnapshot | None = snap
         for _ in range(MAX_CONFLICT_RETRIES):
             if current is None:
                 current = self.streams.take(lease.run_id)
-            step = current.steps.get(lease.step_id)
-            if (
-                current.terminal
-                or step is None
-                or step.status is not StepStatus.RUNNING
-                or step.attempt != lease.attempt
-            ):
-                # Cancelled, or another worker settled this attempt first: drop our result.
-                self.streams.put(current)
-                ended = current.terminal or step is None or step.status is StepStatus.CANCELLED
-                return (False if ended else None), None, None
-            now = self.clock.now()
-            pending = Pending.on(current, now)
-            pending.add([event])
-            effects = Effects()
-            following: StepLease | None = None
-            # The run may have been re-pinned to another build (`flow upgrade`) while the
-            # handler ran: its next decision belongs to that build's code, never to ours.
-            deciding = self.runtimes.get(current.spec.runtime_build_id)
-            if isinstance(event, StepFailed) and not event.exhausted:
-                pass  # the retry is due in the step index; nothing to decide
-            elif deciding is None:
-                pending.decide_at = now  # a worker of the run's build decides it
-            else:
-                effects = self.decider.advance(pending, deciding, report, sticky=True)
-                if not effects.more and lease_seconds is not None:
-                    following = start_scheduled(pending, worker, lease_seconds)
+            prepared = self._prepare(current, lease, event, worker, lease_seconds, report)
+            if not isinstance(prepared, tuple):
+                return prepared, None, None, False
+            pending, effects, following = prepared
+            group = self.streams.group
+            if later is not None and following is None and group is not None:
+                # Nothing here needs the commit's result: the run waits (or ended). This thread
+                # may run its next attempt while the end joins other threads' ends in one commit.
+                self._submit(group, pending, effects, lease, event, later, 1)
+                return None, None, None, True
             try:
                 self.decider.commit(pending, effects, keep=following is not None)
             except (EventConflict, HookTokenInUse):
@@ -256,6 +271,102 @@ class StepExecutor:
                 self.streams.observer.conflict()
                 current = None  # dropped; read again
                 continue
-            return True, following, (pending.snapshot if following is not None else None)
+            return True, following, (pending.snapshot if following is not None else None), False
         log.warning("gave up recording the end of %s after repeated conflicts", lease)
-        return False, None, None
+        return False, None, None, False
+
+    def _prepare(
+        self,
+        current: WorkflowRunSnapshot,
+        lease: StepLease,
+        event: Event,
+        worker: str,
+        lease_seconds: float | None,
+        report: DecideReport,
+    ) -> tuple[Pending, Effects, StepLease | None] | bool | None:
+        """The attempt's end folded into ``current`` (now owned by the returned ``Pending``)
+        with the run's next decision; or, when the attempt is no longer ours to end, whether
+        it was settled for good (``False``) or taken by another worker (``None``)."""
+        step = current.steps.get(lease.step_id)
+        if (
+            current.terminal
+            or step is None
+            or step.status is not StepStatus.RUNNING
+            or step.attempt != lease.attempt
+        ):
+            # Cancelled, or another worker settled this attempt first: drop our result.
+            self.streams.put(current)
+            ended = current.terminal or step is None or step.status is StepStatus.CANCELLED
+            return False if ended else None
+        now = self.clock.now()
+        pending = Pending.on(current, now)
+        pending.add([event])
+        effects = Effects()
+        following: StepLease | None = None
+        # The run may have been re-pinned to another build (`flow upgrade`) while the
+        # handler ran: its next decision belongs to that build's code, never to ours.
+        deciding = self.runtimes.get(current.spec.runtime_build_id)
+        if isinstance(event, StepFailed) and not event.exhausted:
+            pass  # the retry is due in the step index; nothing to decide
+        elif deciding is None:
+            pending.decide_at = now  # a worker of the run's build decides it
+        else:
+            effects = self.decider.advance(pending, deciding, report, sticky=True)
+            if not effects.more and lease_seconds is not None:
+                following = start_scheduled(pending, worker, lease_seconds)
+        return pending, effects, following
+
+    def _submit(
+        self,
+        group: GroupCommitter,
+        pending: Pending,
+        effects: Effects,
+        lease: StepLease,
+        event: Event,
+        later: Later,
+        tries: int,
+    ) -> None:
+        """Hand the end to the group committer; ``later`` learns the outcome. A conflict is
+        met as ``_record`` meets it, on the committing thread: read again, decide again,
+        submit again (never waiting for a commit there: that thread is the one committing)."""
+        pendings = [pending, *effects.others]
+
+        def done(error: BaseException | None) -> None:
+            if error is None:
+                self.streams.committed(pendings)
+                later(True, None)
+                return
+            if not isinstance(error, EventConflict | HookTokenInUse):
+                later(None, error)  # the transaction failed; the snapshots are dropped
+                return
+            self.conflicts += 1
+            self.streams.observer.conflict()
+            if tries >= MAX_CONFLICT_RETRIES:
+                log.warning("gave up recording the end of %s after repeated conflicts", lease)
+                later(False, None)
+                return
+            try:
+                current = self.streams.take(lease.run_id)
+                prepared = self._prepare(current, lease, event, "", None, DecideReport())
+            except Exception as exc:
+                later(None, exc)
+                return
+            if not isinstance(prepared, tuple):
+                later(prepared, None)
+                return
+            again, again_effects, _ = prepared
+            self._submit(group, again, again_effects, lease, event, later, tries + 1)
+
+        group.submit(
+            CommitGroup(
+                writes=[p.stream_write() for p in pendings],
+                creates=effects.creates,
+                now=pending.now,
+            ),
+            done,
+        )
+
+
+Later = Callable[[bool | None, BaseException | None], None]
+"""Told how a handed-over end went: recorded (``True``), settled by others (``False``), taken
+by another worker (``None``); or the error that kept it from being committed."""

@@ -14,14 +14,14 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.indexing import index_for
 from flow_cli.engine.observe import NOTHING, Observer, notify_committed
 from flow_cli.errors import RunNotFound
-from flow_cli.model.events import Event, EventEnvelope
+from flow_cli.model.events import Event, EventEnvelope, event_json
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import KEEP, CommitGroup, EventStore, Keep, NewRun, StreamWrite
 
@@ -52,6 +52,8 @@ class Pending:
     decide_at: datetime | Keep | None = KEEP
     failed_before: str | None = None
     """The error type of the run's failing decision when these events were decided on."""
+    data: list[str | None] = field(default_factory=list)
+    """Each event's stored JSON, made once to measure it and handed to the store to write."""
 
     @classmethod
     def on(cls, snapshot: WorkflowRunSnapshot, now: datetime) -> Pending:
@@ -61,18 +63,24 @@ class Pending:
         """Fold ``events`` into the snapshot as the store will record them."""
         snap = self.snapshot
         for event in events:
+            try:
+                text: str | None = event_json(event)
+            except (TypeError, ValueError):
+                text = None  # the store refuses it when it commits, as it always did
             snap.apply(
                 EventEnvelope(
                     run_id=snap.run_id,
                     sequence=snap.last_sequence + 1,
                     recorded_at=self.now,
                     event=event,
-                    size=stored_size(event),
+                    size=stored_size(event) if text is None else len(text),
                 )
             )
+            self.data.append(text)
         self.events.extend(events)
 
     def stream_write(self) -> StreamWrite:
+        made = [text for text in self.data if text is not None]
         return StreamWrite(
             run_id=self.snapshot.run_id,
             expected_sequence=self.expected_sequence,
@@ -80,12 +88,13 @@ class Pending:
             index=index_for(
                 self.snapshot, self.events, decide_at=self.decide_at, failing=failing(self.snapshot)
             ),
+            data=made if len(made) == len(self.events) else None,
         )
 
 
 def stored_size(event: Event) -> int:
     """About the bytes the store will keep for ``event`` (what the cache budget counts)."""
-    return len(json.dumps(event.to_data(), separators=(",", ":"), default=str))
+    return len(json.dumps(event.to_data(), ensure_ascii=False, default=str))
 
 
 def failing_type(snapshot: WorkflowRunSnapshot) -> str | None:
@@ -237,6 +246,7 @@ class Streams:
                 )
             pending.expected_sequence = pending.snapshot.last_sequence
             pending.events = []
+            pending.data = []
             pending.decide_at = KEEP
             pending.failed_before = failing_type(pending.snapshot)
             if index or not keep_first:

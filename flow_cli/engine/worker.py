@@ -109,10 +109,11 @@ class Worker:
         if run_ids:
             # A step the decisions schedule starts in their own commit and waits in the pool's
             # queue for a thread (its lease is renewed meanwhile): when many timers come due at
-            # once, their runs' next steps need no lease transaction each. The pool's backlog
-            # is bounded: no new run is leased while it is longer than a pass's worth.
-            room = max(0, self.concurrency + RUN_BATCH - len(in_flight))
-            start = StartSteps(self.engine.worker_id, self.lease_seconds, room)
+            # once, their runs' next steps need no lease transaction each. Every one of them
+            # starts so (were it left scheduled, this worker would lease it in a transaction
+            # of a few steps soon after); the pool's backlog stays bounded, as no new run is
+            # leased while it is longer than a pass's worth.
+            start = StartSteps(self.engine.worker_id, self.lease_seconds, RUN_BATCH)
             report = self.engine.decider.decide_many(run_ids, start=start)
             for lease in report.started:
                 self._keeper.hold(lease)
@@ -129,16 +130,21 @@ class Worker:
         return busy
 
     def _run_step(self, lease: StepLease) -> None:
+        deferred = False
         try:
             outcome = self.engine.execute_step(lease, self.lease_seconds, self._keeper)
             self.stats.steps_run += outcome.steps_run
+            # A chain's first lease was dropped by the executor; a deferred one is dropped by
+            # the group committer once its end is recorded (renewed until then).
+            deferred = outcome.deferred
         except StoreError as exc:
             self.stats.store_errors += 1
             log.warning("%s", exc)
         except Exception:  # keep the worker alive; the lease expires and another worker retries
             log.exception("step %s of run %s crashed the executor", lease.step_id, lease.run_id)
         finally:
-            self._keeper.drop(lease)
+            if not deferred:
+                self._keeper.drop(lease)
             self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _idle(self, in_flight: set[Future[None]]) -> None:

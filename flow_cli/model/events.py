@@ -6,6 +6,7 @@ turn it into the JSON object stored in the database and shown by ``flow history`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -29,11 +30,27 @@ class _EventBase:
 
     def to_data(self) -> dict[str, Any]:
         """The event as a JSON object (the ``data`` of a history entry)."""
-        out: dict[str, Any] = {}
-        names = dict(self.JSON_NAMES)
-        for f in fields(self):  # type: ignore[arg-type]
-            out[names.get(f.name, f.name)] = _encode(getattr(self, f.name))
-        return out
+        return {key: _encode(getattr(self, name)) for name, key in _names(type(self))}
+
+
+_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _names(kind: type[_EventBase]) -> tuple[tuple[str, str], ...]:
+    """(field, key in the stored JSON) of every field, in order; worked out once per kind
+    (``dataclasses.fields`` is slow, and every event is encoded when it is written)."""
+    found = _NAMES.get(kind)
+    if found is None:
+        renamed = dict(kind.JSON_NAMES)
+        found = tuple((f.name, renamed.get(f.name, f.name)) for f in fields(kind))  # type: ignore[arg-type]
+        _NAMES[kind] = found
+    return found
+
+
+def event_json(event: Event) -> str:
+    """The JSON text a store keeps for ``event`` (raises ``TypeError``/``ValueError`` for a
+    value that is not JSON)."""
+    return json.dumps(event.to_data(), ensure_ascii=False)
 
 
 def _encode(value: Any) -> Any:

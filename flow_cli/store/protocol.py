@@ -96,6 +96,9 @@ class StreamWrite:
     expected_sequence: int
     events: Sequence[Event]
     index: RunIndex
+    data: Sequence[str] | None = None
+    """The events' stored JSON (``event_json``), when the writer has it already (it measured
+    them for its cache): a store may write it instead of encoding each event again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,7 +37,14 @@ from flow_cli.errors import (
     RunNotFound,
     StoreError,
 )
-from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
+from flow_cli.model.events import (
+    Event,
+    EventEnvelope,
+    RunStarted,
+    StepStarted,
+    event_from_data,
+    event_json,
+)
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.integrity import structural_problems
@@ -236,7 +243,15 @@ def _dt_or_none(text: str | None) -> datetime | None:
 
 
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
-    return [(e.event_key(), json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
+    return [(e.event_key(), event_json(e)) for e in events]
+
+
+def _rows(write: StreamWrite) -> list[tuple[str, str]]:
+    """The write's events as (key, JSON) rows; the JSON the writer made already if it did."""
+    data = write.data
+    if data is None or len(data) != len(write.events):
+        return _encode(write.events)
+    return [(e.event_key(), text) for e, text in zip(write.events, data, strict=True)]
 
 
 def _guarded(
@@ -517,8 +532,13 @@ class SQLiteStore(AppendViaCommit):
         expected: int,
         rows: list[tuple[str, str]],
         stamp: str,
+        *,
+        bump: bool = True,
     ) -> None:
-        """Append after ``expected``: the one place a lost race becomes ``EventConflict``."""
+        """Append after ``expected``: the one place a lost race becomes ``EventConflict``.
+
+        Without ``bump`` the caller moves ``runs.last_sequence`` itself, in the same
+        transaction (``_apply_index`` does, in the row's one update)."""
         found = conn.execute(
             "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -535,10 +555,11 @@ class SQLiteStore(AppendViaCommit):
             except sqlite3.IntegrityError:
                 pass  # the primary key caught a writer the sequence check could not see
             else:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
-                    (expected + len(rows), run_id),
-                )
+                if bump:
+                    conn.execute(
+                        "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
+                        (expected + len(rows), run_id),
+                    )
                 return
         raise EventConflict(run_id, expected, actual)
 
@@ -570,10 +591,18 @@ class SQLiteStore(AppendViaCommit):
         return True
 
     def _apply_index(
-        self, conn: sqlite3.Connection, run_id: str, index: RunIndex, stamp: str
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        index: RunIndex,
+        stamp: str,
+        last_sequence: int | None = None,
     ) -> None:
         sets = ["status = ?", "updated_at = ?"]
         params: list[Any] = [index.status.value, stamp]
+        if last_sequence is not None:
+            sets.append("last_sequence = ?")
+            params.append(last_sequence)
         if index.status.terminal:
             sets.append("decide_at = NULL, lease_owner = NULL")
         elif index.decide_at is not KEEP:
@@ -598,7 +627,7 @@ class SQLiteStore(AppendViaCommit):
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
             )
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
-        if index.steps:
+        if index.steps and not index.status.terminal:  # a finished run's tasks all go below
             build_id = conn.execute(
                 "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
@@ -655,7 +684,7 @@ class SQLiteStore(AppendViaCommit):
     ) -> list[list[EventEnvelope]]:
         """Apply the creations, then the writes, in one transaction (see ``EventStore``)."""
         stamp = _ts(now)
-        encoded = [_encode(w.events) for w in writes]  # before BEGIN: bad JSON writes nothing
+        encoded = [_rows(w) for w in writes]  # before BEGIN: bad JSON writes nothing
         try:
             with self._write() as conn:
                 self._apply(conn, writes, encoded, creates, stamp)
@@ -668,7 +697,7 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``)."""
-        encoded = [[_encode(w.events) for w in g.writes] for g in groups]
+        encoded = [[_rows(w) for w in g.writes] for g in groups]
         results: list[FlowError | None] = []
         with self._write() as conn:
             for group, rows in zip(groups, encoded, strict=True):
@@ -697,8 +726,10 @@ class SQLiteStore(AppendViaCommit):
         for run in creates:
             self._create(conn, run, stamp, must_create=True)
         for write, rows in zip(writes, encoded, strict=True):
-            self._append(conn, write.run_id, write.expected_sequence, rows, stamp)
-            self._apply_index(conn, write.run_id, write.index, stamp)
+            # One update of the run's row moves both its sequence and its index.
+            self._append(conn, write.run_id, write.expected_sequence, rows, stamp, bump=False)
+            last = write.expected_sequence + len(rows)
+            self._apply_index(conn, write.run_id, write.index, stamp, last)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -723,7 +754,10 @@ class SQLiteStore(AppendViaCommit):
             "WHERE run_id = ? AND sequence > ? ORDER BY sequence",
             (run_id, after_sequence),
         ).fetchall()
-        if not rows and self.get_run(run_id) is None:
+        if (
+            not rows
+            and not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        ):
             raise RunNotFound(run_id)
         try:
             return [
