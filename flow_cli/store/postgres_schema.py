@@ -381,7 +381,37 @@ class LockedRun:
     """A run row locked for this transaction, as far as ``commit`` needs it."""
 
     last_sequence: int
-    build_id: str
+    build_id: str | None
+    """``None`` when the row was not read (a guarded commit): statements that need the build
+    id read it from the row in the same statement."""
+
+
+GUARD_SEQUENCE = (
+    "WITH moved AS (UPDATE runs SET last_sequence = %s"
+    " WHERE run_id = %s AND last_sequence = %s RETURNING 1)"
+    " SELECT 1 / count(*) FROM moved"
+)
+"""Lock a run's row and move its ``last_sequence`` from the writer's expectation to the value
+after its events, failing with ``division_by_zero`` when the row is missing or elsewhere.
+
+Raising in the statement itself (``count(*)`` is 0; an aggregate, so never folded into a
+planning-time error) is what lets a commit be sent as one pipeline ending in ``COMMIT``: a
+failed guard aborts the transaction and everything queued after it, with no round trip spent
+asking first. Parameters: new last sequence, run id, expected sequence."""
+
+
+class GuardFailed(Exception):
+    """A guarded commit's check failed (stale or missing run, taken create id or hook token):
+    it wrote nothing, and the caller redoes the commit the checking way to learn which."""
+
+
+GUARD_FAILURES: tuple[type[Exception], ...] = (
+    psycopg.errors.DivisionByZero,
+    psycopg.errors.UniqueViolation,
+    EventConflict,
+    HookTokenInUse,
+)
+"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
 
 
 def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
@@ -404,31 +434,43 @@ def last_sequence(conn: Connection, run_id: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def insert_run(conn: Connection, run: NewRun, now: datetime) -> EventEnvelope | None:
+_INSERT_RUN = (
+    "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+    "updated_at, last_sequence, decide_at, patches) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s)"
+)
+
+
+def insert_run(
+    conn: Connection, run: NewRun, now: datetime, *, guarded: bool = False
+) -> EventEnvelope | None:
     """Insert the run's row and its ``run_started``; ``None`` (writing nothing) if it exists.
 
     ``ON CONFLICT DO NOTHING`` makes a concurrent creator of the same id wait for the first one
-    and then see the row, so exactly one of them creates the run.
+    and then see the row, so exactly one of them creates the run. ``guarded=True`` (a pipelined
+    commit, which reads no answer before ``COMMIT``) inserts plainly instead: an existing id is
+    a unique violation that aborts the transaction.
     """
     spec = run.spec
-    inserted = conn.execute(
-        "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-        "updated_at, last_sequence, decide_at, patches) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s) "
-        "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-        (
-            run.run_id,
-            spec.workflow,
-            RunStatus.PENDING.value,
-            spec.runtime_build_id,
-            spec.parent_run_id,
-            now,
-            now,
-            run.decide_at,
-            json.dumps(list(spec.patches)),
-        ),
-    ).fetchone()
-    if inserted is None:
+    params = (
+        run.run_id,
+        spec.workflow,
+        RunStatus.PENDING.value,
+        spec.runtime_build_id,
+        spec.parent_run_id,
+        now,
+        now,
+        run.decide_at,
+        json.dumps(list(spec.patches)),
+    )
+    if guarded:
+        conn.execute(_INSERT_RUN, params)
+    elif (
+        conn.execute(
+            _INSERT_RUN + " ON CONFLICT (run_id) DO NOTHING RETURNING run_id", params
+        ).fetchone()
+        is None
+    ):
         return None
     (envelope,) = insert_events(conn, run.run_id, 0, [RunStarted(spec=spec, seed=run.seed)], now)
     return envelope
@@ -466,11 +508,33 @@ def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterat
         raise EventConflict(run_id, expected_sequence, None) from exc
 
 
+_RUN_UPDATES: dict[tuple[str, ...], str] = {}
+"""``UPDATE runs`` statements by the columns they set: built once each, so the hot path neither
+composes SQL nor sends psycopg a new query text (which would defeat its prepared statements)."""
+
+
+def _run_update(sets: tuple[str, ...]) -> str:
+    query = _RUN_UPDATES.get(sets)
+    if query is None:
+        query = _RUN_UPDATES[sets] = f"UPDATE runs SET {', '.join(sets)} WHERE run_id = %s"
+    return query
+
+
 def apply_index(
-    conn: Connection, run: LockedRun, run_id: str, index: RunIndex, now: datetime
+    conn: Connection,
+    run: LockedRun,
+    run_id: str,
+    index: RunIndex,
+    now: datetime,
+    *,
+    guarded: bool = False,
 ) -> None:
-    """Bring the run's index rows in line with the events just appended (``run`` is current)."""
-    sets = ["status = %s", "updated_at = %s", "last_sequence = %s"]
+    """Bring the run's index rows in line with the events just appended (``run`` is current).
+
+    ``guarded=True``: no statement's answer is read (the commit is one pipeline), so a hook
+    token owned by another hook fails the transaction instead of raising ``HookTokenInUse``.
+    """
+    sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
     params: list[Any] = [index.status.value, now, run.last_sequence]
     if index.status.terminal:
         # A finished run is never decided again and holds no step work.
@@ -498,55 +562,80 @@ def apply_index(
         conn.execute(
             "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
         )
-    conn.execute(
-        sql.SQL("UPDATE runs SET {} WHERE run_id = %s").format(
-            sql.SQL(", ").join(map(sql.SQL, sets))
-        ),
-        [*params, run_id],
-    )
+    params.append(run_id)
+    conn.execute(_run_update(tuple(sets)), params)
     if index.status.terminal:
         conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
     else:
         _apply_steps(conn, run_id, run.build_id, index.steps)
     for hook in index.hooks:
-        _upsert_hook(conn, run_id, hook, now)
+        _upsert_hook(conn, run_id, hook, now, guarded=guarded)
+
+
+_UPSERT_TASK = (
+    " ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = EXCLUDED.attempt,"
+    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner"
+)
 
 
 def _apply_steps(
-    conn: Connection, run_id: str, build_id: str, steps: Mapping[str, StepTask | None]
+    conn: Connection, run_id: str, build_id: str | None, steps: Mapping[str, StepTask | None]
 ) -> None:
     gone = [step_id for step_id, task in steps.items() if task is None]
     if gone:
         conn.execute(
             "DELETE FROM step_tasks WHERE run_id = %s AND step_id = ANY(%s)", (run_id, gone)
         )
-    tasks = [
-        (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
-        for step_id, task in steps.items()
-        if task is not None
-    ]
-    if tasks:
+    if build_id is None:
+        # The run row was not read: each task takes the build id the row has now (this
+        # transaction's own UPDATE of it included).
+        query = (
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+            "lease_owner) SELECT run_id, %s, build_id, %s, %s, %s FROM runs WHERE run_id = %s"
+            + _UPSERT_TASK
+        )
+        tasks: list[tuple[Any, ...]] = [
+            (step_id, task.attempt, task.available_at, task.owner, run_id)
+            for step_id, task in steps.items()
+            if task is not None
+        ]
+    else:
+        query = (
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+            "lease_owner) VALUES (%s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
+        )
+        tasks = [
+            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+            for step_id, task in steps.items()
+            if task is not None
+        ]
+    if len(tasks) == 1:
+        conn.execute(query, tasks[0])  # one statement: no executemany machinery
+    elif tasks:
         with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id, step_id) "
-                "DO UPDATE SET attempt = EXCLUDED.attempt, available_at = EXCLUDED.available_at, "
-                "lease_owner = EXCLUDED.lease_owner",
-                tasks,
-            )
+            cur.executemany(query, tasks)
 
 
-def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry, now: datetime) -> None:
+_UPSERT_HOOK = (
+    "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
+    "VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
+    "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
+    "RETURNING token"
+)
+
+
+def _upsert_hook(
+    conn: Connection, run_id: str, hook: HookEntry, now: datetime, *, guarded: bool = False
+) -> None:
     # ON CONFLICT waits for a concurrent creator of the same token, then updates the row only
     # if it is this very hook: no row back means another hook owns the token.
-    row = conn.execute(
-        "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
-        "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
-        "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
-        "RETURNING token",
-        (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata)),
-    ).fetchone()
+    params = (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata))
+    if guarded:
+        # No row back fails the statement (see GUARD_SEQUENCE), and with it the commit.
+        conn.execute(f"WITH upserted AS ({_UPSERT_HOOK}) SELECT 1 / count(*) FROM upserted", params)
+        return
+    row = conn.execute(_UPSERT_HOOK, params).fetchone()
     if row is None:
         owner = conn.execute(
             "SELECT run_id, hook_id FROM hooks WHERE token = %s", (hook.token,)
