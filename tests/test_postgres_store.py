@@ -293,6 +293,28 @@ def test_primary_key_stops_a_writer_the_sequence_check_missed(
     assert [e.sequence for e in store.read_history("r1")] == [1, 2]
 
 
+def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    until = NOW + timedelta(seconds=30)
+    assert store.lease_runs("w", [BUILD], NOW, until, 10) == ["r1"]
+    leased = store.stats.index_commits
+    # Right after finding work the next pass leases without looking first: one write...
+    assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+    assert store.stats.index_commits == leased + 1
+    # ...and having found nothing, the passes after it only look: no write transaction.
+    for _ in range(3):
+        assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+    assert store.stats.index_commits == leased + 1
+    # A commit announcing work (NOTIFY) lets the next pass lease at once, and it finds the run.
+    store.wait_for_change(0)
+    _commit_later(url, schema, 0).join()
+    store.wait_for_change(5)
+    [late] = store.lease_runs("w", [BUILD], NOW, until, 10)
+    assert late.startswith("late-") and store.stats.index_commits == leased + 2
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 

@@ -77,6 +77,8 @@ NOTIFY_CHANNEL = "flow_work"
 _MAX_IDLE = 8
 """Idle connections kept for reuse; more may be open while more threads are busy."""
 
+_NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
+
 
 class PostgresStore(AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
@@ -119,6 +121,10 @@ class PostgresStore(AppendViaCommit):
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
         self._pid = os.getpid()
+        # Whether ``lease_runs`` may lease without looking first: its last lease found runs, or
+        # ``wait_for_change`` just heard a commit schedule work. A lease that finds nothing
+        # clears it, so an idle worker's passes stay read-only.
+        self._runs_expected = False
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -553,15 +559,16 @@ class PostgresStore(AppendViaCommit):
         if not build_ids or limit <= 0:
             return []
         params = _due_params(worker, build_ids, now, lease_until, limit)
-        with self._reading() as conn:
-            # Look before locking: an idle worker must not open a write transaction every pass.
-            if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
-                return []
-        with self._transaction(durable=False) as conn:
-            rows = conn.execute(
-                tables.LEASE_RUNS,
-                _due_params(worker, build_ids, now, lease_until, limit),
-            ).fetchall()
+        if not self._runs_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a write transaction every
+                # pass. Skipped while leasing finds work, or a commit just announced some.
+                if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
+                    return []
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(tables.LEASE_RUNS, params)
+        rows = cursor.fetchall()
+        self._runs_expected = bool(rows)
         self._count_rows(len(rows))
         rows.sort(key=lambda row: (row[1], row[2]))  # RETURNING does not keep the CTE's order
         return [row[0] for row in rows]
@@ -600,34 +607,37 @@ class PostgresStore(AppendViaCommit):
             candidates = conn.execute(tables.READY_STEPS, params).fetchall()
         if not candidates:
             return []
-        with self._transaction() as conn:
+        run_ids = sorted({run_id for run_id, _ in candidates})
+        with self._transaction(pipelined=True) as conn:
             # Waiting for a run another transaction holds (not skipping it) is short, and keeps
             # a ready step from being reported as absent; the update below re-checks readiness.
-            locked = tables.lock_runs(conn, sorted({run_id for run_id, _ in candidates}))
-            rows = conn.execute(
+            # BEGIN, the locks and the lease go out together: one round trip, then one more
+            # for the step_started events, the run rows and COMMIT.
+            locking = conn.execute(tables.LOCK_RUNS, (run_ids,))
+            leasing = conn.execute(
                 tables.LEASE_STEPS,
-                {
-                    **params,
-                    "runs": list(locked),
-                    "steps": [s for r, s in candidates if r in locked],
-                },
-            ).fetchall()
+                {**params, "runs": run_ids, "steps": [s for _, s in candidates]},
+            )
+            locked = tables.locked_runs(locking.fetchall())
+            # A candidate's run always exists (its step tasks go with it); should one have gone
+            # meanwhile, its tasks are not started without a row (they are leasable again once
+            # this lease runs out).
+            rows = [row for row in leasing.fetchall() if row[0] in locked]
             rows.sort(key=lambda row: (row[3], row[0], row[1]))
-            with conn.pipeline():
-                for run_id, step_id, attempt, _ in rows:
-                    target = locked[run_id]
-                    started = StepStarted(
-                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                    )
-                    tables.insert_events(conn, run_id, target.last_sequence, [started], now)
-                    target.last_sequence += 1
-                for run_id in {row[0] for row in rows}:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                        "WHERE run_id = %s",
-                        (locked[run_id].last_sequence, now, run_id),
-                    )
+            for run_id, step_id, attempt, _ in rows:
+                target = locked[run_id]
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                )
+                tables.insert_events(conn, run_id, target.last_sequence, [started], now)
+                target.last_sequence += 1
+            for run_id in {row[0] for row in rows}:
+                conn.execute(
+                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                    "WHERE run_id = %s",
+                    (locked[run_id].last_sequence, now, run_id),
+                )
         self._count_rows(len(rows))
         return [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
@@ -744,6 +754,7 @@ class PostgresStore(AppendViaCommit):
             with closing(self._listener.notifies(timeout=remaining)) as notes:
                 if not any(note.payload == self.schema for note in notes):
                     return
+            self._runs_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
@@ -810,7 +821,9 @@ class PostgresStore(AppendViaCommit):
                 conn.autocommit = False
 
     @contextmanager
-    def _transaction(self, *, durable: bool = True, writes: bool = True) -> Iterator[Connection]:
+    def _transaction(
+        self, *, durable: bool = True, writes: bool = True, pipelined: bool = False
+    ) -> Iterator[Connection]:
         """A pooled connection inside a transaction: committed on success, else rolled back.
 
         ``durable=False`` is for index-only writes (leases, parking): their commit does not
@@ -818,15 +831,26 @@ class PostgresStore(AppendViaCommit):
         recorded lets another worker decide the run, which ``append_if_sequence`` makes safe —
         and every later durable commit flushes it anyway. Events are always durable.
 
+        ``pipelined=True`` queues BEGIN, the caller's statements and COMMIT on one pipeline:
+        one round trip in all, if the caller reads no answer before the block ends (a cursor
+        keeps its rows for reading after it).
+
         Any psycopg error becomes ``StoreError``; a connection that broke is dropped together
         with the idle ones (they most likely died with it), so the next call reconnects.
         """
         conn = self._checkout()
         try:
-            if not durable:
-                conn.execute("SET LOCAL synchronous_commit TO OFF")
-            yield conn
-            conn.commit()
+            if pipelined:
+                with conn.pipeline():
+                    if not durable:
+                        conn.execute(_NOT_DURABLE)
+                    yield conn
+                    conn.commit()
+            else:
+                if not durable:
+                    conn.execute(_NOT_DURABLE)
+                yield conn
+                conn.commit()
             if writes:
                 with self._lock:
                     if durable:

@@ -414,17 +414,24 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
 """The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
 
 
+LOCK_RUNS = (
+    "SELECT run_id, last_sequence, build_id FROM runs "
+    "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE"
+)
+"""Lock some runs' rows (parameter: the run ids) in run id order: rows for ``locked_runs``."""
+
+
 def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
     """Lock these runs' rows (missing ids are left out) until the transaction ends.
 
     Rows are locked in run id order, so two commits touching the same runs (a parent and its
     child) queue one behind the other instead of deadlocking.
     """
-    rows = conn.execute(
-        "SELECT run_id, last_sequence, build_id FROM runs "
-        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
-        (sorted(set(run_ids)),),
-    )
+    return locked_runs(conn.execute(LOCK_RUNS, (sorted(set(run_ids)),)))
+
+
+def locked_runs(rows: Iterable[tuple[Any, ...]]) -> dict[str, LockedRun]:
+    """The rows of ``LOCK_RUNS`` by run id."""
     return {run_id: LockedRun(last, build_id) for run_id, last, build_id in rows}
 
 
