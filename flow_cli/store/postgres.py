@@ -79,6 +79,8 @@ _MAX_IDLE = 8
 
 _NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
 
+_NOTIFY = "SELECT pg_notify(%s, %s)"
+
 
 class PostgresStore(AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
@@ -251,14 +253,15 @@ class PostgresStore(AppendViaCommit):
     ) -> list[list[list[EventEnvelope]]] | None:
         """Commit every group in one round trip, or nothing (``None``) if any check fails.
 
-        BEGIN, the creates, one guarded ``UPDATE`` per written run (``GUARD_SEQUENCE``, in run
-        id order: the row locks two writers queue on), the events, the index rows, the NOTIFY
-        and COMMIT go out as one pipeline. No answer is awaited before COMMIT, so every check
-        is one that fails its statement: a stale or missing run (the guard), a taken run id or
-        sequence (unique keys), a hook token another hook owns (a guarded upsert). Any of these
-        aborts the whole transaction, and the caller redoes the commit the checking way (row
-        locks, savepoints), which names the culprit and still commits the other groups.
-        Conflicts are rare, so the common commit costs one round trip instead of about seven.
+        The creates, one guarded ``UPDATE`` per written run (``GUARD_SEQUENCE``, in run id
+        order: the row locks two writers queue on), the events, the index rows and the NOTIFY
+        go out as one ``Batch``: one query string, one implicit transaction. No answer is read
+        before it commits, so every check is one that fails its statement: a stale or missing
+        run (the guard), a taken run id or sequence (unique keys), a hook token another hook
+        owns (a guarded upsert). Any of these rolls the whole batch back, and the caller redoes
+        the commit the checking way (row locks, savepoints), which names the culprit and still
+        commits the other groups. Conflicts are rare, so the common commit costs one round trip
+        instead of about seven.
         """
         # The sequence each write must find, chained through the batch; a batch whose writes
         # do not chain (a stale write behind a fresh one) takes the checking path at once.
@@ -275,52 +278,55 @@ class PostgresStore(AppendViaCommit):
                 after[write.run_id] = write.expected_sequence + len(write.events)
         try:
             with self._transaction() as conn:
+                # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
+                conn.autocommit = True
                 try:
-                    with conn.pipeline():
-                        results = self._send_guarded(conn, groups, first, after, created)
-                        conn.commit()  # queued behind the rest: this commit's one round trip
+                    batch = tables.Batch(conn)
+                    results = self._queue_guarded(batch, groups, first, after, created)
+                    batch.send()
                 except tables.GUARD_FAILURES as exc:
-                    # Past here not a psycopg.Error: the transaction is rolled back and no
-                    # StoreError made of it.
+                    # Past here not a psycopg.Error: no StoreError is made of it.
                     raise tables.GuardFailed from exc
+                finally:
+                    conn.autocommit = False
         except tables.GuardFailed:
             return None
         return results
 
-    def _send_guarded(
+    def _queue_guarded(
         self,
-        conn: Connection,
+        batch: tables.Batch,
         groups: Sequence[CommitGroup],
         first: dict[str, int],
         after: dict[str, int],
         created: set[str],
     ) -> list[list[list[EventEnvelope]]]:
-        """Queue a guarded commit's statements (see ``_commit_guarded``) on the pipeline."""
+        """Add a guarded commit's statements (see ``_commit_guarded``) to ``batch``."""
         # Rows of runs that exist are locked (by their guards) before any create, the order in
         # which the checking path takes its locks too.
         for run_id in sorted(run_id for run_id in first if run_id not in created):
-            conn.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+            batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
         for group in groups:
             for run in group.creates:
-                tables.insert_run(conn, run, group.now, guarded=True)
+                tables.insert_run(batch, run, group.now)
         for run_id in sorted(run_id for run_id in first if run_id in created):
-            conn.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+            batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
         results: list[list[list[EventEnvelope]]] = []
         for group in groups:
             envelopes = []
             for write in group.writes:
                 envelopes.append(
                     tables.insert_events(
-                        conn, write.run_id, write.expected_sequence, write.events, group.now
+                        batch, write.run_id, write.expected_sequence, write.events, group.now
                     )
                 )
                 target = tables.LockedRun(write.expected_sequence + len(write.events), None)
-                tables.apply_index(conn, target, write.run_id, write.index, group.now, guarded=True)
+                tables.apply_index(batch, target, write.run_id, write.index, group.now)
             results.append(envelopes)
         if any(_schedules_work(w.index) for g in groups for w in g.writes) or any(
             r.decide_at is not None for g in groups for r in g.creates
         ):
-            self._notify(conn)
+            batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
         return results
 
     def _apply(
@@ -936,7 +942,7 @@ class PostgresStore(AppendViaCommit):
 
     def _notify(self, conn: Connection) -> None:
         # Inside the transaction: PostgreSQL delivers it only if the commit succeeds.
-        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.schema))
+        conn.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
 
     def _count_rows(self, rows: int) -> None:
         with self._lock:

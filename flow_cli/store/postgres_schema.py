@@ -394,10 +394,10 @@ GUARD_SEQUENCE = (
 """Lock a run's row and move its ``last_sequence`` from the writer's expectation to the value
 after its events, failing with ``division_by_zero`` when the row is missing or elsewhere.
 
-Raising in the statement itself (``count(*)`` is 0; an aggregate, so never folded into a
-planning-time error) is what lets a commit be sent as one pipeline ending in ``COMMIT``: a
-failed guard aborts the transaction and everything queued after it, with no round trip spent
-asking first. Parameters: new last sequence, run id, expected sequence."""
+Failing in the statement itself (``count(*)`` is 0; an aggregate, so never folded into a
+planning-time error) is what lets a whole commit go out as one ``Batch``: a failed guard rolls
+back everything, with no round trip spent asking first. Parameters: new last sequence, run id,
+expected sequence."""
 
 
 class GuardFailed(Exception):
@@ -412,6 +412,40 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     HookTokenInUse,
 )
 """The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
+
+
+class Batch:
+    """Statements bound on the client and sent together as one simple-protocol query.
+
+    PostgreSQL runs a query string of several statements as one implicit transaction: all of
+    it commits, or an error rolls all of it back. So a whole commit is one message out and one
+    answer back, with none of the per-statement work of a pipeline (a send, a flush and a
+    result to process for each). The price is that no statement's answer can be read, which
+    is why its checks are statements that fail (``GUARD_SEQUENCE``, unique keys, guarded hook
+    upserts). Values are bound by psycopg's client-side binding (``ClientCursor.mogrify``).
+    """
+
+    __slots__ = ("_conn", "_cursor", "_parts")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._cursor = psycopg.ClientCursor(conn)
+        self._parts: list[str] = []
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> None:
+        """Add one statement; nothing is sent yet."""
+        self._parts.append(self._cursor.mogrify(query, params))
+
+    def send(self) -> None:
+        """Run the statements as one implicit transaction (the connection must be in
+        autocommit mode, so that psycopg opens no transaction of its own around it)."""
+        if self._parts:
+            self._conn.execute(";\n".join(self._parts))
+
+
+Statements: TypeAlias = Connection | Batch
+"""Where the statement helpers send to: a connection (each statement runs at once, answers
+can be read) or a ``Batch`` (sent later, all at once; checks fail their statement)."""
 
 
 LOCK_RUNS = (
@@ -448,15 +482,13 @@ _INSERT_RUN = (
 )
 
 
-def insert_run(
-    conn: Connection, run: NewRun, now: datetime, *, guarded: bool = False
-) -> EventEnvelope | None:
+def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | None:
     """Insert the run's row and its ``run_started``; ``None`` (writing nothing) if it exists.
 
     ``ON CONFLICT DO NOTHING`` makes a concurrent creator of the same id wait for the first one
-    and then see the row, so exactly one of them creates the run. ``guarded=True`` (a pipelined
-    commit, which reads no answer before ``COMMIT``) inserts plainly instead: an existing id is
-    a unique violation that aborts the transaction.
+    and then see the row, so exactly one of them creates the run. A ``Batch`` reads no answer,
+    so there the run is inserted plainly: an existing id is a unique violation that rolls the
+    whole batch back.
     """
     spec = run.spec
     params = (
@@ -470,7 +502,7 @@ def insert_run(
         run.decide_at,
         json.dumps(list(spec.patches)),
     )
-    if guarded:
+    if isinstance(conn, Batch):
         conn.execute(_INSERT_RUN, params)
     elif (
         conn.execute(
@@ -483,22 +515,25 @@ def insert_run(
     return envelope
 
 
+_INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
+_EVENT_ROW = "(%s, %s, %s, %s, %s)"
+
+
 def insert_events(
-    conn: Connection, run_id: str, after: int, events: Sequence[Event], now: datetime
+    conn: Statements, run_id: str, after: int, events: Sequence[Event], now: datetime
 ) -> list[EventEnvelope]:
     """Insert ``events`` as sequences ``after + 1, ...`` and return their envelopes."""
     envelopes = [
         EventEnvelope(run_id=run_id, sequence=after + i, recorded_at=now, event=event)
         for i, event in enumerate(events, start=1)
     ]
-    rows = [(run_id, e.sequence, e.event_key, now, Json(e.event.to_data())) for e in envelopes]
-    if rows:
-        with unique_violations_as_conflict(run_id, after), conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                rows,
-            )
+    if envelopes:
+        # One statement for all of them (its text depends only on how many there are).
+        params: list[Any] = []
+        for e in envelopes:
+            params += (run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
+        with unique_violations_as_conflict(run_id, after):
+            conn.execute(_INSERT_EVENTS + ", ".join([_EVENT_ROW] * len(envelopes)), params)
     return envelopes
 
 
@@ -528,18 +563,12 @@ def _run_update(sets: tuple[str, ...]) -> str:
 
 
 def apply_index(
-    conn: Connection,
-    run: LockedRun,
-    run_id: str,
-    index: RunIndex,
-    now: datetime,
-    *,
-    guarded: bool = False,
+    conn: Statements, run: LockedRun, run_id: str, index: RunIndex, now: datetime
 ) -> None:
     """Bring the run's index rows in line with the events just appended (``run`` is current).
 
-    ``guarded=True``: no statement's answer is read (the commit is one pipeline), so a hook
-    token owned by another hook fails the transaction instead of raising ``HookTokenInUse``.
+    In a ``Batch`` a hook token owned by another hook fails the batch (no answer is read)
+    instead of raising ``HookTokenInUse``.
     """
     sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
     params: list[Any] = [index.status.value, now, run.last_sequence]
@@ -576,7 +605,7 @@ def apply_index(
     else:
         _apply_steps(conn, run_id, run.build_id, index.steps)
     for hook in index.hooks:
-        _upsert_hook(conn, run_id, hook, now, guarded=guarded)
+        _upsert_hook(conn, run_id, hook, now)
 
 
 _UPSERT_TASK = (
@@ -586,7 +615,7 @@ _UPSERT_TASK = (
 
 
 def _apply_steps(
-    conn: Connection, run_id: str, build_id: str | None, steps: Mapping[str, StepTask | None]
+    conn: Statements, run_id: str, build_id: str | None, steps: Mapping[str, StepTask | None]
 ) -> None:
     gone = [step_id for step_id, task in steps.items() if task is None]
     if gone:
@@ -616,11 +645,8 @@ def _apply_steps(
             for step_id, task in steps.items()
             if task is not None
         ]
-    if len(tasks) == 1:
-        conn.execute(query, tasks[0])  # one statement: no executemany machinery
-    elif tasks:
-        with conn.cursor() as cur:
-            cur.executemany(query, tasks)
+    for task in tasks:  # usually one
+        conn.execute(query, task)
 
 
 _UPSERT_HOOK = (
@@ -632,14 +658,12 @@ _UPSERT_HOOK = (
 )
 
 
-def _upsert_hook(
-    conn: Connection, run_id: str, hook: HookEntry, now: datetime, *, guarded: bool = False
-) -> None:
+def _upsert_hook(conn: Statements, run_id: str, hook: HookEntry, now: datetime) -> None:
     # ON CONFLICT waits for a concurrent creator of the same token, then updates the row only
     # if it is this very hook: no row back means another hook owns the token.
     params = (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata))
-    if guarded:
-        # No row back fails the statement (see GUARD_SEQUENCE), and with it the commit.
+    if isinstance(conn, Batch):
+        # No row back fails the statement (see GUARD_SEQUENCE), and with it the batch.
         conn.execute(f"WITH upserted AS ({_UPSERT_HOOK}) SELECT 1 / count(*) FROM upserted", params)
         return
     row = conn.execute(_UPSERT_HOOK, params).fetchone()
