@@ -26,6 +26,7 @@ import os
 import re
 import select
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
@@ -302,10 +303,26 @@ class PostgresStore(AppendViaCommit):
         created: set[str],
     ) -> list[list[list[EventEnvelope]]]:
         """Add a guarded commit's statements (see ``_commit_guarded``) to ``batch``."""
+        # A run written once is checked by its own index update; others get a guard first.
+        writes = {w.run_id: (w, g.now) for g in groups for w in g.writes}
+        once = {
+            run_id
+            for run_id, n in Counter(w.run_id for g in groups for w in g.writes).items()
+            if n == 1 and run_id not in created
+        }
         # Rows of runs that exist are locked (by their guards) before any create, the order in
         # which the checking path takes its locks too.
         for run_id in sorted(run_id for run_id in first if run_id not in created):
-            batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+            if run_id in once:
+                write, now = writes[run_id]
+                sets, params = tables.index_update(
+                    tables.LockedRun(after[run_id], None), write.index, now
+                )
+                batch.execute(
+                    tables.run_update(sets, guarded=True), [*params, run_id, first[run_id]]
+                )
+            else:
+                batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
         for group in groups:
             for run in group.creates:
                 tables.insert_run(batch, run, group.now)
@@ -321,7 +338,14 @@ class PostgresStore(AppendViaCommit):
                     )
                 )
                 target = tables.LockedRun(write.expected_sequence + len(write.events), None)
-                tables.apply_index(batch, target, write.run_id, write.index, group.now)
+                tables.apply_index(
+                    batch,
+                    target,
+                    write.run_id,
+                    write.index,
+                    group.now,
+                    row_done=write.run_id in once,
+                )
             results.append(envelopes)
         if any(_schedules_work(w.index) for g in groups for w in g.writes) or any(
             r.decide_at is not None for g in groups for r in g.creates

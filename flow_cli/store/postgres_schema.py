@@ -550,26 +550,36 @@ def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterat
         raise EventConflict(run_id, expected_sequence, None) from exc
 
 
-_RUN_UPDATES: dict[tuple[str, ...], str] = {}
-"""``UPDATE runs`` statements by the columns they set: built once each, so the hot path neither
-composes SQL nor sends psycopg a new query text (which would defeat its prepared statements)."""
+_RUN_UPDATES: dict[tuple[tuple[str, ...], bool], str] = {}
+"""``UPDATE runs`` statements by the columns they set (and whether guarded): built once each,
+so the hot path neither composes SQL nor sends psycopg a new query text (which would defeat
+its prepared statements)."""
 
 
-def _run_update(sets: tuple[str, ...]) -> str:
-    query = _RUN_UPDATES.get(sets)
+def run_update(sets: tuple[str, ...], *, guarded: bool = False) -> str:
+    """The ``UPDATE runs`` of ``index_update``'s columns; parameters: theirs, then the run id.
+
+    ``guarded=True`` also checks and locks like ``GUARD_SEQUENCE`` (one more parameter, the
+    expected sequence, and the same failure): one statement and one row version instead of
+    two, for a run a batch writes once.
+    """
+    query = _RUN_UPDATES.get((sets, guarded))
     if query is None:
-        query = _RUN_UPDATES[sets] = f"UPDATE runs SET {', '.join(sets)} WHERE run_id = %s"
+        update = f"UPDATE runs SET {', '.join(sets)} WHERE run_id = %s"
+        if guarded:
+            update = (
+                f"WITH moved AS ({update} AND last_sequence = %s RETURNING 1) "
+                "SELECT 1 / count(*) FROM moved"
+            )
+        query = _RUN_UPDATES[(sets, guarded)] = update
     return query
 
 
-def apply_index(
-    conn: Statements, run: LockedRun, run_id: str, index: RunIndex, now: datetime
-) -> None:
-    """Bring the run's index rows in line with the events just appended (``run`` is current).
-
-    In a ``Batch`` a hook token owned by another hook fails the batch (no answer is read)
-    instead of raising ``HookTokenInUse``.
-    """
+def index_update(
+    run: LockedRun, index: RunIndex, now: datetime
+) -> tuple[tuple[str, ...], list[Any]]:
+    """The runs row's new values after an append (``run`` is current): ``SET`` items and their
+    parameters, for ``run_update``."""
     sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
     params: list[Any] = [index.status.value, now, run.last_sequence]
     if index.status.terminal:
@@ -591,15 +601,36 @@ def apply_index(
         sets.append("waiting_on = %s")
         params.append(index.waiting_on)
     if index.build_id is not KEEP:
-        # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
         sets.append("build_id = %s")
         params.append(index.build_id)
+    return tuple(sets), params
+
+
+def apply_index(
+    conn: Statements,
+    run: LockedRun,
+    run_id: str,
+    index: RunIndex,
+    now: datetime,
+    *,
+    row_done: bool = False,
+) -> None:
+    """Bring the run's index rows in line with the events just appended (``run`` is current).
+
+    ``row_done``: the runs row was updated already (by a guarded ``run_update``); only the step
+    tasks and hooks are left. In a ``Batch`` a hook token owned by another hook fails the batch
+    (no answer is read) instead of raising ``HookTokenInUse``.
+    """
+    if index.build_id is not KEEP:
+        # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
         run.build_id = index.build_id
         conn.execute(
             "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
         )
-    params.append(run_id)
-    conn.execute(_run_update(tuple(sets)), params)
+    if not row_done:
+        sets, params = index_update(run, index, now)
+        params.append(run_id)
+        conn.execute(run_update(sets), params)
     if index.status.terminal:
         conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
     else:
