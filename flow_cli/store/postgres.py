@@ -27,11 +27,11 @@ import re
 import select
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from time import monotonic
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -81,6 +81,8 @@ _MAX_IDLE = 8
 _NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
 
 _NOTIFY = "SELECT pg_notify(%s, %s)"
+
+_T = TypeVar("_T")
 
 
 class PostgresStore(AppendViaCommit):
@@ -144,11 +146,17 @@ class PostgresStore(AppendViaCommit):
 
     def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
         """Create the run with ``run_started`` at sequence 1; ``None`` if the run id exists."""
-        with self._transaction() as conn:
-            envelope = tables.insert_run(conn, run, now)
-            if envelope is not None and run.decide_at is not None:
-                self._notify(conn)
+
+        # One round trip: the run's row, its run_started and the NOTIFY as one batch, which an
+        # existing run id (a unique violation) rolls back.
+        def fill(batch: tables.Batch) -> EventEnvelope | None:
+            envelope = tables.insert_run(batch, run, now)
+            if run.decide_at is not None:
+                batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
             return envelope
+
+        done = self._batch(fill)
+        return None if done is None else done[0]
 
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
@@ -277,13 +285,20 @@ class PostgresStore(AppendViaCommit):
                 elif current != write.expected_sequence:
                     return None
                 after[write.run_id] = write.expected_sequence + len(write.events)
+        done = self._batch(lambda batch: self._queue_guarded(batch, groups, first, after, created))
+        return None if done is None else done[0]
+
+    def _batch(self, fill: Callable[[tables.Batch], _T]) -> tuple[_T] | None:
+        """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
+        transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
+        ``GUARD_FAILURES``) and the batch was rolled back."""
         try:
             with self._transaction() as conn:
                 # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
                 conn.autocommit = True
                 try:
                     batch = tables.Batch(conn)
-                    results = self._queue_guarded(batch, groups, first, after, created)
+                    result = fill(batch)
                     batch.send()
                 except tables.GUARD_FAILURES as exc:
                     # Past here not a psycopg.Error: no StoreError is made of it.
@@ -292,7 +307,7 @@ class PostgresStore(AppendViaCommit):
                     conn.autocommit = False
         except tables.GuardFailed:
             return None
-        return results
+        return (result,)
 
     def _queue_guarded(
         self,
