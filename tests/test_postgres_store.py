@@ -26,13 +26,13 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 
 from flow_cli.errors import EventConflict, StoreError  # noqa: E402
-from flow_cli.model.events import SignalReceived, StepScheduled  # noqa: E402
+from flow_cli.model.events import RunStarted, SignalReceived, StepScheduled  # noqa: E402
 from flow_cli.model.retry import RetryPolicy  # noqa: E402
 from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
 from flow_cli.store import postgres_schema  # noqa: E402
 from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
-from flow_cli.store.protocol import NewRun, RunIndex, StepTask  # noqa: E402
+from flow_cli.store.protocol import HookEntry, HookRecord, NewRun, RunIndex, StepTask  # noqa: E402
 
 BUILD = "shop-1"
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -563,6 +563,28 @@ def test_json_payloads_read_back_exactly(store: PostgresStore) -> None:
     assert list(read.payload) == ["z", "a", "m"]  # key order kept, as in the other stores
     assert [type(v) for v in read.payload["a"]] == [float, float, float, int, str, str]
     assert str(read.payload["a"][1]) == "-0.0"
+
+
+def test_values_bound_on_the_client_read_back_exactly(store: PostgresStore) -> None:
+    # A commit's statements are bound by psycopg on the client and sent as one query string:
+    # quotes, backslashes, placeholders and semicolons in values must stay values.
+    tricky = "it's %s %(x)s \\ \\x00 ; DROP TABLE runs; -- $$ \u00e9"
+    spec = WorkflowSpec(workflow=tricky, input={"k": tricky}, runtime_build_id=tricky)
+    store.create_run(NewRun(run_id=tricky, spec=spec, seed=tricky, decide_at=NOW), NOW)
+    entry = HookEntry(token=tricky, hook_id=tricky, resolved=False)
+    index = RunIndex(status=RunStatus.RUNNING, waiting_on=tricky, failing=tricky, hooks=[entry])
+    store.append_if_sequence(
+        tricky, 1, [SignalReceived(signal_name=tricky, payload=tricky)], index, NOW
+    )
+    started, received = (e.event for e in store.read_history(tricky))
+    assert isinstance(started, RunStarted) and started.spec == spec and started.seed == tricky
+    assert received == SignalReceived(signal_name=tricky, payload=tricky)
+    record = store.get_run(tricky)
+    assert record is not None and (record.workflow, record.build_id) == (tricky, tricky)
+    assert (record.failing, record.waiting_on) == (tricky, tricky)
+    assert store.find_hook(tricky) == HookRecord(
+        token=tricky, run_id=tricky, hook_id=tricky, resolved=False
+    )
 
 
 def test_open_store_takes_the_schema_from_the_url(url: str, schema: str) -> None:

@@ -6,9 +6,12 @@ psycopg is needed only by those who use it. The tables and the statements on the
 
 - Every public method is one transaction on a connection from a small pool (a connection serves
   one thread at a time). Times come from the caller's clock; SQL ``now()`` is never used.
-- Optimistic concurrency: ``commit`` locks each written run row (``SELECT ... FOR UPDATE``) and
-  compares ``last_sequence`` with the writer's expectation; ``PRIMARY KEY (run_id, sequence)`` is
-  the backstop, its unique violation turned into ``EventConflict`` in one place.
+- Optimistic concurrency: ``commit`` sends everything as one query string whose guards fail it
+  when a written run's ``last_sequence`` is not the writer's expectation (``UPDATE ... WHERE
+  last_sequence = expected``, which also locks the row), so the common commit is one round trip.
+  Only when a guard fails is the commit redone the checking way, locking each written run row
+  (``SELECT ... FOR UPDATE``) to name the culprit. ``PRIMARY KEY (run_id, sequence)`` is the
+  backstop, its unique violation turned into ``EventConflict`` in one place.
 - Leases take due rows with ``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for, or
   receive, the same run or step.
 - A commit that schedules work sends ``NOTIFY flow_work`` (payload: the schema) inside its
@@ -212,7 +215,7 @@ class PostgresStore(AppendViaCommit):
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``).
 
-        First tried as one guarded pipeline (``_commit_guarded``); when a guard fails, redone
+        First tried as one guarded batch (``_commit_guarded``); when a guard fails, redone
         here: every run the groups write is locked first, in run id order, so two workers'
         group commits queue instead of deadlocking, and each group gets a savepoint (a single
         group needs none: its failure rolls back the transaction, which is the same thing).
