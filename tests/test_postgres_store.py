@@ -365,6 +365,33 @@ def test_wait_for_change_ignores_other_schemas_and_failed_commits(
         other.close()
 
 
+def test_a_started_step_wakes_nobody_a_ready_one_does(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1", decide_at=None), NOW)
+    store.wait_for_change(0)  # starts listening
+    until = NOW + timedelta(seconds=30)
+    started = {"a": StepTask(step_id="a", attempt=1, available_at=until, owner="w1")}
+    other = PostgresStore(url, schema=schema)
+    try:
+        # The committing worker runs a step it started itself: no other worker is woken.
+        other.append_if_sequence(
+            "r1", 1, [signal(1)], RunIndex(status=RunStatus.RUNNING, steps=started), NOW
+        )
+        began = time.monotonic()
+        store.wait_for_change(0.4)
+        assert time.monotonic() - began >= 0.35
+        ready = {"b": StepTask(step_id="b", attempt=1, available_at=NOW)}
+        other.append_if_sequence(
+            "r1", 2, [signal(2)], RunIndex(status=RunStatus.RUNNING, steps=ready), NOW
+        )
+        began = time.monotonic()
+        store.wait_for_change(5)
+        assert time.monotonic() - began < 1
+    finally:
+        other.close()
+
+
 def test_a_change_between_waits_is_not_lost(url: str, schema: str, store: PostgresStore) -> None:
     store.wait_for_change(0)
     _commit_later(url, schema, 0).join()

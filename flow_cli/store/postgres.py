@@ -1016,12 +1016,19 @@ _REFUSED = re.compile(
 
 
 def _schedules_work(index: RunIndex) -> bool:
-    """Whether workers should look again: a decision time was set or a step task upserted."""
+    """Whether workers should look again: a decision time was set or a step task upserted that
+    a worker may lease.
+
+    A started attempt (a task with an owner: the committing worker runs it) is nobody else's
+    work until its lease runs out, and idle workers look at least every ``max_idle_sleep``
+    anyway, so it wakes nobody: a worker chaining steps would otherwise NOTIFY, and wake every
+    listening worker, at each step for nothing.
+    """
     if index.status.terminal:
         return False
     if index.decide_at is not KEEP and index.decide_at is not None:
         return True
-    return any(task is not None for task in index.steps.values())
+    return any(task is not None and task.owner is None for task in index.steps.values())
 
 
 def _due_params(
