@@ -392,6 +392,27 @@ def test_a_started_step_wakes_nobody_a_ready_one_does(
         other.close()
 
 
+def test_parking_wakes_workers_only_when_it_parks(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1", decide_at=None), NOW)
+    store.wait_for_change(0)  # starts listening
+    other = PostgresStore(url, schema=schema)
+    try:
+        assert not other.park_run("r1", 2, NOW)  # stale: nothing parked, nobody woken
+        began = time.monotonic()
+        store.wait_for_change(0.4)
+        assert time.monotonic() - began >= 0.35
+        assert other.park_run("r1", 1, NOW)
+        began = time.monotonic()
+        store.wait_for_change(5)
+        assert time.monotonic() - began < 1
+        record = store.get_run("r1")
+        assert record is not None and record.decide_at == NOW
+    finally:
+        other.close()
+
+
 def test_a_change_between_waits_is_not_lost(url: str, schema: str, store: PostgresStore) -> None:
     store.wait_for_change(0)
     _commit_later(url, schema, 0).join()

@@ -623,15 +623,23 @@ class PostgresStore(AppendViaCommit):
 
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
         """Set ``decide_at`` if the run is still at ``expected_sequence``; else False."""
-        with self._transaction(durable=False) as conn:
-            parked = conn.execute(
-                "UPDATE runs SET decide_at = %s, lease_owner = NULL "
-                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id",
-                (decide_at, run_id, expected_sequence),
-            ).fetchone()
-            if parked is not None and decide_at is not None:
-                self._notify(conn)
-        return parked is not None
+        # One round trip: the NOTIFY (when a time was set) rides on the update's row, so it is
+        # sent only if the run was parked.
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
+                "WITH parked AS (UPDATE runs SET decide_at = %s, lease_owner = NULL "
+                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id) "
+                "SELECT run_id, CASE WHEN %s THEN pg_notify(%s, %s)::text END FROM parked",
+                (
+                    decide_at,
+                    run_id,
+                    expected_sequence,
+                    decide_at is not None,
+                    NOTIFY_CHANNEL,
+                    self.schema,
+                ),
+            )
+        return cursor.fetchone() is not None
 
     def lease_steps(
         self,
@@ -694,13 +702,13 @@ class PostgresStore(AppendViaCommit):
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
-        with self._transaction(durable=False) as conn:
-            renewed = conn.execute(
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
                 "UPDATE step_tasks SET available_at = %s "
                 "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
                 (lease_until, run_id, step_id, worker),
-            ).fetchone()
-        return renewed is not None
+            )
+        return cursor.fetchone() is not None
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
@@ -746,12 +754,12 @@ class PostgresStore(AppendViaCommit):
 
     def heartbeat(self, worker_id: str, now: datetime) -> bool:
         """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
-        with self._transaction(durable=False) as conn:
+        with self._transaction(durable=False, pipelined=True) as conn:
             cur = conn.execute(
                 "UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s AND stopped_at IS NULL",
                 (now, worker_id),
             )
-            return cur.rowcount > 0
+        return cur.rowcount > 0
 
     def worker_stopped(self, worker_id: str, now: datetime) -> None:
         """Mark the worker stopped at ``now``."""
