@@ -32,7 +32,15 @@ from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
 from flow_cli.store import postgres_schema  # noqa: E402
 from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
-from flow_cli.store.protocol import HookEntry, HookRecord, NewRun, RunIndex, StepTask  # noqa: E402
+from flow_cli.store.protocol import (  # noqa: E402
+    CommitGroup,
+    HookEntry,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    StepTask,
+    StreamWrite,
+)
 
 BUILD = "shop-1"
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -276,6 +284,57 @@ def test_concurrent_appender_processes_leave_a_gapless_history(
     record = store.get_run("r1")
     assert record is not None and record.last_sequence == workers * count + 1
     assert conflicts > 0, "the processes never raced; the test proved nothing"
+
+
+def test_group_commits_writing_runs_in_opposite_orders_queue_instead_of_deadlocking(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    # Each batch writes every run, one thread in the opposite order of the other: the guarded
+    # updates lock rows in run id order, so the batches queue; a deadlock would be a StoreError.
+    run_ids = [f"r{i}" for i in range(4)]
+    for run_id in run_ids:
+        store.create_run(new_run(run_id), NOW)
+    rounds, committed = 20, [0, 0]
+    together = threading.Barrier(2, timeout=30)  # both batches in flight at once
+
+    def writer(w: int) -> None:
+        mine = PostgresStore(url, schema=schema)
+        try:
+            order = run_ids if w == 0 else run_ids[::-1]
+            for n in range(rounds):
+                last = {r: len(mine.read_history(r)) for r in order}
+                groups = [
+                    CommitGroup(
+                        writes=[
+                            StreamWrite(
+                                run_id=r,
+                                expected_sequence=last[r],
+                                events=[signal(n)],
+                                index=RUNNING,
+                            )
+                            for r in pair
+                        ],
+                        creates=[],
+                        now=NOW,
+                    )
+                    for pair in (order[:2], order[2:])
+                ]
+                together.wait()
+                results = mine.commit_groups(groups)
+                assert all(r is None or isinstance(r, EventConflict) for r in results), results
+                committed[w] += sum(r is None for r in results)
+        finally:
+            mine.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(writer, w) for w in range(2)]:
+            future.result(timeout=120)
+    for run_id in run_ids:
+        history = store.read_history(run_id)
+        assert [e.sequence for e in history] == list(range(1, len(history) + 1))
+        record = store.get_run(run_id)
+        assert record is not None and record.last_sequence == len(history)
+    assert sum(len(store.read_history(r)) - 1 for r in run_ids) == 2 * sum(committed)
 
 
 def test_primary_key_stops_a_writer_the_sequence_check_missed(
