@@ -366,7 +366,7 @@ def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
     for _ in range(3):
         assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
     assert store.stats.index_commits == leased + 1
-    # A commit announcing work (NOTIFY) lets the next pass lease at once, and it finds the run.
+    # A commit announcing work (NOTIFY): the next pass looks, finds the run and leases it.
     store.wait_for_change(0)
     _commit_later(url, schema, 0).join()
     store.wait_for_change(5)

@@ -129,9 +129,11 @@ class PostgresStore(AppendViaCommit):
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
         self._pid = os.getpid()
-        # Whether ``lease_runs`` may lease without looking first: its last lease found runs, or
-        # ``wait_for_change`` just heard a commit schedule work. A lease that finds nothing
-        # clears it, so an idle worker's passes stay read-only.
+        # Whether ``lease_runs`` may lease without looking first: its last lease found runs, so
+        # more are likely (a busy worker). A lease that finds nothing clears it, so an idle
+        # worker's passes stay read-only. A NOTIFY does not set it: it announces ready steps
+        # as often as due runs, and a lease that finds nothing costs a write where a look
+        # costs a read.
         self._runs_expected = False
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
@@ -610,7 +612,7 @@ class PostgresStore(AppendViaCommit):
         if not self._runs_expected:
             with self._reading() as conn:
                 # Look before locking: an idle worker must not open a write transaction every
-                # pass. Skipped while leasing finds work, or a commit just announced some.
+                # pass. Skipped while leasing finds work.
                 if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
                     return []
         with self._transaction(durable=False, pipelined=True) as conn:
@@ -810,7 +812,6 @@ class PostgresStore(AppendViaCommit):
             with closing(self._listener.notifies(timeout=remaining)) as notes:
                 if not any(note.payload == self.schema for note in notes):
                     return
-            self._runs_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
