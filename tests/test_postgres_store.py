@@ -26,13 +26,21 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 
 from flow_cli.errors import EventConflict, StoreError  # noqa: E402
-from flow_cli.model.events import SignalReceived, StepScheduled  # noqa: E402
+from flow_cli.model.events import RunStarted, SignalReceived, StepScheduled  # noqa: E402
 from flow_cli.model.retry import RetryPolicy  # noqa: E402
 from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
 from flow_cli.store import postgres_schema  # noqa: E402
 from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
-from flow_cli.store.protocol import NewRun, RunIndex, StepTask  # noqa: E402
+from flow_cli.store.protocol import (  # noqa: E402
+    CommitGroup,
+    HookEntry,
+    HookRecord,
+    NewRun,
+    RunIndex,
+    StepTask,
+    StreamWrite,
+)
 
 BUILD = "shop-1"
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -278,6 +286,57 @@ def test_concurrent_appender_processes_leave_a_gapless_history(
     assert conflicts > 0, "the processes never raced; the test proved nothing"
 
 
+def test_group_commits_writing_runs_in_opposite_orders_queue_instead_of_deadlocking(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    # Each batch writes every run, one thread in the opposite order of the other: the guarded
+    # updates lock rows in run id order, so the batches queue; a deadlock would be a StoreError.
+    run_ids = [f"r{i}" for i in range(4)]
+    for run_id in run_ids:
+        store.create_run(new_run(run_id), NOW)
+    rounds, committed = 20, [0, 0]
+    together = threading.Barrier(2, timeout=30)  # both batches in flight at once
+
+    def writer(w: int) -> None:
+        mine = PostgresStore(url, schema=schema)
+        try:
+            order = run_ids if w == 0 else run_ids[::-1]
+            for n in range(rounds):
+                last = {r: len(mine.read_history(r)) for r in order}
+                groups = [
+                    CommitGroup(
+                        writes=[
+                            StreamWrite(
+                                run_id=r,
+                                expected_sequence=last[r],
+                                events=[signal(n)],
+                                index=RUNNING,
+                            )
+                            for r in pair
+                        ],
+                        creates=[],
+                        now=NOW,
+                    )
+                    for pair in (order[:2], order[2:])
+                ]
+                together.wait()
+                results = mine.commit_groups(groups)
+                assert all(r is None or isinstance(r, EventConflict) for r in results), results
+                committed[w] += sum(r is None for r in results)
+        finally:
+            mine.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(writer, w) for w in range(2)]:
+            future.result(timeout=120)
+    for run_id in run_ids:
+        history = store.read_history(run_id)
+        assert [e.sequence for e in history] == list(range(1, len(history) + 1))
+        record = store.get_run(run_id)
+        assert record is not None and record.last_sequence == len(history)
+    assert sum(len(store.read_history(r)) - 1 for r in run_ids) == 2 * sum(committed)
+
+
 def test_primary_key_stops_a_writer_the_sequence_check_missed(
     url: str, schema: str, store: PostgresStore
 ) -> None:
@@ -291,6 +350,28 @@ def test_primary_key_stops_a_writer_the_sequence_check_missed(
     assert caught.value.run_id == "r1" and caught.value.expected_sequence == 1
     assert store.stats.conflicts == conflicts + 1
     assert [e.sequence for e in store.read_history("r1")] == [1, 2]
+
+
+def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    until = NOW + timedelta(seconds=30)
+    assert store.lease_runs("w", [BUILD], NOW, until, 10) == ["r1"]
+    leased = store.stats.index_commits
+    # Right after finding work the next pass leases without looking first: one write...
+    assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+    assert store.stats.index_commits == leased + 1
+    # ...and having found nothing, the passes after it only look: no write transaction.
+    for _ in range(3):
+        assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+    assert store.stats.index_commits == leased + 1
+    # A commit announcing work (NOTIFY): the next pass looks, finds the run and leases it.
+    store.wait_for_change(0)
+    _commit_later(url, schema, 0).join()
+    store.wait_for_change(5)
+    [late] = store.lease_runs("w", [BUILD], NOW, until, 10)
+    assert late.startswith("late-") and store.stats.index_commits == leased + 2
 
 
 # -- wake-ups ------------------------------------------------------------------------------------
@@ -340,6 +421,54 @@ def test_wait_for_change_ignores_other_schemas_and_failed_commits(
         assert time.monotonic() - started >= 0.45
     finally:
         other.drop_schema()
+        other.close()
+
+
+def test_a_started_step_wakes_nobody_a_ready_one_does(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1", decide_at=None), NOW)
+    store.wait_for_change(0)  # starts listening
+    until = NOW + timedelta(seconds=30)
+    started = {"a": StepTask(step_id="a", attempt=1, available_at=until, owner="w1")}
+    other = PostgresStore(url, schema=schema)
+    try:
+        # The committing worker runs a step it started itself: no other worker is woken.
+        other.append_if_sequence(
+            "r1", 1, [signal(1)], RunIndex(status=RunStatus.RUNNING, steps=started), NOW
+        )
+        began = time.monotonic()
+        store.wait_for_change(0.4)
+        assert time.monotonic() - began >= 0.35
+        ready = {"b": StepTask(step_id="b", attempt=1, available_at=NOW)}
+        other.append_if_sequence(
+            "r1", 2, [signal(2)], RunIndex(status=RunStatus.RUNNING, steps=ready), NOW
+        )
+        began = time.monotonic()
+        store.wait_for_change(5)
+        assert time.monotonic() - began < 1
+    finally:
+        other.close()
+
+
+def test_parking_wakes_workers_only_when_it_parks(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1", decide_at=None), NOW)
+    store.wait_for_change(0)  # starts listening
+    other = PostgresStore(url, schema=schema)
+    try:
+        assert not other.park_run("r1", 2, NOW)  # stale: nothing parked, nobody woken
+        began = time.monotonic()
+        store.wait_for_change(0.4)
+        assert time.monotonic() - began >= 0.35
+        assert other.park_run("r1", 1, NOW)
+        began = time.monotonic()
+        store.wait_for_change(5)
+        assert time.monotonic() - began < 1
+        record = store.get_run("r1")
+        assert record is not None and record.decide_at == NOW
+    finally:
         other.close()
 
 
@@ -541,6 +670,28 @@ def test_json_payloads_read_back_exactly(store: PostgresStore) -> None:
     assert list(read.payload) == ["z", "a", "m"]  # key order kept, as in the other stores
     assert [type(v) for v in read.payload["a"]] == [float, float, float, int, str, str]
     assert str(read.payload["a"][1]) == "-0.0"
+
+
+def test_values_bound_on_the_client_read_back_exactly(store: PostgresStore) -> None:
+    # A commit's statements are bound by psycopg on the client and sent as one query string:
+    # quotes, backslashes, placeholders and semicolons in values must stay values.
+    tricky = "it's %s %(x)s \\ \\x00 ; DROP TABLE runs; -- $$ \u00e9"
+    spec = WorkflowSpec(workflow=tricky, input={"k": tricky}, runtime_build_id=tricky)
+    store.create_run(NewRun(run_id=tricky, spec=spec, seed=tricky, decide_at=NOW), NOW)
+    entry = HookEntry(token=tricky, hook_id=tricky, resolved=False)
+    index = RunIndex(status=RunStatus.RUNNING, waiting_on=tricky, failing=tricky, hooks=[entry])
+    store.append_if_sequence(
+        tricky, 1, [SignalReceived(signal_name=tricky, payload=tricky)], index, NOW
+    )
+    started, received = (e.event for e in store.read_history(tricky))
+    assert isinstance(started, RunStarted) and started.spec == spec and started.seed == tricky
+    assert received == SignalReceived(signal_name=tricky, payload=tricky)
+    record = store.get_run(tricky)
+    assert record is not None and (record.workflow, record.build_id) == (tricky, tricky)
+    assert (record.failing, record.waiting_on) == (tricky, tricky)
+    assert store.find_hook(tricky) == HookRecord(
+        token=tricky, run_id=tricky, hook_id=tricky, resolved=False
+    )
 
 
 def test_open_store_takes_the_schema_from_the_url(url: str, schema: str) -> None:

@@ -46,6 +46,7 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     KEEP,
+    CommitGroup,
     EventStore,
     HookEntry,
     HookRecord,
@@ -360,6 +361,93 @@ def test_hook_token_of_another_hook_aborts_the_commit(
     with pytest.raises(HookTokenInUse):
         store.commit(writes, [new_run("c")], now)
     assert store.find_hook("new") is None and store.get_run("c") is None
+
+
+def test_group_commit_leaves_out_a_stale_group_and_commits_the_other(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "b", now)
+    store.append_if_sequence("b", 1, [signal(1)], idx(), now)
+    before = store.get_run("b")
+    task = {"s1": StepTask(step_id="s1", attempt=1, available_at=now)}
+    fresh = StreamWrite(run_id="a", expected_sequence=1, events=[signal(2)], index=idx(steps=task))
+    stale = StreamWrite(
+        run_id="b",
+        expected_sequence=1,
+        events=[signal(3), signal(4)],
+        index=idx(RunStatus.SUSPENDED, steps=task, decide_at=now),
+    )
+    later = clock.advance(1)
+    results = store.commit_groups(
+        [
+            CommitGroup(writes=[stale], creates=[new_run("kid")], now=later),
+            CommitGroup(writes=[fresh], creates=[], now=later),
+        ]
+    )
+    assert isinstance(results[0], EventConflict) and results[1] is None
+    assert (results[0].run_id, results[0].expected_sequence) == ("b", 1)
+    # The stale group wrote nothing: no event, index change, step task or created run.
+    assert keys(store, "b") == [(1, "run_started"), (2, "signal_received")]
+    assert store.get_run("b") == before and store.get_run("kid") is None
+    assert keys(store, "a") == [(1, "run_started"), (2, "signal_received")]
+    record = store.get_run("a")
+    assert record is not None and (record.last_sequence, record.updated_at) == (2, later)
+    leases = store.lease_steps("w", [BUILD], later, later + timedelta(seconds=30), 10)
+    assert [(s.run_id, s.step_id) for s in leases] == [("a", "s1")]
+    assert store.stats.conflicts == 1
+
+
+def test_group_commit_reports_each_failing_group_and_keeps_the_rest(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "b", now)
+    mine = [HookEntry(token="tok", hook_id="approve", resolved=False)]
+    clash = [HookEntry(token="tok", hook_id="other", resolved=False)]
+    task = {"s1": StepTask(step_id="s1", attempt=1, available_at=now)}
+
+    def write(run_id: str, expected: int, **index: object) -> StreamWrite:
+        return StreamWrite(
+            run_id=run_id, expected_sequence=expected, events=[signal(expected)], index=idx(**index)
+        )
+
+    def group(*writes: StreamWrite, creates: tuple[NewRun, ...] = ()) -> CommitGroup:
+        return CommitGroup(writes=writes, creates=creates, now=now)
+
+    elsewhere = new_run("kid", build="shop-9", parent="a", workflow="kid")
+    results = store.commit_groups(
+        [
+            group(write("a", 1, hooks=mine)),  # a: 1 -> 2, takes the token
+            group(write("ghost", 1)),  # no such run
+            group(write("b", 1), write("a", 2, hooks=clash)),  # the token is a's now
+            group(creates=(new_run("a"),)),  # a exists
+            group(write("b", 1), write("a", 2)),  # continues from the first group
+            group(write("kid", 1, steps=task), creates=(elsewhere,)),  # creates, then writes
+        ]
+    )
+    assert [type(r).__name__ if r else None for r in results] == [
+        None,
+        "RunNotFound",
+        "HookTokenInUse",
+        "EventConflict",
+        None,
+        None,
+    ]
+    assert [s for s, _ in keys(store, "a")] == [1, 2, 3]
+    assert [s for s, _ in keys(store, "b")] == [1, 2]
+    assert [s for s, _ in keys(store, "kid")] == [1, 2]
+    with pytest.raises(RunNotFound):
+        store.read_history("ghost")
+    assert store.find_hook("tok") == HookRecord(
+        token="tok", run_id="a", hook_id="approve", resolved=False
+    )
+    # The created run's step task belongs to the created run's build.
+    assert store.lease_steps("w", [BUILD], now, now, 10) == []
+    [lease] = store.lease_steps("w", ["shop-9"], now, now + timedelta(seconds=30), 10)
+    assert (lease.run_id, lease.step_id) == ("kid", "s1")
 
 
 def test_rewriting_a_token_for_its_own_hook_resolves_it(

@@ -6,9 +6,12 @@ psycopg is needed only by those who use it. The tables and the statements on the
 
 - Every public method is one transaction on a connection from a small pool (a connection serves
   one thread at a time). Times come from the caller's clock; SQL ``now()`` is never used.
-- Optimistic concurrency: ``commit`` locks each written run row (``SELECT ... FOR UPDATE``) and
-  compares ``last_sequence`` with the writer's expectation; ``PRIMARY KEY (run_id, sequence)`` is
-  the backstop, its unique violation turned into ``EventConflict`` in one place.
+- Optimistic concurrency: ``commit`` sends everything as one query string whose guards fail it
+  when a written run's ``last_sequence`` is not the writer's expectation (``UPDATE ... WHERE
+  last_sequence = expected``, which also locks the row), so the common commit is one round trip.
+  Only when a guard fails is the commit redone the checking way, locking each written run row
+  (``SELECT ... FOR UPDATE``) to name the culprit. ``PRIMARY KEY (run_id, sequence)`` is the
+  backstop, its unique violation turned into ``EventConflict`` in one place.
 - Leases take due rows with ``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for, or
   receive, the same run or step.
 - A commit that schedules work sends ``NOTIFY flow_work`` (payload: the schema) inside its
@@ -26,11 +29,12 @@ import os
 import re
 import select
 import threading
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from time import monotonic
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -77,6 +81,12 @@ NOTIFY_CHANNEL = "flow_work"
 _MAX_IDLE = 8
 """Idle connections kept for reuse; more may be open while more threads are busy."""
 
+_NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
+
+_NOTIFY = "SELECT pg_notify(%s, %s)"
+
+_T = TypeVar("_T")
+
 
 class PostgresStore(AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
@@ -119,6 +129,12 @@ class PostgresStore(AppendViaCommit):
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
         self._pid = os.getpid()
+        # Whether ``lease_runs`` may lease without looking first: its last lease found runs, so
+        # more are likely (a busy worker). A lease that finds nothing clears it, so an idle
+        # worker's passes stay read-only. A NOTIFY does not set it: it announces ready steps
+        # as often as due runs, and a lease that finds nothing costs a write where a look
+        # costs a read.
+        self._runs_expected = False
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -135,11 +151,17 @@ class PostgresStore(AppendViaCommit):
 
     def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
         """Create the run with ``run_started`` at sequence 1; ``None`` if the run id exists."""
-        with self._transaction() as conn:
-            envelope = tables.insert_run(conn, run, now)
-            if envelope is not None and run.decide_at is not None:
-                self._notify(conn)
+
+        # One round trip: the run's row, its run_started and the NOTIFY as one batch, which an
+        # existing run id (a unique violation) rolls back.
+        def fill(batch: tables.Batch) -> EventEnvelope | None:
+            envelope = tables.insert_run(batch, run, now)
+            if run.decide_at is not None:
+                batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
             return envelope
+
+        done = self._batch(fill)
+        return None if done is None else done[0]
 
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
@@ -181,9 +203,12 @@ class PostgresStore(AppendViaCommit):
         sequence is stale, ``HookTokenInUse`` if a new hook token is taken, and ``RunNotFound``
         if a written run does not exist.
         """
+        done = self._commit_guarded([CommitGroup(writes=writes, creates=creates, now=now)])
+        if done is not None:
+            return done[0]
         try:
             with self._transaction() as conn:
-                return self._apply(conn, writes, creates, now)
+                return self._apply(conn, writes, creates, now, {})
         except EventConflict:
             with self._lock:
                 self.stats.conflicts += 1
@@ -192,23 +217,160 @@ class PostgresStore(AppendViaCommit):
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``).
 
-        Every run the groups write is locked first, in run id order, so two workers' group
-        commits queue instead of deadlocking.
+        First tried as one guarded batch (``_commit_guarded``); when a guard fails, redone
+        here: every run the groups write is locked first, in run id order, so two workers'
+        group commits queue instead of deadlocking, and each group gets a savepoint (a single
+        group needs none: its failure rolls back the transaction, which is the same thing).
         """
+        if not groups:
+            return []
+        if self._commit_guarded(groups) is not None:
+            return [None] * len(groups)
+        if len(groups) == 1:
+            (group,) = groups
+            try:
+                with self._transaction() as conn:
+                    locked = tables.lock_runs(conn, (w.run_id for w in group.writes))
+                    self._apply(conn, group.writes, group.creates, group.now, locked)
+            except GROUP_ERRORS as exc:
+                self._count_conflict(exc)
+                return [exc]
+            return [None]
         results: list[FlowError | None] = []
         with self._transaction() as conn:
-            tables.lock_runs(conn, (w.run_id for g in groups for w in g.writes))
+            locked = tables.lock_runs(conn, (w.run_id for g in groups for w in g.writes))
             for group in groups:
+                # A failed group's savepoint undoes its writes; so must our copy of the rows.
+                before = {run_id: run.last_sequence for run_id, run in locked.items()}
                 try:
                     with conn.transaction():
-                        self._apply(conn, group.writes, group.creates, group.now)
+                        self._apply(conn, group.writes, group.creates, group.now, locked)
                 except GROUP_ERRORS as exc:
-                    if isinstance(exc, EventConflict):
-                        with self._lock:
-                            self.stats.conflicts += 1
+                    for run_id in list(locked):
+                        if run_id in before:
+                            locked[run_id].last_sequence = before[run_id]
+                        else:  # locked by this group (it created the run): gone with it
+                            del locked[run_id]
+                    self._count_conflict(exc)
                     results.append(exc)
                 else:
                     results.append(None)
+        return results
+
+    def _count_conflict(self, exc: BaseException) -> None:
+        if isinstance(exc, EventConflict):
+            with self._lock:
+                self.stats.conflicts += 1
+
+    def _commit_guarded(
+        self, groups: Sequence[CommitGroup]
+    ) -> list[list[list[EventEnvelope]]] | None:
+        """Commit every group in one round trip, or nothing (``None``) if any check fails.
+
+        The creates, one guarded ``UPDATE`` per written run (``GUARD_SEQUENCE``, in run id
+        order: the row locks two writers queue on), the events, the index rows and the NOTIFY
+        go out as one ``Batch``: one query string, one implicit transaction. No answer is read
+        before it commits, so every check is one that fails its statement: a stale or missing
+        run (the guard), a taken run id or sequence (unique keys), a hook token another hook
+        owns (a guarded upsert). Any of these rolls the whole batch back, and the caller redoes
+        the commit the checking way (row locks, savepoints), which names the culprit and still
+        commits the other groups. Conflicts are rare, so the common commit costs one round trip
+        instead of about seven.
+        """
+        # The sequence each write must find, chained through the batch; a batch whose writes
+        # do not chain (a stale write behind a fresh one) takes the checking path at once.
+        created = {run.run_id for group in groups for run in group.creates}
+        first: dict[str, int] = {}
+        after: dict[str, int] = {}
+        for group in groups:
+            for write in group.writes:
+                current = after.get(write.run_id)
+                if current is None:
+                    first[write.run_id] = write.expected_sequence
+                elif current != write.expected_sequence:
+                    return None
+                after[write.run_id] = write.expected_sequence + len(write.events)
+        done = self._batch(lambda batch: self._queue_guarded(batch, groups, first, after, created))
+        return None if done is None else done[0]
+
+    def _batch(self, fill: Callable[[tables.Batch], _T]) -> tuple[_T] | None:
+        """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
+        transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
+        ``GUARD_FAILURES``) and the batch was rolled back."""
+        try:
+            with self._transaction() as conn:
+                # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
+                conn.autocommit = True
+                try:
+                    batch = tables.Batch(conn)
+                    result = fill(batch)
+                    batch.send()
+                except tables.GUARD_FAILURES as exc:
+                    # Past here not a psycopg.Error: no StoreError is made of it.
+                    raise tables.GuardFailed from exc
+                finally:
+                    conn.autocommit = False
+        except tables.GuardFailed:
+            return None
+        return (result,)
+
+    def _queue_guarded(
+        self,
+        batch: tables.Batch,
+        groups: Sequence[CommitGroup],
+        first: dict[str, int],
+        after: dict[str, int],
+        created: set[str],
+    ) -> list[list[list[EventEnvelope]]]:
+        """Add a guarded commit's statements (see ``_commit_guarded``) to ``batch``."""
+        # A run written once is checked by its own index update; others get a guard first.
+        writes = {w.run_id: (w, g.now) for g in groups for w in g.writes}
+        once = {
+            run_id
+            for run_id, n in Counter(w.run_id for g in groups for w in g.writes).items()
+            if n == 1 and run_id not in created
+        }
+        # Rows of runs that exist are locked (by their guards) before any create, the order in
+        # which the checking path takes its locks too.
+        for run_id in sorted(run_id for run_id in first if run_id not in created):
+            if run_id in once:
+                write, now = writes[run_id]
+                sets, params = tables.index_update(
+                    tables.LockedRun(after[run_id], None), write.index, now
+                )
+                batch.execute(
+                    tables.run_update(sets, guarded=True), [*params, run_id, first[run_id]]
+                )
+            else:
+                batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+        for group in groups:
+            for run in group.creates:
+                tables.insert_run(batch, run, group.now)
+        for run_id in sorted(run_id for run_id in first if run_id in created):
+            batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+        results: list[list[list[EventEnvelope]]] = []
+        for group in groups:
+            envelopes = []
+            for write in group.writes:
+                envelopes.append(
+                    tables.insert_events(
+                        batch, write.run_id, write.expected_sequence, write.events, group.now
+                    )
+                )
+                target = tables.LockedRun(write.expected_sequence + len(write.events), None)
+                tables.apply_index(
+                    batch,
+                    target,
+                    write.run_id,
+                    write.index,
+                    group.now,
+                    row_done=write.run_id in once,
+                )
+            results.append(envelopes)
+        if any(_schedules_work(w.index) for g in groups for w in g.writes) or any(
+            r.decide_at is not None for g in groups for r in g.creates
+        ):
+            batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
         return results
 
     def _apply(
@@ -217,11 +379,16 @@ class PostgresStore(AppendViaCommit):
         writes: Sequence[StreamWrite],
         creates: Sequence[NewRun],
         now: datetime,
+        locked: dict[str, tables.LockedRun],
     ) -> list[list[EventEnvelope]]:
+        """Apply one group; ``locked`` holds the rows this transaction has locked already (it
+        gains those of the runs this group creates or that were not locked yet)."""
         for run in creates:
             if tables.insert_run(conn, run, now) is None:
                 raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
-        locked = tables.lock_runs(conn, (write.run_id for write in writes))
+        missing = [write.run_id for write in writes if write.run_id not in locked]
+        if missing:
+            locked.update(tables.lock_runs(conn, missing))
         expected: dict[str, int] = {}
         for write in writes:
             target = locked.get(write.run_id)
@@ -442,30 +609,39 @@ class PostgresStore(AppendViaCommit):
         if not build_ids or limit <= 0:
             return []
         params = _due_params(worker, build_ids, now, lease_until, limit)
-        with self._reading() as conn:
-            # Look before locking: an idle worker must not open a write transaction every pass.
-            if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
-                return []
-        with self._transaction(durable=False) as conn:
-            rows = conn.execute(
-                tables.LEASE_RUNS,
-                _due_params(worker, build_ids, now, lease_until, limit),
-            ).fetchall()
+        if not self._runs_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a write transaction every
+                # pass. Skipped while leasing finds work.
+                if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
+                    return []
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(tables.LEASE_RUNS, params)
+        rows = cursor.fetchall()
+        self._runs_expected = bool(rows)
         self._count_rows(len(rows))
         rows.sort(key=lambda row: (row[1], row[2]))  # RETURNING does not keep the CTE's order
         return [row[0] for row in rows]
 
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
         """Set ``decide_at`` if the run is still at ``expected_sequence``; else False."""
-        with self._transaction(durable=False) as conn:
-            parked = conn.execute(
-                "UPDATE runs SET decide_at = %s, lease_owner = NULL "
-                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id",
-                (decide_at, run_id, expected_sequence),
-            ).fetchone()
-            if parked is not None and decide_at is not None:
-                self._notify(conn)
-        return parked is not None
+        # One round trip: the NOTIFY (when a time was set) rides on the update's row, so it is
+        # sent only if the run was parked.
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
+                "WITH parked AS (UPDATE runs SET decide_at = %s, lease_owner = NULL "
+                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id) "
+                "SELECT run_id, CASE WHEN %s THEN pg_notify(%s, %s)::text END FROM parked",
+                (
+                    decide_at,
+                    run_id,
+                    expected_sequence,
+                    decide_at is not None,
+                    NOTIFY_CHANNEL,
+                    self.schema,
+                ),
+            )
+        return cursor.fetchone() is not None
 
     def lease_steps(
         self,
@@ -489,34 +665,37 @@ class PostgresStore(AppendViaCommit):
             candidates = conn.execute(tables.READY_STEPS, params).fetchall()
         if not candidates:
             return []
-        with self._transaction() as conn:
+        run_ids = sorted({run_id for run_id, _ in candidates})
+        with self._transaction(pipelined=True) as conn:
             # Waiting for a run another transaction holds (not skipping it) is short, and keeps
             # a ready step from being reported as absent; the update below re-checks readiness.
-            locked = tables.lock_runs(conn, sorted({run_id for run_id, _ in candidates}))
-            rows = conn.execute(
+            # BEGIN, the locks and the lease go out together: one round trip, then one more
+            # for the step_started events, the run rows and COMMIT.
+            locking = conn.execute(tables.LOCK_RUNS, (run_ids,))
+            leasing = conn.execute(
                 tables.LEASE_STEPS,
-                {
-                    **params,
-                    "runs": list(locked),
-                    "steps": [s for r, s in candidates if r in locked],
-                },
-            ).fetchall()
+                {**params, "runs": run_ids, "steps": [s for _, s in candidates]},
+            )
+            locked = tables.locked_runs(locking.fetchall())
+            # A candidate's run always exists (its step tasks go with it); should one have gone
+            # meanwhile, its tasks are not started without a row (they are leasable again once
+            # this lease runs out).
+            rows = [row for row in leasing.fetchall() if row[0] in locked]
             rows.sort(key=lambda row: (row[3], row[0], row[1]))
-            with conn.pipeline():
-                for run_id, step_id, attempt, _ in rows:
-                    target = locked[run_id]
-                    started = StepStarted(
-                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                    )
-                    tables.insert_events(conn, run_id, target.last_sequence, [started], now)
-                    target.last_sequence += 1
-                for run_id in {row[0] for row in rows}:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                        "WHERE run_id = %s",
-                        (locked[run_id].last_sequence, now, run_id),
-                    )
+            for run_id, step_id, attempt, _ in rows:
+                target = locked[run_id]
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                )
+                tables.insert_events(conn, run_id, target.last_sequence, [started], now)
+                target.last_sequence += 1
+            for run_id in {row[0] for row in rows}:
+                conn.execute(
+                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                    "WHERE run_id = %s",
+                    (locked[run_id].last_sequence, now, run_id),
+                )
         self._count_rows(len(rows))
         return [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
@@ -525,13 +704,13 @@ class PostgresStore(AppendViaCommit):
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
-        with self._transaction(durable=False) as conn:
-            renewed = conn.execute(
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
                 "UPDATE step_tasks SET available_at = %s "
                 "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
                 (lease_until, run_id, step_id, worker),
-            ).fetchone()
-        return renewed is not None
+            )
+        return cursor.fetchone() is not None
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
@@ -577,12 +756,12 @@ class PostgresStore(AppendViaCommit):
 
     def heartbeat(self, worker_id: str, now: datetime) -> bool:
         """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
-        with self._transaction(durable=False) as conn:
+        with self._transaction(durable=False, pipelined=True) as conn:
             cur = conn.execute(
                 "UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s AND stopped_at IS NULL",
                 (now, worker_id),
             )
-            return cur.rowcount > 0
+        return cur.rowcount > 0
 
     def worker_stopped(self, worker_id: str, now: datetime) -> None:
         """Mark the worker stopped at ``now``."""
@@ -699,7 +878,9 @@ class PostgresStore(AppendViaCommit):
                 conn.autocommit = False
 
     @contextmanager
-    def _transaction(self, *, durable: bool = True, writes: bool = True) -> Iterator[Connection]:
+    def _transaction(
+        self, *, durable: bool = True, writes: bool = True, pipelined: bool = False
+    ) -> Iterator[Connection]:
         """A pooled connection inside a transaction: committed on success, else rolled back.
 
         ``durable=False`` is for index-only writes (leases, parking): their commit does not
@@ -707,15 +888,26 @@ class PostgresStore(AppendViaCommit):
         recorded lets another worker decide the run, which ``append_if_sequence`` makes safe —
         and every later durable commit flushes it anyway. Events are always durable.
 
+        ``pipelined=True`` queues BEGIN, the caller's statements and COMMIT on one pipeline:
+        one round trip in all, if the caller reads no answer before the block ends (a cursor
+        keeps its rows for reading after it).
+
         Any psycopg error becomes ``StoreError``; a connection that broke is dropped together
         with the idle ones (they most likely died with it), so the next call reconnects.
         """
         conn = self._checkout()
         try:
-            if not durable:
-                conn.execute("SET LOCAL synchronous_commit TO OFF")
-            yield conn
-            conn.commit()
+            if pipelined:
+                with conn.pipeline():
+                    if not durable:
+                        conn.execute(_NOT_DURABLE)
+                    yield conn
+                    conn.commit()
+            else:
+                if not durable:
+                    conn.execute(_NOT_DURABLE)
+                yield conn
+                conn.commit()
             if writes:
                 with self._lock:
                     if durable:
@@ -801,7 +993,7 @@ class PostgresStore(AppendViaCommit):
 
     def _notify(self, conn: Connection) -> None:
         # Inside the transaction: PostgreSQL delivers it only if the commit succeeds.
-        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.schema))
+        conn.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
 
     def _count_rows(self, rows: int) -> None:
         with self._lock:
@@ -833,12 +1025,19 @@ _REFUSED = re.compile(
 
 
 def _schedules_work(index: RunIndex) -> bool:
-    """Whether workers should look again: a decision time was set or a step task upserted."""
+    """Whether workers should look again: a decision time was set or a step task upserted that
+    a worker may lease.
+
+    A started attempt (a task with an owner: the committing worker runs it) is nobody else's
+    work until its lease runs out, and idle workers look at least every ``max_idle_sleep``
+    anyway, so it wakes nobody: a worker chaining steps would otherwise NOTIFY, and wake every
+    listening worker, at each step for nothing.
+    """
     if index.status.terminal:
         return False
     if index.decide_at is not KEEP and index.decide_at is not None:
         return True
-    return any(task is not None for task in index.steps.values())
+    return any(task is not None and task.owner is None for task in index.steps.values())
 
 
 def _due_params(

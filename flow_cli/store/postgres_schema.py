@@ -381,7 +381,78 @@ class LockedRun:
     """A run row locked for this transaction, as far as ``commit`` needs it."""
 
     last_sequence: int
-    build_id: str
+    build_id: str | None
+    """``None`` when the row was not read (a guarded commit): statements that need the build
+    id read it from the row in the same statement."""
+
+
+GUARD_SEQUENCE = (
+    "WITH moved AS (UPDATE runs SET last_sequence = %s"
+    " WHERE run_id = %s AND last_sequence = %s RETURNING 1)"
+    " SELECT 1 / count(*) FROM moved"
+)
+"""Lock a run's row and move its ``last_sequence`` from the writer's expectation to the value
+after its events, failing with ``division_by_zero`` when the row is missing or elsewhere.
+
+Failing in the statement itself (``count(*)`` is 0; an aggregate, so never folded into a
+planning-time error) is what lets a whole commit go out as one ``Batch``: a failed guard rolls
+back everything, with no round trip spent asking first. Parameters: new last sequence, run id,
+expected sequence."""
+
+
+class GuardFailed(Exception):
+    """A guarded commit's check failed (stale or missing run, taken create id or hook token):
+    it wrote nothing, and the caller redoes the commit the checking way to learn which."""
+
+
+GUARD_FAILURES: tuple[type[Exception], ...] = (
+    psycopg.errors.DivisionByZero,
+    psycopg.errors.UniqueViolation,
+    EventConflict,
+    HookTokenInUse,
+)
+"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
+
+
+class Batch:
+    """Statements bound on the client and sent together as one simple-protocol query.
+
+    PostgreSQL runs a query string of several statements as one implicit transaction: all of
+    it commits, or an error rolls all of it back. So a whole commit is one message out and one
+    answer back, with none of the per-statement work of a pipeline (a send, a flush and a
+    result to process for each). The price is that no statement's answer can be read, which
+    is why its checks are statements that fail (``GUARD_SEQUENCE``, unique keys, guarded hook
+    upserts). Values are bound by psycopg's client-side binding (``ClientCursor.mogrify``).
+    """
+
+    __slots__ = ("_conn", "_cursor", "_parts")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._cursor = psycopg.ClientCursor(conn)
+        self._parts: list[str] = []
+
+    def execute(self, query: str, params: Sequence[Any] | None = None) -> None:
+        """Add one statement; nothing is sent yet."""
+        self._parts.append(self._cursor.mogrify(query, params))
+
+    def send(self) -> None:
+        """Run the statements as one implicit transaction (the connection must be in
+        autocommit mode, so that psycopg opens no transaction of its own around it)."""
+        if self._parts:
+            self._conn.execute(";\n".join(self._parts))
+
+
+Statements: TypeAlias = Connection | Batch
+"""Where the statement helpers send to: a connection (each statement runs at once, answers
+can be read) or a ``Batch`` (sent later, all at once; checks fail their statement)."""
+
+
+LOCK_RUNS = (
+    "SELECT run_id, last_sequence, build_id FROM runs "
+    "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE"
+)
+"""Lock some runs' rows (parameter: the run ids) in run id order: rows for ``locked_runs``."""
 
 
 def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
@@ -390,11 +461,11 @@ def lock_runs(conn: Connection, run_ids: Iterable[str]) -> dict[str, LockedRun]:
     Rows are locked in run id order, so two commits touching the same runs (a parent and its
     child) queue one behind the other instead of deadlocking.
     """
-    rows = conn.execute(
-        "SELECT run_id, last_sequence, build_id FROM runs "
-        "WHERE run_id = ANY(%s) ORDER BY run_id FOR UPDATE",
-        (sorted(set(run_ids)),),
-    )
+    return locked_runs(conn.execute(LOCK_RUNS, (sorted(set(run_ids)),)))
+
+
+def locked_runs(rows: Iterable[tuple[Any, ...]]) -> dict[str, LockedRun]:
+    """The rows of ``LOCK_RUNS`` by run id."""
     return {run_id: LockedRun(last, build_id) for run_id, last, build_id in rows}
 
 
@@ -404,52 +475,65 @@ def last_sequence(conn: Connection, run_id: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def insert_run(conn: Connection, run: NewRun, now: datetime) -> EventEnvelope | None:
+_INSERT_RUN = (
+    "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+    "updated_at, last_sequence, decide_at, patches) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s)"
+)
+
+
+def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | None:
     """Insert the run's row and its ``run_started``; ``None`` (writing nothing) if it exists.
 
     ``ON CONFLICT DO NOTHING`` makes a concurrent creator of the same id wait for the first one
-    and then see the row, so exactly one of them creates the run.
+    and then see the row, so exactly one of them creates the run. A ``Batch`` reads no answer,
+    so there the run is inserted plainly: an existing id is a unique violation that rolls the
+    whole batch back.
     """
     spec = run.spec
-    inserted = conn.execute(
-        "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-        "updated_at, last_sequence, decide_at, patches) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s) "
-        "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-        (
-            run.run_id,
-            spec.workflow,
-            RunStatus.PENDING.value,
-            spec.runtime_build_id,
-            spec.parent_run_id,
-            now,
-            now,
-            run.decide_at,
-            json.dumps(list(spec.patches)),
-        ),
-    ).fetchone()
-    if inserted is None:
+    params = (
+        run.run_id,
+        spec.workflow,
+        RunStatus.PENDING.value,
+        spec.runtime_build_id,
+        spec.parent_run_id,
+        now,
+        now,
+        run.decide_at,
+        json.dumps(list(spec.patches)),
+    )
+    if isinstance(conn, Batch):
+        conn.execute(_INSERT_RUN, params)
+    elif (
+        conn.execute(
+            _INSERT_RUN + " ON CONFLICT (run_id) DO NOTHING RETURNING run_id", params
+        ).fetchone()
+        is None
+    ):
         return None
     (envelope,) = insert_events(conn, run.run_id, 0, [RunStarted(spec=spec, seed=run.seed)], now)
     return envelope
 
 
+_INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
+_EVENT_ROW = "(%s, %s, %s, %s, %s)"
+
+
 def insert_events(
-    conn: Connection, run_id: str, after: int, events: Sequence[Event], now: datetime
+    conn: Statements, run_id: str, after: int, events: Sequence[Event], now: datetime
 ) -> list[EventEnvelope]:
     """Insert ``events`` as sequences ``after + 1, ...`` and return their envelopes."""
     envelopes = [
         EventEnvelope(run_id=run_id, sequence=after + i, recorded_at=now, event=event)
         for i, event in enumerate(events, start=1)
     ]
-    rows = [(run_id, e.sequence, e.event_key, now, Json(e.event.to_data())) for e in envelopes]
-    if rows:
-        with unique_violations_as_conflict(run_id, after), conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                rows,
-            )
+    if envelopes:
+        # One statement for all of them (its text depends only on how many there are).
+        params: list[Any] = []
+        for e in envelopes:
+            params += (run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
+        with unique_violations_as_conflict(run_id, after):
+            conn.execute(_INSERT_EVENTS + ", ".join([_EVENT_ROW] * len(envelopes)), params)
     return envelopes
 
 
@@ -466,11 +550,37 @@ def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterat
         raise EventConflict(run_id, expected_sequence, None) from exc
 
 
-def apply_index(
-    conn: Connection, run: LockedRun, run_id: str, index: RunIndex, now: datetime
-) -> None:
-    """Bring the run's index rows in line with the events just appended (``run`` is current)."""
-    sets = ["status = %s", "updated_at = %s", "last_sequence = %s"]
+_RUN_UPDATES: dict[tuple[tuple[str, ...], bool], str] = {}
+"""``UPDATE runs`` statements by the columns they set (and whether guarded): built once each,
+so the hot path neither composes SQL nor sends psycopg a new query text (which would defeat
+its prepared statements)."""
+
+
+def run_update(sets: tuple[str, ...], *, guarded: bool = False) -> str:
+    """The ``UPDATE runs`` of ``index_update``'s columns; parameters: theirs, then the run id.
+
+    ``guarded=True`` also checks and locks like ``GUARD_SEQUENCE`` (one more parameter, the
+    expected sequence, and the same failure): one statement and one row version instead of
+    two, for a run a batch writes once.
+    """
+    query = _RUN_UPDATES.get((sets, guarded))
+    if query is None:
+        update = f"UPDATE runs SET {', '.join(sets)} WHERE run_id = %s"
+        if guarded:
+            update = (
+                f"WITH moved AS ({update} AND last_sequence = %s RETURNING 1) "
+                "SELECT 1 / count(*) FROM moved"
+            )
+        query = _RUN_UPDATES[(sets, guarded)] = update
+    return query
+
+
+def index_update(
+    run: LockedRun, index: RunIndex, now: datetime
+) -> tuple[tuple[str, ...], list[Any]]:
+    """The runs row's new values after an append (``run`` is current): ``SET`` items and their
+    parameters, for ``run_update``."""
+    sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
     params: list[Any] = [index.status.value, now, run.last_sequence]
     if index.status.terminal:
         # A finished run is never decided again and holds no step work.
@@ -491,19 +601,36 @@ def apply_index(
         sets.append("waiting_on = %s")
         params.append(index.waiting_on)
     if index.build_id is not KEEP:
-        # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
         sets.append("build_id = %s")
         params.append(index.build_id)
+    return tuple(sets), params
+
+
+def apply_index(
+    conn: Statements,
+    run: LockedRun,
+    run_id: str,
+    index: RunIndex,
+    now: datetime,
+    *,
+    row_done: bool = False,
+) -> None:
+    """Bring the run's index rows in line with the events just appended (``run`` is current).
+
+    ``row_done``: the runs row was updated already (by a guarded ``run_update``); only the step
+    tasks and hooks are left. In a ``Batch`` a hook token owned by another hook fails the batch
+    (no answer is read) instead of raising ``HookTokenInUse``.
+    """
+    if index.build_id is not KEEP:
+        # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
         run.build_id = index.build_id
         conn.execute(
             "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
         )
-    conn.execute(
-        sql.SQL("UPDATE runs SET {} WHERE run_id = %s").format(
-            sql.SQL(", ").join(map(sql.SQL, sets))
-        ),
-        [*params, run_id],
-    )
+    if not row_done:
+        sets, params = index_update(run, index, now)
+        params.append(run_id)
+        conn.execute(run_update(sets), params)
     if index.status.terminal:
         conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
     else:
@@ -512,41 +639,65 @@ def apply_index(
         _upsert_hook(conn, run_id, hook, now)
 
 
+_UPSERT_TASK = (
+    " ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = EXCLUDED.attempt,"
+    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner"
+)
+
+
 def _apply_steps(
-    conn: Connection, run_id: str, build_id: str, steps: Mapping[str, StepTask | None]
+    conn: Statements, run_id: str, build_id: str | None, steps: Mapping[str, StepTask | None]
 ) -> None:
     gone = [step_id for step_id, task in steps.items() if task is None]
     if gone:
         conn.execute(
             "DELETE FROM step_tasks WHERE run_id = %s AND step_id = ANY(%s)", (run_id, gone)
         )
-    tasks = [
-        (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
-        for step_id, task in steps.items()
-        if task is not None
-    ]
-    if tasks:
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id, step_id) "
-                "DO UPDATE SET attempt = EXCLUDED.attempt, available_at = EXCLUDED.available_at, "
-                "lease_owner = EXCLUDED.lease_owner",
-                tasks,
-            )
+    if build_id is None:
+        # The run row was not read: each task takes the build id the row has now (this
+        # transaction's own UPDATE of it included).
+        query = (
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+            "lease_owner) SELECT run_id, %s, build_id, %s, %s, %s FROM runs WHERE run_id = %s"
+            + _UPSERT_TASK
+        )
+        tasks: list[tuple[Any, ...]] = [
+            (step_id, task.attempt, task.available_at, task.owner, run_id)
+            for step_id, task in steps.items()
+            if task is not None
+        ]
+    else:
+        query = (
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+            "lease_owner) VALUES (%s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
+        )
+        tasks = [
+            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+            for step_id, task in steps.items()
+            if task is not None
+        ]
+    for task in tasks:  # usually one
+        conn.execute(query, task)
 
 
-def _upsert_hook(conn: Connection, run_id: str, hook: HookEntry, now: datetime) -> None:
+_UPSERT_HOOK = (
+    "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
+    "VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
+    "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
+    "RETURNING token"
+)
+
+
+def _upsert_hook(conn: Statements, run_id: str, hook: HookEntry, now: datetime) -> None:
     # ON CONFLICT waits for a concurrent creator of the same token, then updates the row only
     # if it is this very hook: no row back means another hook owns the token.
-    row = conn.execute(
-        "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
-        "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (token) DO UPDATE SET resolved = EXCLUDED.resolved "
-        "WHERE hooks.run_id = EXCLUDED.run_id AND hooks.hook_id = EXCLUDED.hook_id "
-        "RETURNING token",
-        (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata)),
-    ).fetchone()
+    params = (hook.token, run_id, hook.hook_id, hook.resolved, now, Json(hook.metadata))
+    if isinstance(conn, Batch):
+        # No row back fails the statement (see GUARD_SEQUENCE), and with it the batch.
+        conn.execute(f"WITH upserted AS ({_UPSERT_HOOK}) SELECT 1 / count(*) FROM upserted", params)
+        return
+    row = conn.execute(_UPSERT_HOOK, params).fetchone()
     if row is None:
         owner = conn.execute(
             "SELECT run_id, hook_id FROM hooks WHERE token = %s", (hook.token,)
