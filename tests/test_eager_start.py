@@ -137,3 +137,25 @@ def _stable(data: Any) -> Any:
     if isinstance(data, list):
         return [_stable(v) for v in data]
     return data
+
+
+def test_a_worker_pass_runs_an_eagerly_started_step_and_then_rests(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """The latency path of a one-step run: one pass leases the ready step (nothing to decide)
+    and, having found fewer steps than it has threads, does not pass again at once to compete
+    with the attempt it just handed out; the attempt's end wakes it."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from flow_cli.engine.worker import Worker
+
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    engine.start("chain", {"steps": 1, "x": 0}, run_id="w3")
+    worker = Worker(engine, concurrency=4)
+    in_flight: set[Future[None]] = set()
+    with ThreadPoolExecutor(4) as pool:
+        assert worker._pass(pool, in_flight) is False
+        assert len(in_flight) == 1
+        for future in in_flight:
+            future.result(timeout=30)
+    assert engine.snapshot("w3").status is RunStatus.COMPLETED

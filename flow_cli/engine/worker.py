@@ -123,10 +123,13 @@ class Worker:
             in_flight.difference_update({f for f in in_flight if f.done()})
         free = self.concurrency - len(in_flight)
         if free > 0 and not self._stop.is_set():
-            for lease in self.engine.lease_steps(self.lease_seconds, free):
+            leases = self.engine.lease_steps(self.lease_seconds, free)
+            for lease in leases:
                 self._keeper.hold(lease)
                 in_flight.add(pool.submit(self._run_step, lease))
-                busy = True
+            # Fewer steps than free threads: none is ready now, so another pass at once would
+            # only compete with the attempts just handed out (a step's end wakes the loop).
+            busy = busy or len(leases) == free
         return busy
 
     def _run_step(self, lease: StepLease) -> None:
