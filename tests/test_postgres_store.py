@@ -755,3 +755,35 @@ def test_version_3_schema_gets_failing_since(url: str, schema: str, store: Postg
         assert since == {"r": NOW + timedelta(seconds=5), "fine": None}
     finally:
         upgraded.close()
+
+
+def test_a_write_stores_the_writers_encoding_of_its_events(store: PostgresStore) -> None:
+    """A commit sends ``StreamWrite.data`` (the writer's JSON, made once for its cache) as the
+    stored event, on the one-round-trip path and on the checking path alike, and encodes the
+    events itself when the writer has no text. (The test gives text that differs from the
+    event on purpose, to see which one was stored.)"""
+    store.create_run(new_run("r1"), NOW)
+    event = SignalReceived(signal_name="x", payload={"é": 1})
+    text = '{"signal_name": "x", "payload": {"é": 2}, "key": null}'
+    write = StreamWrite(
+        run_id="r1", expected_sequence=1, events=[event], index=RUNNING, data=[text]
+    )
+    store.commit([write], [], NOW)  # one round trip
+    stale = StreamWrite(run_id="r1", expected_sequence=1, events=[event], index=RUNNING)
+    with pytest.raises(EventConflict):
+        store.commit([stale], [], NOW)
+    again = StreamWrite(run_id="r1", expected_sequence=2, events=[event], index=RUNNING)
+    store.commit([again], [], NOW)
+    # The checking path (after a guard fails in a group commit), with the writer's text.
+    third = StreamWrite(
+        run_id="r1", expected_sequence=3, events=[event], index=RUNNING, data=[text]
+    )
+    results = store.commit_groups(
+        [
+            CommitGroup(writes=[stale], creates=[], now=NOW),
+            CommitGroup(writes=[third], creates=[], now=NOW),
+        ]
+    )
+    assert isinstance(results[0], EventConflict) and results[1] is None
+    payloads = [e.event.payload for e in store.read_history("r1")[1:]]  # type: ignore[attr-defined]
+    assert payloads == [{"é": 2}, {"é": 1}, {"é": 2}]

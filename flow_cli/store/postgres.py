@@ -354,7 +354,12 @@ class PostgresStore(AppendViaCommit):
             for write in group.writes:
                 envelopes.append(
                     tables.insert_events(
-                        batch, write.run_id, write.expected_sequence, write.events, group.now
+                        batch,
+                        write.run_id,
+                        write.expected_sequence,
+                        write.events,
+                        group.now,
+                        write.data,
                     )
                 )
                 target = tables.LockedRun(write.expected_sequence + len(write.events), None)
@@ -413,7 +418,7 @@ class PostgresStore(AppendViaCommit):
                 target = locked[write.run_id]
                 results.append(
                     tables.insert_events(
-                        conn, write.run_id, target.last_sequence, write.events, now
+                        conn, write.run_id, target.last_sequence, write.events, now, write.data
                     )
                 )
                 target.last_sequence += len(write.events)

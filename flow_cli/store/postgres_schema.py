@@ -517,12 +517,22 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
 
 _INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
 _EVENT_ROW = "(%s, %s, %s, %s, %s)"
+_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::jsonb)"
 
 
 def insert_events(
-    conn: Statements, run_id: str, after: int, events: Sequence[Event], now: datetime
+    conn: Statements,
+    run_id: str,
+    after: int,
+    events: Sequence[Event],
+    now: datetime,
+    data: Sequence[str] | None = None,
 ) -> list[EventEnvelope]:
-    """Insert ``events`` as sequences ``after + 1, ...`` and return their envelopes."""
+    """Insert ``events`` as sequences ``after + 1, ...`` and return their envelopes.
+
+    ``data``: the events' JSON text as the writer encoded it (``StreamWrite.data``), sent as is
+    instead of encoding each event again.
+    """
     envelopes = [
         EventEnvelope(run_id=run_id, sequence=after + i, recorded_at=now, event=event)
         for i, event in enumerate(events, start=1)
@@ -530,10 +540,16 @@ def insert_events(
     if envelopes:
         # One statement for all of them (its text depends only on how many there are).
         params: list[Any] = []
-        for e in envelopes:
-            params += (run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
+        if data is not None and len(data) == len(envelopes):
+            for e, text in zip(envelopes, data, strict=True):
+                params += (run_id, e.sequence, e.event_key, now, text)
+            row = _EVENT_TEXT_ROW
+        else:
+            for e in envelopes:
+                params += (run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
+            row = _EVENT_ROW
         with unique_violations_as_conflict(run_id, after):
-            conn.execute(_INSERT_EVENTS + ", ".join([_EVENT_ROW] * len(envelopes)), params)
+            conn.execute(_INSERT_EVENTS + ", ".join([row] * len(envelopes)), params)
     return envelopes
 
 
