@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import pytest
@@ -21,7 +21,8 @@ from flow_cli.engine.engine import Engine
 from flow_cli.engine.worker import Worker
 from flow_cli.errors import FlowError
 from flow_cli.model.clock import ManualClock
-from flow_cli.model.status import RunStatus
+from flow_cli.model.events import EventEnvelope
+from flow_cli.model.status import RunStatus, StepStatus
 from flow_cli.store.memory import MemoryStore
 from flow_cli.store.protocol import CommitGroup, EventStore
 
@@ -122,3 +123,48 @@ def test_timers_that_come_due_at_once_cost_few_commits_per_run(
         # ... and on a database, the runs' lease in each pass.
         commits = store.stats.durable_commits - before
         assert commits <= runs / 10, commits
+
+
+def test_a_pass_reads_the_histories_of_its_runs_in_one_store_call(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs a worker leases in a pass are read together, not one round trip each; a run
+    in the snapshot cache is read only after its cached sequence."""
+    setup = Engine(store, [chain], clock=clock, worker_id="setup")
+    runs = 30
+    at = clock.now() + timedelta(minutes=5)
+    for i in range(runs):
+        setup.start("alarm", {"at": at.isoformat()}, run_id=f"alarm-{i}")
+    setup.tick(until_idle=True)
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    engine.snapshot("alarm-0")  # one of them cached in this engine
+    clock.advance(timedelta(minutes=6))
+    singles: list[str] = []
+    batches: list[dict[str, int]] = []
+    read_history, read_histories = store.read_history, store.read_histories
+
+    inside = threading.local()
+
+    def one(run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        if not getattr(inside, "batch", False):  # a store's default read_histories loops
+            singles.append(run_id)
+        return read_history(run_id, after_sequence)
+
+    def many(after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        batches.append(dict(after))
+        inside.batch = True
+        try:
+            return read_histories(after)
+        finally:
+            inside.batch = False
+
+    monkeypatch.setattr(store, "read_history", one)
+    monkeypatch.setattr(store, "read_histories", many)
+    run_ids = engine.lease_runs(30.0, 100)
+    assert len(run_ids) == runs
+    engine.decider.decide_many([*run_ids, "no-such-run"])
+    assert singles == []
+    assert len(batches) == 1 and set(batches[0]) == {*run_ids, "no-such-run"}
+    assert batches[0]["alarm-0"] > 1 and batches[0]["alarm-1"] == 0
+    for run_id in run_ids:
+        assert engine.snapshot(run_id).steps["after"].status is StepStatus.SCHEDULED

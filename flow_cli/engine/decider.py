@@ -132,11 +132,8 @@ class Decider:
         report = DecideReport()
         prepared: list[tuple[Pending, Effects]] = []
         again: list[str] = []
-        for run_id in run_ids:
-            try:
-                snap = self.streams.take(run_id)
-            except RunNotFound:
-                continue
+        snapshots = self.streams.take_many(run_ids)
+        for run_id, snap in snapshots.items():
             runtime = self.runtimes.get(snap.spec.runtime_build_id)
             if snap.terminal or runtime is None:
                 self.streams.put(snap)
