@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
 from flow_cli import Runtime
+from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.steps import HANDOVER_FRESH
 from flow_cli.engine.worker import Worker
 from flow_cli.errors import FlowError
 from flow_cli.model.clock import ManualClock
-from flow_cli.model.status import RunStatus
+from flow_cli.model.events import EventEnvelope
+from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.status import RunStatus, StepStatus
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import CommitGroup, EventStore
+from flow_cli.store.protocol import CommitGroup, EventStore, StepLease
 
 chain = Runtime(build_id="chain-1")
 
@@ -122,3 +126,134 @@ def test_timers_that_come_due_at_once_cost_few_commits_per_run(
         # ... and on a database, the runs' lease in each pass.
         commits = store.stats.durable_commits - before
         assert commits <= runs / 10, commits
+
+
+def test_a_pass_reads_the_histories_of_its_runs_in_one_store_call(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs a worker leases in a pass are read together, not one round trip each; a run
+    in the snapshot cache is read only after its cached sequence."""
+    setup = Engine(store, [chain], clock=clock, worker_id="setup")
+    runs = 30
+    at = clock.now() + timedelta(minutes=5)
+    for i in range(runs):
+        setup.start("alarm", {"at": at.isoformat()}, run_id=f"alarm-{i}")
+    setup.tick(until_idle=True)
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    engine.snapshot("alarm-0")  # one of them cached in this engine
+    clock.advance(timedelta(minutes=6))
+    singles: list[str] = []
+    batches: list[dict[str, int]] = []
+    read_history, read_histories = store.read_history, store.read_histories
+
+    inside = threading.local()
+
+    def one(run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        if not getattr(inside, "batch", False):  # a store's default read_histories loops
+            singles.append(run_id)
+        return read_history(run_id, after_sequence)
+
+    def many(after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        batches.append(dict(after))
+        inside.batch = True
+        try:
+            return read_histories(after)
+        finally:
+            inside.batch = False
+
+    monkeypatch.setattr(store, "read_history", one)
+    monkeypatch.setattr(store, "read_histories", many)
+    run_ids = engine.lease_runs(30.0, 100)
+    assert len(run_ids) == runs
+    engine.decider.decide_many([*run_ids, "no-such-run"])
+    assert singles == []
+    assert len(batches) == 1 and set(batches[0]) == {*run_ids, "no-such-run"}
+    assert batches[0]["alarm-0"] > 1 and batches[0]["alarm-1"] == 0
+    for run_id in run_ids:
+        assert engine.snapshot(run_id).steps["after"].status is StepStatus.SCHEDULED
+
+
+CALLS: list[str] = []
+
+
+@chain.workflow("alarm-logged")
+def _alarm_logged(ctx):  # type: ignore[no-untyped-def]
+    ctx.sleep_until("t", datetime.fromisoformat(ctx.input["at"]))
+    return ctx.complete(ctx.step("after", "logged", 0))
+
+
+@chain.step("logged")
+def _logged(x, info):  # type: ignore[no-untyped-def]
+    CALLS.append(info.run_id)
+    return x + 1
+
+
+def _handed_over(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Engine, dict[str, WorkflowRunSnapshot], list[StepLease], list[str]]:
+    """A run whose timer fired, decided with its step started in the same commit; and a log of
+    the histories read from then on."""
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    at = clock.now() + timedelta(minutes=5)
+    engine.start("alarm-logged", {"at": at.isoformat()}, run_id="a")
+    engine.tick(until_idle=True)
+    clock.advance(timedelta(minutes=6))
+    report = engine.decider.decide_many(engine.lease_runs(30, 10), start=StartSteps("w", 30, 10))
+    assert [lease.run_id for lease in report.started] == ["a"]
+    reads: list[str] = []
+    read_history = store.read_history
+
+    def logged(run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        reads.append(run_id)
+        return read_history(run_id, after_sequence)
+
+    monkeypatch.setattr(store, "read_history", logged)
+    CALLS.clear()
+    return engine, report.handed, report.started, reads
+
+
+def test_a_step_started_with_its_decision_runs_on_the_snapshot_handed_over(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
+    assert set(handed) == {"a"}
+    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    assert reads == []  # the run was not read again before its step ran
+    assert CALLS == ["a"]
+    outcome = engine.snapshot("a").outcome
+    assert outcome is not None and outcome.result == 1
+
+
+def test_a_cancel_recorded_after_the_hand_over_is_met_when_the_step_ends(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
+    other = Engine(store, [chain], clock=clock, worker_id="operator")
+    assert other.cancel("a")
+    other.tick(until_idle=True)  # the run is cancelled, its started step with it
+    assert other.snapshot("a").status is RunStatus.CANCELLED
+    reads.clear()
+    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    # The attempt ran on the snapshot it was handed; its end met the stale sequence, the run
+    # was read again, and the cancellation stood: the output is not recorded.
+    assert CALLS == ["a"] and "a" in reads
+    snap = other.snapshot("a")
+    assert snap.status is RunStatus.CANCELLED
+    assert snap.steps["after"].status is StepStatus.CANCELLED
+    assert snap.steps["after"].output is None
+
+
+def test_a_snapshot_handed_over_long_ago_is_read_again_before_the_step_runs(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
+    other = Engine(store, [chain], clock=clock, worker_id="operator")
+    assert other.cancel("a")
+    other.tick(until_idle=True)  # the run is cancelled, its started step with it
+    assert other.snapshot("a").status is RunStatus.CANCELLED
+    clock.advance(HANDOVER_FRESH + timedelta(milliseconds=1))
+    reads.clear()
+    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    assert reads == ["a"]
+    assert CALLS == []  # the cancellation was seen before the handler ran
+    assert other.snapshot("a").status is RunStatus.CANCELLED

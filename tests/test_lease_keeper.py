@@ -80,3 +80,44 @@ def test_an_outage_mid_chain_leaves_no_lease_renewed_forever(
     other.tick(until_idle=True)
     outcome = other.snapshot("r").outcome
     assert outcome is not None and outcome.result == 4
+
+
+def test_a_lease_is_renewed_only_when_it_would_run_low_before_the_next_round(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker holding many leases taken an instant ago (timers that fired together) does not
+    spend a transaction on each at every round; a lease is renewed before it has less than half
+    its time left, and a renewed lease counts from its renewal."""
+    engine = Engine(store, [chain], clock=clock, worker_id="w1", eager_start=False)
+    engine.start("chain", None, run_id="r")
+    run_ids = engine.lease_runs(30, 10)
+    started = engine.decider.decide_many(run_ids, start=StartSteps("w1", 30, 10)).started
+    keeper = engine.lease_keeper(30)  # a round every 10 s
+    keeper.hold(started[0])
+    renewed: list[str] = []
+    renew_step = store.renew_step
+
+    def counting(run_id: str, step_id: str, worker: str, until: Any) -> bool:
+        renewed.append(step_id)
+        return renew_step(run_id, step_id, worker, until)
+
+    monkeypatch.setattr(store, "renew_step", counting)
+    keeper.renew_now()  # 30 s left, 20 at the next round: enough
+    assert renewed == []
+    clock.advance(timedelta(seconds=6))  # 24 s left, 14 at the next round: renew
+    keeper.renew_now()
+    assert renewed == ["s0"]
+    clock.advance(timedelta(seconds=4))  # renewed 4 s ago: 26 s left
+    keeper.renew_now()
+    assert renewed == ["s0"]
+    # Rounds as the keeper's thread makes them keep the lease from ever running out: after
+    # 100 s more, another worker still finds the attempt taken.
+    for _ in range(10):
+        clock.advance(timedelta(seconds=keeper.interval))
+        keeper.renew_now()
+    assert 5 <= len(renewed) <= 11
+    other = Engine(store, [chain], clock=clock, worker_id="w2")
+    assert other.lease_steps(30, 10) == []
+    keeper.drop(started[0])
+    clock.advance(timedelta(seconds=31))
+    assert [lease.step_id for lease in other.lease_steps(30, 10)] == ["s0"]

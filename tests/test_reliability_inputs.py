@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -245,6 +247,28 @@ def test_check_limits_and_normalise() -> None:
     cyclic.append(cyclic)
     with pytest.raises(ValueError):
         normalise(cyclic)
+
+
+def test_normalise_gives_scalars_as_they_read_back() -> None:
+    """A plain scalar is its own stored form; a subclass of one reads back as its base type,
+    and a float that is not JSON is refused, as a round trip through storage would."""
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Name(str):
+        pass
+
+    for plain in ("x", 7, True, None, 2**70):
+        assert normalise(plain) == plain and type(normalise(plain)) is type(plain)
+    assert type(normalise(Level.HIGH)) is int and normalise(Level.HIGH) == 3
+    assert type(normalise(Name("n"))) is str
+    assert normalise(-0.0) == 0.0 and normalise(1.5) == 1.5
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError):
+            normalise(bad)
+    with pytest.raises(ValueError, match="digits"):
+        normalise(10**1001)
 
 
 # -- (6) control characters ---------------------------------------------------------------------

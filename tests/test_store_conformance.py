@@ -157,6 +157,34 @@ def test_read_history_of_unknown_run_raises(store: EventStore) -> None:
     assert caught.value.run_id == "nope"
 
 
+def test_read_histories_reads_each_run_after_its_own_sequence(
+    store: EventStore, clock: ManualClock
+) -> None:
+    create(store, "r1", clock.now())
+    create(store, "r2", clock.now())
+    create(store, "r3", clock.now())
+    store.append_if_sequence("r1", 1, [signal(1), signal(2)], idx(), clock.now())
+    store.append_if_sequence("r2", 1, [signal(3)], idx(), clock.now())
+    found = store.read_histories({"r1": 1, "r2": 0, "r3": 1, "nope": 0})
+    # An unknown run is left out; a run with nothing new is there, with no events.
+    assert set(found) == {"r1", "r2", "r3"}
+    assert [(e.sequence, e.event) for e in found["r1"]] == [(2, signal(1)), (3, signal(2))]
+    assert [e.sequence for e in found["r2"]] == [1, 2]
+    assert found["r2"] == store.read_history("r2")
+    assert found["r3"] == []
+    assert store.read_histories({}) == {}
+
+
+def test_read_histories_of_many_runs(store: EventStore, clock: ManualClock) -> None:
+    # More runs than one statement of a store may read at once.
+    names = [f"r{i}" for i in range(450)]
+    for name in names:
+        create(store, name, clock.now())
+    found = store.read_histories(dict.fromkeys(names, 0))
+    assert sorted(found) == sorted(names)
+    assert all([e.sequence for e in found[name]] == [1] for name in names)
+
+
 # -- append_if_sequence --------------------------------------------------------------------------
 
 

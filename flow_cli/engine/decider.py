@@ -70,6 +70,9 @@ class DecideReport:
     decision_failures: int = 0
     started: list[StepLease] = field(default_factory=list)
     """Steps started (leased to this worker) in the decisions' own commit."""
+    handed: dict[str, WorkflowRunSnapshot] = field(default_factory=dict)
+    """The snapshots of the runs of ``started`` as committed, owned by whoever runs the step
+    (``StepExecutor.execute``'s ``snapshot``), which then need not read the run again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +135,8 @@ class Decider:
         report = DecideReport()
         prepared: list[tuple[Pending, Effects]] = []
         again: list[str] = []
-        for run_id in run_ids:
-            try:
-                snap = self.streams.take(run_id)
-            except RunNotFound:
-                continue
+        snapshots = self.streams.take_many(run_ids)
+        for run_id, snap in snapshots.items():
             runtime = self.runtimes.get(snap.spec.runtime_build_id)
             if snap.terminal or runtime is None:
                 self.streams.put(snap)
@@ -172,9 +172,14 @@ class Decider:
                 if group is not None
                 else self.streams.store.commit_groups(groups)
             )
+            starting = {lease.run_id for lease in report.started}
             for (pending, effects), error in zip(prepared, results, strict=True):
                 if error is None:
-                    self.streams.committed([pending, *effects.others])
+                    run_id = pending.snapshot.run_id
+                    hand = run_id in starting
+                    self.streams.committed([pending, *effects.others], keep_first=hand)
+                    if hand:
+                        report.handed[run_id] = pending.snapshot
                     if effects.more:
                         again.append(pending.snapshot.run_id)
                 else:

@@ -429,11 +429,19 @@ class Engine:
         )
 
     def execute_step(
-        self, lease: StepLease, lease_seconds: float = 30.0, keeper: LeaseKeeper | None = None
+        self,
+        lease: StepLease,
+        lease_seconds: float = 30.0,
+        keeper: LeaseKeeper | None = None,
+        *,
+        snapshot: WorkflowRunSnapshot | None = None,
     ) -> StepOutcome:
         """Run a leased attempt, then the run's next steps as they become ready (each one leased
-        to this engine in the commit that records the previous one's end)."""
-        return self.executor.execute(lease, self.worker_id, lease_seconds, keeper=keeper)
+        to this engine in the commit that records the previous one's end). ``snapshot``: the
+        run as the commit that started the attempt left it (``DecideReport.handed``)."""
+        return self.executor.execute(
+            lease, self.worker_id, lease_seconds, keeper=keeper, snapshot=snapshot
+        )
 
     def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
         """A keeper that renews this engine's step leases while their handlers run."""
@@ -475,18 +483,20 @@ class Engine:
             for _ in range(max_passes):
                 did = TickReport()
                 started: list[StepLease] = []
+                handed: dict[str, WorkflowRunSnapshot] = {}
                 run_ids = self.lease_runs(lease_seconds, batch)
                 if run_ids:
                     start = StartSteps(self.worker_id, lease_seconds, batch)
                     result = self.decider.decide_many(run_ids, start=start)
-                    started = result.started
+                    started, handed = result.started, result.handed
                     did.runs_decided += len(run_ids)
                     did.decisions += result.decisions
                     did.conflicts += result.conflicts
                     did.decision_failures += result.decision_failures
                 for lease in started + self.lease_steps(lease_seconds, batch):
                     keeper.hold(lease)
-                    outcome = self.execute_step(lease, lease_seconds, keeper)
+                    snapshot = handed.pop(lease.run_id, None)
+                    outcome = self.execute_step(lease, lease_seconds, keeper, snapshot=snapshot)
                     did.steps_run += outcome.steps_run
                     did.decisions += outcome.decisions
                     did.decision_failures += outcome.decision_failures

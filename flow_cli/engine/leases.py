@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flow_cli.engine.observe import NOTHING, Observer
 from flow_cli.errors import StoreError
@@ -46,6 +46,8 @@ class LeaseKeeper:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self._held: dict[tuple[str, str], StepLease] = {}
+        self._until: dict[tuple[str, str], datetime] = {}
+        """When each held lease runs out, as last recorded (taken, or renewed here)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -54,11 +56,13 @@ class LeaseKeeper:
     def hold(self, lease: StepLease) -> None:
         with self._lock:
             self._held[(lease.run_id, lease.step_id)] = lease
+            self._until[(lease.run_id, lease.step_id)] = lease.lease_until
 
     def drop(self, lease: StepLease) -> None:
         key = (lease.run_id, lease.step_id, lease.attempt)
         with self._lock:
             self._held.pop((lease.run_id, lease.step_id), None)
+            self._until.pop((lease.run_id, lease.step_id), None)
             self._refused.discard(key)
             self._lost.discard(key)
 
@@ -94,13 +98,27 @@ class LeaseKeeper:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    @property
+    def interval(self) -> float:
+        """Seconds between two rounds of renewals."""
+        return max(0.2, self.lease_seconds / 3)
+
     def renew_now(self) -> None:
-        """Extend every held lease by ``lease_seconds`` from now."""
-        until = self.clock.now() + timedelta(seconds=self.lease_seconds)
+        """Extend by ``lease_seconds`` from now every held lease that needs it: one that will
+        still have more than half its time left at the next round is left alone. Each renewal
+        is a write transaction of its own, and when many timers fire at once a worker holds
+        a hundred leases or more, nearly all taken an instant ago: renewing them all would
+        cost a flush each for nothing."""
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.lease_seconds)
+        enough = now + timedelta(seconds=self.interval + self.lease_seconds / 2)
         for lease in self.held:
             key = (lease.run_id, lease.step_id, lease.attempt)
             with self._lock:
                 if key in self._lost:
+                    continue
+                left = self._until.get((lease.run_id, lease.step_id))
+                if left is not None and left > enough:
                     continue
             try:
                 renewed = self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until)
@@ -111,6 +129,8 @@ class LeaseKeeper:
                 self.renewals += 1
                 with self._lock:
                     self._refused.discard(key)
+                    if self._held.get((lease.run_id, lease.step_id)) == lease:
+                        self._until[(lease.run_id, lease.step_id)] = until
                 continue
             with self._lock:
                 still_held = self._held.get((lease.run_id, lease.step_id)) == lease
@@ -121,6 +141,5 @@ class LeaseKeeper:
                 self.lost(lease)
 
     def _run(self) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
-        while not self._stop.wait(interval):
+        while not self._stop.wait(self.interval):
             self.renew_now()

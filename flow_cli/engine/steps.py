@@ -39,6 +39,9 @@ log = logging.getLogger("flow.steps")
 
 MAX_CONFLICT_RETRIES = 100
 MAX_CHAIN = 10_000
+HANDOVER_FRESH = timedelta(seconds=1)
+"""How old a run's snapshot handed over with its attempt may be and still be run on without
+reading the run again (the attempt waited that long, at most, in the worker's queue)."""
 """Steps one call may run back to back for one run before handing it back to the scheduler."""
 
 
@@ -80,6 +83,7 @@ class StepExecutor:
         lease_seconds: float,
         before_call: Callable[[], None] | None = None,
         keeper: LeaseKeeper | None = None,
+        snapshot: WorkflowRunSnapshot | None = None,
     ) -> StepOutcome:
         """Run a leased attempt (its ``step_started`` is recorded) to its recorded end, then the
         steps of the same run that can start at once, each leased to this worker.
@@ -87,10 +91,22 @@ class StepExecutor:
         With a group committer (``Streams.group``: a worker's step threads), an end after which
         the run waits is handed to the committer and this returns before it is committed
         (``StepOutcome.deferred``); the committer then drops its lease from ``keeper``.
+
+        ``snapshot`` (owned by this call from now on) is the run as the commit that started
+        the attempt left it: recorded less than ``HANDOVER_FRESH`` ago, the attempt runs on
+        it without reading the run again. Whatever was recorded since (a cancellation, say)
+        is met when the attempt's end is committed: its expected sequence is then stale, the
+        run is read again and decided again, as after any conflict.
         """
         report = DecideReport()
         current: StepLease | None = lease
         owned: WorkflowRunSnapshot | None = None
+        if snapshot is not None:
+            recorded = snapshot.last_event_at
+            if recorded is not None and self.clock.now() - recorded <= HANDOVER_FRESH:
+                owned = snapshot
+            else:
+                self.streams.put(snapshot)  # true, but old: read what came after it
         ran = 0
         state = "skipped"
         deferred = False

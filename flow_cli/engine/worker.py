@@ -18,6 +18,7 @@ from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.errors import StoreError
+from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import StepLease
 
 log = logging.getLogger("flow.worker")
@@ -117,7 +118,8 @@ class Worker:
             report = self.engine.decider.decide_many(run_ids, start=start)
             for lease in report.started:
                 self._keeper.hold(lease)
-                in_flight.add(pool.submit(self._run_step, lease))
+                snapshot = report.handed.pop(lease.run_id, None)
+                in_flight.add(pool.submit(self._run_step, lease, snapshot))
             self.stats.runs_decided += len(run_ids)
             busy = True
             in_flight.difference_update({f for f in in_flight if f.done()})
@@ -132,10 +134,12 @@ class Worker:
             busy = busy or len(leases) == free
         return busy
 
-    def _run_step(self, lease: StepLease) -> None:
+    def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:
         deferred = False
         try:
-            outcome = self.engine.execute_step(lease, self.lease_seconds, self._keeper)
+            outcome = self.engine.execute_step(
+                lease, self.lease_seconds, self._keeper, snapshot=snapshot
+            )
             self.stats.steps_run += outcome.steps_run
             # A chain's first lease was dropped by the executor; a deferred one is dropped by
             # the group committer once its end is recorded (renewed until then).

@@ -50,7 +50,12 @@ def _names(kind: type[_EventBase]) -> tuple[tuple[str, str], ...]:
 def event_json(event: Event) -> str:
     """The JSON text a store keeps for ``event`` (raises ``TypeError``/``ValueError`` for a
     value that is not JSON)."""
-    return json.dumps(event.to_data(), ensure_ascii=False)
+    return _ENCODER.encode(event.to_data())
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+"""Made once (``json.dumps`` with an option builds an encoder per call); every event written
+is encoded with it."""
 
 
 def _encode(value: Any) -> Any:

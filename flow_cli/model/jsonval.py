@@ -31,9 +31,18 @@ class JsonLimitError(ValueError):
     """A JSON value is nested too deeply or holds too large an integer."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_STRICT = json.JSONEncoder(allow_nan=False)
+# Encoders made once: ``json.dumps`` with any option builds a new encoder on every call, and
+# the engine encodes several values per decision.
+_AS_STORED = (str, int, bool, type(None))
+"""Exact types a JSON round trip gives back unchanged (a subclass, like an ``IntEnum``, is
+not one: it reads back as its base)."""
+
+
 def canonical(value: JsonValue) -> str:
     """Stable text of a JSON value: equal values give equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def check_limits(value: JsonValue) -> None:
@@ -87,4 +96,6 @@ def normalise(value: JsonValue) -> JsonValue:
     ``ValueError``) when it exceeds Flow's limits.
     """
     check_limits(value)
-    return json.loads(json.dumps(value, allow_nan=False))
+    if type(value) in _AS_STORED:
+        return value  # reads back as itself: no round trip needed
+    return json.loads(_STRICT.encode(value))

@@ -395,6 +395,12 @@ class EventStore(Protocol):
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
         ...
 
+    def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        """``read_history(run_id, after[run_id])`` of each run, read together (a worker reads
+        the runs of a pass so: one round trip, not one per run). A run that does not exist is
+        left out of the result instead of raising ``RunNotFound``."""
+        ...
+
     def append_if_sequence(
         self,
         run_id: str,
@@ -541,6 +547,8 @@ class _Commits(Protocol):
         self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
     ) -> list[list[EventEnvelope]]: ...
 
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]: ...
+
 
 class AppendViaCommit:
     """``append_if_sequence`` as the one-write case of ``commit``, shared by every store."""
@@ -558,3 +566,13 @@ class AppendViaCommit:
             run_id=run_id, expected_sequence=expected_sequence, events=events, index=index
         )
         return self.commit([write], [], now)[0]
+
+    def read_histories(self: _Commits, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        """One ``read_history`` per run: a store that can read them together overrides this."""
+        found: dict[str, list[EventEnvelope]] = {}
+        for run_id, sequence in after.items():
+            try:
+                found[run_id] = self.read_history(run_id, sequence)
+            except RunNotFound:
+                continue
+        return found

@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -84,6 +84,8 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _POLL_SECONDS = 0.05
 """How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
 _FALLBACK_POLL_SECONDS = 1.0
+_HISTORIES_PER_QUERY = 400
+"""Runs one ``read_histories`` statement reads (two parameters each: under SQLite's limit)."""
 """How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
 
 
@@ -534,17 +536,19 @@ class SQLiteStore(AppendViaCommit):
         stamp: str,
         *,
         bump: bool = True,
-    ) -> None:
+    ) -> str:
         """Append after ``expected``: the one place a lost race becomes ``EventConflict``.
+        Returns the run's build id (read with its sequence: ``_apply_index`` needs it).
 
         Without ``bump`` the caller moves ``runs.last_sequence`` itself, in the same
         transaction (``_apply_index`` does, in the row's one update)."""
         found = conn.execute(
-            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT last_sequence, build_id FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if found is None:
             raise RunNotFound(run_id)
         actual: int = found[0]
+        build_id: str = found[1]
         if actual == expected:
             try:
                 conn.executemany(
@@ -560,7 +564,7 @@ class SQLiteStore(AppendViaCommit):
                         "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
                         (expected + len(rows), run_id),
                     )
-                return
+                return build_id
         raise EventConflict(run_id, expected, actual)
 
     def _create(
@@ -597,7 +601,10 @@ class SQLiteStore(AppendViaCommit):
         index: RunIndex,
         stamp: str,
         last_sequence: int | None = None,
+        build_id: str | None = None,
     ) -> None:
+        """Write the index changes of one write; ``build_id`` is the run's (read when
+        ``None``), which its step tasks carry."""
         sets = ["status = ?", "updated_at = ?"]
         params: list[Any] = [index.status.value, stamp]
         if last_sequence is not None:
@@ -627,10 +634,13 @@ class SQLiteStore(AppendViaCommit):
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
             )
         conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
+        if index.build_id is not KEEP:
+            build_id = index.build_id  # re-pinned in this very update
         if index.steps and not index.status.terminal:  # a finished run's tasks all go below
-            build_id = conn.execute(
-                "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
+            if build_id is None:
+                build_id = conn.execute(
+                    "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
             for step_id, task in index.steps.items():
                 if task is None:
                     conn.execute(
@@ -727,9 +737,11 @@ class SQLiteStore(AppendViaCommit):
             self._create(conn, run, stamp, must_create=True)
         for write, rows in zip(writes, encoded, strict=True):
             # One update of the run's row moves both its sequence and its index.
-            self._append(conn, write.run_id, write.expected_sequence, rows, stamp, bump=False)
+            build_id = self._append(
+                conn, write.run_id, write.expected_sequence, rows, stamp, bump=False
+            )
             last = write.expected_sequence + len(rows)
-            self._apply_index(conn, write.run_id, write.index, stamp, last)
+            self._apply_index(conn, write.run_id, write.index, stamp, last, build_id)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -748,32 +760,62 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
-        conn = self._conn()
-        rows = conn.execute(
-            "SELECT sequence, event_key, recorded_at, data FROM events "
-            "WHERE run_id = ? AND sequence > ? ORDER BY sequence",
-            (run_id, after_sequence),
-        ).fetchall()
-        if (
-            not rows
-            and not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        ):
+        found = self._histories({run_id: after_sequence})
+        if run_id not in found:
             raise RunNotFound(run_id)
+        return found[run_id]
+
+    @_guarded
+    def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        """Each run's events with ``sequence > after[run_id]``, in order; runs that do not
+        exist are left out (see ``EventStore``)."""
+        found: dict[str, list[EventEnvelope]] = {}
+        wanted = list(after.items())
+        for start in range(0, len(wanted), _HISTORIES_PER_QUERY):
+            found.update(self._histories(dict(wanted[start : start + _HISTORIES_PER_QUERY])))
+        return found
+
+    def _histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        # One statement for any number of runs: the run's row says it exists (a run with
+        # nothing new still has its row, with NULL event columns), so a history read costs one
+        # round trip, not a second one to tell "no new events" from "no such run".
+        values = ", ".join(["(?, ?)"] * len(after))
+        params: list[Any] = []
+        for run_id, sequence in after.items():
+            params.extend((run_id, sequence))
+        rows = (
+            self._conn()
+            .execute(
+                f"WITH wanted (run_id, after) AS (VALUES {values}) "
+                "SELECT w.run_id, e.sequence, e.event_key, e.recorded_at, e.data FROM wanted w "
+                "JOIN runs r ON r.run_id = w.run_id "
+                "LEFT JOIN events e ON e.run_id = w.run_id AND e.sequence > w.after "
+                "ORDER BY w.run_id, e.sequence",
+                params,
+            )
+            .fetchall()
+        )
+        found: dict[str, list[EventEnvelope]] = {}
+        run_id = ""
         try:
-            return [
-                EventEnvelope(
-                    run_id=run_id,
-                    sequence=seq,
-                    recorded_at=_dt(at),
-                    event=event_from_data(key, json.loads(data)),
-                    size=len(data),
+            for run_id, seq, key, at, data in rows:
+                history = found.setdefault(run_id, [])
+                if seq is None:
+                    continue  # the run exists, with nothing after the sequence asked for
+                history.append(
+                    EventEnvelope(
+                        run_id=run_id,
+                        sequence=seq,
+                        recorded_at=_dt(at),
+                        event=event_from_data(key, json.loads(data)),
+                        size=len(data),
+                    )
                 )
-                for seq, key, at, data in rows
-            ]
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreError(
                 f"Run {run_id!r} in {self.path} has an event this Flow cannot decode ({exc!r})."
             ) from exc
+        return found
 
     @_guarded
     def get_run(self, run_id: str) -> RunRecord | None:
