@@ -787,3 +787,26 @@ def test_a_write_stores_the_writers_encoding_of_its_events(store: PostgresStore)
     assert isinstance(results[0], EventConflict) and results[1] is None
     payloads = [e.event.payload for e in store.read_history("r1")[1:]]  # type: ignore[attr-defined]
     assert payloads == [{"é": 2}, {"é": 1}, {"é": 2}]
+
+
+def test_read_histories_is_one_statement(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's pass reads its runs together: one statement, not one per run."""
+    for run_id in ("r1", "r2", "r3"):
+        store.create_run(new_run(run_id), NOW)
+    reading = store._reading
+    readings: list[int] = []
+
+    def counted() -> Any:
+        readings.append(1)
+        return reading()
+
+    monkeypatch.setattr(store, "_reading", counted)
+    found = store.read_histories({"r1": 0, "r2": 1, "r3": 0, "nope": 0})
+    assert readings == [1]
+    assert {run_id: [e.sequence for e in events] for run_id, events in found.items()} == {
+        "r1": [1],
+        "r2": [],
+        "r3": [1],
+    }
