@@ -159,3 +159,26 @@ def test_a_worker_pass_runs_an_eagerly_started_step_and_then_rests(
         for future in in_flight:
             future.result(timeout=30)
     assert engine.snapshot("w3").status is RunStatus.COMPLETED
+
+
+def test_a_worker_leases_the_ready_first_steps_of_many_runs_together(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Runs started eagerly elsewhere reach the worker with their first step ready: one pass
+    leases them all in one transaction (as it would start them in its own decisions' commit),
+    not one lease per free thread."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from flow_cli.engine.worker import Worker
+
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    for i in range(10):
+        engine.start("chain", {"steps": 1, "x": i}, run_id=f"many-{i}")
+    worker = Worker(engine, concurrency=2)
+    in_flight: set[Future[None]] = set()
+    with ThreadPoolExecutor(2) as pool:
+        worker._pass(pool, in_flight)  # one lease_steps call: all ten in its transaction
+        assert len(in_flight) == 10
+        for future in in_flight:
+            future.result(timeout=30)
+    assert all(engine.snapshot(f"many-{i}").status is RunStatus.COMPLETED for i in range(10))

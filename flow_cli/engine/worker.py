@@ -123,15 +123,19 @@ class Worker:
             self.stats.runs_decided += len(run_ids)
             busy = True
             in_flight.difference_update({f for f in in_flight if f.done()})
-        free = self.concurrency - len(in_flight)
-        if free > 0 and not self._stop.is_set():
-            leases = self.engine.lease_steps(self.lease_seconds, free)
+        if self.concurrency > len(in_flight) and not self._stop.is_set():
+            # A free thread: lease what is ready, up to the backlog a pass of decisions may
+            # leave (as for the steps decisions start): runs started eagerly elsewhere arrive
+            # with their first step ready, and a lease per free thread would cost a
+            # transaction per few runs where their decisions here would have cost one a pass.
+            room = self.concurrency + RUN_BATCH - len(in_flight)
+            leases = self.engine.lease_steps(self.lease_seconds, room)
             for lease in leases:
                 self._keeper.hold(lease)
                 in_flight.add(pool.submit(self._run_step, lease))
-            # Fewer steps than free threads: none is ready now, so another pass at once would
-            # only compete with the attempts just handed out (a step's end wakes the loop).
-            busy = busy or len(leases) == free
+            # Fewer steps than there was room for: none is ready now, so another pass at once
+            # would only compete with the attempts just handed out (a step's end wakes the loop).
+            busy = busy or len(leases) == room
         return busy
 
     def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:
