@@ -810,3 +810,18 @@ def test_read_histories_is_one_statement(
         "r2": [],
         "r3": [1],
     }
+
+
+def test_an_event_this_flow_cannot_decode_is_a_clear_error(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    store.create_run(new_run("r1"), NOW)
+    with admin(url, schema) as conn:
+        conn.execute(
+            "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+            "VALUES ('r1', 2, 'from_the_future', %s, '{}'::jsonb)",
+            (NOW,),
+        )
+    for read in (lambda: store.read_history("r1"), lambda: store.read_histories({"r1": 0})):
+        with pytest.raises(StoreError, match=r"Run 'r1' .* cannot decode .*upgrade Flow"):
+            read()

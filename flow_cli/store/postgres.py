@@ -165,43 +165,19 @@ class PostgresStore(AppendViaCommit):
 
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
-        # One autocommit statement: the row at after_sequence (present for any existing run that
-        # far along) tells an up-to-date run from a missing one without a second query.
-        start = max(after_sequence, 1)
-        with self._reading() as conn:
-            rows = conn.execute(
-                "SELECT sequence, event_key, recorded_at, data, pg_column_size(data) FROM events "
-                "WHERE run_id = %s AND sequence >= %s ORDER BY sequence",
-                (run_id, start),
-            ).fetchall()
-        if not rows:
+        found = self.read_histories({run_id: after_sequence})
+        if run_id not in found:
             raise RunNotFound(run_id)
-        rows = [row for row in rows if row[0] > after_sequence]
-        try:
-            return [
-                EventEnvelope(
-                    run_id=run_id,
-                    sequence=sequence,
-                    recorded_at=tables.utc(recorded_at),
-                    event=event_from_data(event_key, data),
-                    size=size,
-                )
-                for sequence, event_key, recorded_at, data, size in rows
-            ]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(
-                f"Run {run_id!r} in PostgreSQL at {self._where} has an event this Flow cannot "
-                f"decode ({exc!r}); upgrade Flow."
-            ) from exc
+        return found[run_id]
 
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
         """Each run's events after its sequence in ``after``, in one statement; a run that
-        does not exist is left out. As in ``read_history``, the row at each run's own
-        sequence (present for any run that far along) tells an up-to-date run from a missing
-        one."""
+        does not exist is left out."""
         if not after:
             return {}
         run_ids = list(after)
+        # One autocommit statement: the row at each run's own sequence (present for any run
+        # that far along) tells an up-to-date run from a missing one without a second query.
         with self._reading() as conn:
             rows = conn.execute(
                 "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -211,24 +187,26 @@ class PostgresStore(AppendViaCommit):
                 (run_ids, [max(after[r], 1) for r in run_ids]),
             ).fetchall()
         found: dict[str, list[EventEnvelope]] = {}
-        try:
-            for run_id, sequence, event_key, recorded_at, data, size in rows:
-                events = found.setdefault(run_id, [])
-                if sequence > after[run_id]:
-                    events.append(
-                        EventEnvelope(
-                            run_id=run_id,
-                            sequence=sequence,
-                            recorded_at=tables.utc(recorded_at),
-                            event=event_from_data(event_key, data),
-                            size=size,
-                        )
-                    )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(
-                f"A run in PostgreSQL at {self._where} has an event this Flow cannot decode "
-                f"({exc!r}); upgrade Flow."
-            ) from exc
+        for run_id, sequence, event_key, recorded_at, data, size in rows:
+            events = found.setdefault(run_id, [])
+            if sequence <= after[run_id]:
+                continue
+            try:
+                event = event_from_data(event_key, data)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreError(
+                    f"Run {run_id!r} in PostgreSQL at {self._where} has an event this Flow "
+                    f"cannot decode ({exc!r}); upgrade Flow."
+                ) from exc
+            events.append(
+                EventEnvelope(
+                    run_id=run_id,
+                    sequence=sequence,
+                    recorded_at=tables.utc(recorded_at),
+                    event=event,
+                    size=size,
+                )
+            )
         return found
 
     def commit(
