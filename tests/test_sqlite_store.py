@@ -465,3 +465,31 @@ def test_importing_flow_cli_store_loads_no_backend() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_switching_a_new_file_to_wal_is_tried_again_while_another_opener_holds_it(
+    db_path: Path,
+) -> None:
+    """SQLite may refuse ``journal_mode = WAL`` at once (no busy handler) while another opener
+    of the same new file holds a lock: the store tries again until its busy timeout."""
+    store = SQLiteStore(db_path)
+
+    class Refusing:
+        def __init__(self, times: int) -> None:
+            self.times = times
+            self.calls = 0
+
+        def execute(self, sql: str) -> None:
+            self.calls += 1
+            if self.calls <= self.times:
+                raise sqlite3.OperationalError("database is locked")
+
+    briefly = Refusing(2)
+    store._enter_wal(briefly)  # type: ignore[arg-type]
+    assert briefly.calls == 3
+    store.busy_timeout_ms = 50
+    for_ever = Refusing(10**9)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store._enter_wal(for_ever)  # type: ignore[arg-type]
+    assert for_ever.calls > 1
+    store.close()

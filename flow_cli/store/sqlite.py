@@ -453,6 +453,22 @@ class SQLiteStore(AppendViaCommit):
 
     # -- schema -----------------------------------------------------------------------------------
 
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new file to WAL (persistent: once per file). SQLite may refuse at once,
+        without waiting in its busy handler, while another opener of the same new file holds a
+        lock; so try again, briefly, until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        pause = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
     def _ensure_schema(self, conn: sqlite3.Connection, create: bool) -> None:
         latest = MIGRATIONS[-1][0]
         # Both reads in one read transaction: another opener may create the schema between them.
@@ -483,7 +499,7 @@ class SQLiteStore(AppendViaCommit):
                 )
             return
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once per file
+            self._enter_wal(conn)
         if found == latest:
             return
         with self._write():
