@@ -112,7 +112,7 @@ class Worker:
             # queue for a thread (its lease is renewed meanwhile): when many timers come due at
             # once, their runs' next steps need no lease transaction each. Every one of them
             # starts so (were it left scheduled, this worker would lease it in a transaction
-            # of a few steps soon after); the pool's backlog stays bounded, as no new run is
+            # of its own soon after); the pool's backlog stays bounded, as no new run is
             # leased while it is longer than a pass's worth.
             start = StartSteps(self.engine.worker_id, self.lease_seconds, RUN_BATCH)
             report = self.engine.decider.decide_many(run_ids, start=start)
