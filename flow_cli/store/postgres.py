@@ -59,6 +59,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    ReadAfter,
     RunCount,
     RunFilter,
     RunIndex,
@@ -70,6 +71,8 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     assemble_states,
     build_usages,
+    wanted_after,
+    with_histories,
 )
 
 DEFAULT_SCHEMA = "flow"
@@ -175,17 +178,14 @@ class PostgresStore(AppendViaCommit):
         does not exist is left out."""
         if not after:
             return {}
-        run_ids = list(after)
-        # One autocommit statement: the row at each run's own sequence (present for any run
-        # that far along) tells an up-to-date run from a missing one without a second query.
         with self._reading() as conn:
-            rows = conn.execute(
-                "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
-                "pg_column_size(e.data) FROM unnest(%s::text[], %s::bigint[]) AS a(run_id, seq) "
-                "JOIN events e ON e.run_id = a.run_id AND e.sequence >= a.seq "
-                "ORDER BY e.run_id, e.sequence",
-                (run_ids, [max(after[r], 1) for r in run_ids]),
-            ).fetchall()
+            rows = conn.execute(_READ_HISTORIES, _histories_params(after)).fetchall()
+        return self._histories(rows, after)
+
+    def _histories(
+        self, rows: Sequence[tuple[Any, ...]], after: Mapping[str, int]
+    ) -> dict[str, list[EventEnvelope]]:
+        """The rows of ``_READ_HISTORIES`` as histories by run id."""
         found: dict[str, list[EventEnvelope]] = {}
         for run_id, sequence, event_key, recorded_at, data, size in rows:
             events = found.setdefault(run_id, [])
@@ -670,12 +670,14 @@ class PostgresStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         limit: int,
+        read_after: ReadAfter | None = None,
     ) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same transaction.
 
         The runs' rows are locked first, in the order ``commit`` locks them, so a lease and a
-        commit never deadlock.
+        commit never deadlock. ``read_after`` (see ``EventStore``): the histories are read in
+        the transaction, in the round trip that commits it.
         """
         if not build_ids or limit <= 0:
             return []
@@ -716,11 +718,18 @@ class PostgresStore(AppendViaCommit):
                     "WHERE run_id = %s",
                     (locked[run_id].last_sequence, now, run_id),
                 )
+            after = {} if read_after is None else wanted_after((r[0] for r in rows), read_after)
+            # Queued before COMMIT on the same pipeline: the attempts' histories cost no round
+            # trip of their own, and include the step_started events just written.
+            reading = conn.execute(_READ_HISTORIES, _histories_params(after)) if after else None
         self._count_rows(len(rows))
-        return [
+        leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
         ]
+        if reading is None:
+            return leases
+        return with_histories(leases, self._histories(reading.fetchall(), after))
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
@@ -1058,6 +1067,22 @@ def _schedules_work(index: RunIndex) -> bool:
     if index.decide_at is not KEEP and index.decide_at is not None:
         return True
     return any(task is not None and task.owner is None for task in index.steps.values())
+
+
+_READ_HISTORIES = (
+    "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
+    "pg_column_size(e.data) FROM unnest(%s::text[], %s::bigint[]) AS a(run_id, seq) "
+    "JOIN events e ON e.run_id = a.run_id AND e.sequence >= a.seq "
+    "ORDER BY e.run_id, e.sequence"
+)
+"""Events of some runs from a sequence on (parameters: run ids, sequences). The row at each
+run's own sequence (present for any run that far along) tells an up-to-date run from a missing
+one without a second query; ``_histories`` drops it."""
+
+
+def _histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
+    run_ids = list(after)
+    return run_ids, [max(after[r], 1) for r in run_ids]
 
 
 def _due_params(
