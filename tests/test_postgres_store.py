@@ -374,6 +374,51 @@ def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
     assert late.startswith("late-") and store.stats.index_commits == leased + 2
 
 
+def test_a_step_lease_looks_first_only_when_no_work_is_expected(
+    url: str, schema: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leasing steps locks and leases in one round trip; a read-only look goes first only when
+    nothing suggests a step is ready (the last lease found none and no NOTIFY came since), so an
+    idle worker takes no lock, and a woken one starts its step one round trip sooner."""
+    looks: list[int] = []
+    reading = store._reading
+
+    def counted() -> Any:
+        looks.append(1)
+        return reading()
+
+    monkeypatch.setattr(store, "_reading", counted)
+    until = NOW + timedelta(seconds=30)
+    commits = store.stats.durable_commits
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (len(looks), store.stats.durable_commits) == (1, commits)
+    # Another process schedules a step: its NOTIFY wakes this one, which leases without a look.
+    store.wait_for_change(0)
+    other = PostgresStore(url, schema=schema)
+    try:
+        other.create_run(new_run("r1", decide_at=None), NOW)
+        task = StepTask(step_id="s", attempt=1, available_at=NOW)
+        scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
+        index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
+        other.append_if_sequence("r1", 1, [scheduled], index, NOW)
+    finally:
+        other.close()
+    store.wait_for_change(5)
+    looks.clear()
+    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)
+    assert (lease.run_id, lease.step_id, looks) == ("r1", "s", [])
+    assert store.stats.durable_commits == commits + 1
+    assert [e.event_key for e in store.read_history("r1")][-1] == "step_started"
+    # Having found a step, the next lease locks straight away too; finding nothing, it writes
+    # nothing and counts no commit, and the lease after it looks first again.
+    looks.clear()
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (looks, store.stats.durable_commits) == ([], commits + 1)
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (len(looks), store.stats.durable_commits) == (1, commits + 1)
+    assert len(store.read_history("r1")) == 3
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 
@@ -641,7 +686,8 @@ def test_due_work_queries_use_the_due_time_indexes(
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
         for query, index in (
             (postgres_schema.LEASE_RUNS, "runs_decide_at"),
-            (postgres_schema.READY_STEPS, "step_tasks_available_at"),
+            (postgres_schema.ANY_READY_STEP, "step_tasks_available_at"),
+            (postgres_schema.LOCK_READY, "step_tasks_available_at"),
             (postgres_schema.NEXT_DUE, "runs_decide_at"),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()

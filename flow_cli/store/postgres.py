@@ -138,6 +138,10 @@ class PostgresStore(AppendViaCommit):
         # as often as due runs, and a lease that finds nothing costs a write where a look
         # costs a read.
         self._runs_expected = False
+        # Whether ``lease_steps`` may lock without looking first: its last lease found steps,
+        # or a NOTIFY announced work since. A lock that finds nothing costs a read-only
+        # transaction (two round trips) where a look costs one.
+        self._steps_expected = False
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -682,23 +686,20 @@ class PostgresStore(AppendViaCommit):
         if not build_ids or limit <= 0:
             return []
         params = _due_params(worker, build_ids, now, lease_until, limit)
-        with self._reading() as conn:
-            # Look before locking: an idle worker must not open a write transaction every pass.
-            candidates = conn.execute(tables.READY_STEPS, params).fetchall()
-        if not candidates:
-            return []
-        run_ids = sorted({run_id for run_id, _ in candidates})
-        with self._transaction(pipelined=True) as conn:
-            # Waiting for a run another transaction holds (not skipping it) is short, and keeps
-            # a ready step from being reported as absent; the update below re-checks readiness.
+        if not self._steps_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a transaction that locks
+                # every pass. Skipped while work is expected (see ``_steps_expected``).
+                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                    return []
+        with self._transaction(pipelined=True, writes=False) as conn:
             # BEGIN, the locks and the lease go out together: one round trip, then one more
-            # for the step_started events, the run rows and COMMIT.
-            locking = conn.execute(tables.LOCK_RUNS, (run_ids,))
-            leasing = conn.execute(
-                tables.LEASE_STEPS,
-                {**params, "runs": run_ids, "steps": [s for _, s in candidates]},
-            )
-            locked = tables.locked_runs(locking.fetchall())
+            # for the step_started events, the run rows, the histories and COMMIT. Waiting for
+            # a run another transaction holds (not skipping it) is short, and keeps a ready
+            # step from being reported as absent; the lease re-checks readiness after the wait.
+            locking = conn.execute(tables.LOCK_READY, params)
+            leasing = conn.execute(tables.LEASE_READY, params)
+            locked = tables.locked_runs(row[:3] for row in locking.fetchall())
             # A candidate's run always exists (its step tasks go with it); should one have gone
             # meanwhile, its tasks are not started without a row (they are leasable again once
             # this lease runs out).
@@ -722,6 +723,10 @@ class PostgresStore(AppendViaCommit):
             # Queued before COMMIT on the same pipeline: the attempts' histories cost no round
             # trip of their own, and include the step_started events just written.
             reading = conn.execute(_READ_HISTORIES, _histories_params(after)) if after else None
+        self._steps_expected = bool(rows)
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
         self._count_rows(len(rows))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
@@ -841,6 +846,7 @@ class PostgresStore(AppendViaCommit):
             with closing(self._listener.notifies(timeout=remaining)) as notes:
                 if not any(note.payload == self.schema for note in notes):
                     return
+            self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:

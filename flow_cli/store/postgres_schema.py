@@ -350,23 +350,42 @@ LEASE_RUNS = (
 ANY_DUE_RUN = "SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
 """Whether any run of these builds is due (read before leasing, without locking)."""
 
-READY_STEPS = (
-    "SELECT run_id, step_id FROM step_tasks"
-    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s"
+ANY_READY_STEP = (
+    "SELECT 1 FROM step_tasks WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
 )
-"""Step tasks ready now, read without locking: rows of (run_id, step_id)."""
+"""Whether any step task of these builds is ready (read before leasing, without locking)."""
 
-LEASE_STEPS = (
+LOCK_READY = (
+    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks"
+    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s)"
+    " SELECT run_id, last_sequence, build_id,"
+    "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
+    "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
+    " FROM runs WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE"
+)
+"""Find the oldest ``limit`` ready step tasks, lock their runs' rows in run id order (the order
+``commit`` locks them in, so a lease and a commit never deadlock), and leave the steps in the
+transaction's ``flow.ready_*`` settings for ``LEASE_READY``, the next statement of the same round
+trip: a statement cannot read another's answer before the round trip ends. Rows of
+``LOCK_RUNS`` (then the settings' values)."""
+
+LEASE_READY = (
     "UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
     " FROM (SELECT available_at AS was, run_id, step_id FROM step_tasks"
-    "       WHERE run_id = ANY(%(runs)s) AND step_id = ANY(%(steps)s)"
+    "       WHERE run_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[])"
+    "       AND step_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
     " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was"
 )
-"""Lease ready step tasks of runs whose rows this transaction holds: rows of (run_id, step_id,
-attempt, old available_at)."""
+"""Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
+have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at).
+The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
+leases nothing."""
+
 
 NEXT_DUE = (
     "SELECT (SELECT min(decide_at) FROM runs"
