@@ -419,6 +419,26 @@ def test_a_step_lease_looks_first_only_when_no_work_is_expected(
     assert len(store.read_history("r1")) == 3
 
 
+def test_a_step_lease_keeps_odd_run_and_step_ids_intact(store: PostgresStore) -> None:
+    """The ready steps travel between the lease's two statements as array text in a setting:
+    ids with quotes, commas, braces, backslashes and spaces must come back as they were."""
+    odd = ['a,"b\\{c}', "NULL", " x y ", "é'"]
+    until = NOW + timedelta(seconds=30)
+    for run_id in odd:
+        store.create_run(new_run(run_id, decide_at=None), NOW)
+        task = StepTask(step_id=run_id, attempt=1, available_at=NOW)
+        scheduled = StepScheduled(step_id=run_id, name="work", input=None, retry=RetryPolicy())
+        index = RunIndex(status=RunStatus.RUNNING, steps={run_id: task})
+        store.append_if_sequence(run_id, 1, [scheduled], index, NOW)
+    store._steps_expected = True  # lock and lease without the look
+    leases = store.lease_steps("w", [BUILD], NOW, until, 10)
+    assert sorted((lease.run_id, lease.step_id) for lease in leases) == sorted(
+        (run_id, run_id) for run_id in odd
+    )
+    for run_id in odd:
+        assert [e.event_key for e in store.read_history(run_id)][-1] == "step_started"
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 
