@@ -439,6 +439,87 @@ def test_a_step_lease_keeps_odd_run_and_step_ids_intact(store: PostgresStore) ->
         assert [e.event_key for e in store.read_history(run_id)][-1] == "step_started"
 
 
+def _sent_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every query string psycopg sends as text (batches), as the test runs."""
+    sent: list[str] = []
+    for cls in (psycopg.Connection, psycopg.ClientCursor):
+        original = cls.execute
+
+        def spy(self: Any, query: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            if isinstance(query, str) and ("EXECUTE flow_" in query or "PREPARE flow_" in query):
+                sent.append(query)
+            return _original(self, query, *args, **kw)
+
+        monkeypatch.setattr(cls, "execute", spy)
+    return sent
+
+
+def test_batches_prepare_their_statements_once_per_connection(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit is one query string of EXECUTEs; the PREPAREs ride in the first string that
+    needs them on a connection, so later commits are not planned again."""
+    sent = _sent_batches(monkeypatch)
+    for i in range(3):
+        assert store.create_run(new_run(f"p{i}"), NOW) is not None
+    assert len(sent) == 3
+    assert "PREPARE flow_" in sent[0]
+    assert all("PREPARE" not in query and "EXECUTE flow_" in query for query in sent[1:])
+    assert [e.event_key for e in store.read_history("p2")] == ["run_started"]
+
+
+def test_a_batch_whose_statements_were_dropped_prepares_them_again(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg deallocates all of a connection's prepared statements when it rolls back there
+    after preparing some of its own: a batch that finds its statements gone reads back what is
+    left and goes again, and nothing is lost or written twice."""
+    until = NOW + timedelta(seconds=30)
+    store.create_run(new_run("d1", decide_at=None), NOW)
+    task = StepTask(step_id="s", attempt=1, available_at=NOW)
+    scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
+    store.append_if_sequence(
+        "d1", 1, [scheduled], RunIndex(status=RunStatus.RUNNING, steps={"s": task}), NOW
+    )
+    store._steps_expected = True
+    assert [lease.step_id for lease in store.lease_steps("w", [BUILD], NOW, until, 10)] == ["s"]
+    (conn,) = store._idle  # the one pooled connection, its statements prepared
+    conn.execute("DEALLOCATE ALL")  # behind the store's back, as psycopg does
+    conn.commit()
+    sent = _sent_batches(monkeypatch)
+    assert store.create_run(new_run("d2"), NOW) is not None  # an implicit transaction
+    assert [e.event_key for e in store.read_history("d2")] == ["run_started"]
+    assert sum("PREPARE flow_" in query for query in sent) == 1  # the retry prepared again
+    conn.execute("DEALLOCATE ALL")
+    conn.commit()
+    store.append_if_sequence(
+        "d1",
+        3,
+        [
+            scheduled_again := StepScheduled(
+                step_id="t", name="work", input=None, retry=RetryPolicy()
+            )
+        ],
+        RunIndex(
+            status=RunStatus.RUNNING,
+            steps={"t": StepTask(step_id="t", attempt=1, available_at=NOW)},
+        ),
+        NOW,
+    )
+    conn.execute("DEALLOCATE ALL")
+    conn.commit()
+    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)  # a transaction its string opens
+    assert lease.step_id == scheduled_again.step_id
+    keys = [e.event_key for e in store.read_history("d1")]
+    assert keys == [
+        "run_started",
+        "step_scheduled",
+        "step_started",
+        "step_scheduled",
+        "step_started",
+    ]
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ import os
 import re
 import select
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -47,7 +48,7 @@ from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
-from flow_cli.store.postgres_schema import Connection
+from flow_cli.store.postgres_batch import Batch, Connection, Prepared
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
@@ -131,6 +132,10 @@ class PostgresStore(AppendViaCommit):
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
+        # The statements each pooled connection has prepared (see ``postgres_batch``).
+        self._prepared: weakref.WeakKeyDictionary[Connection, Prepared] = (
+            weakref.WeakKeyDictionary()
+        )
         self._pid = os.getpid()
         # Whether ``lease_runs`` may lease without looking first: its last lease found runs, so
         # more are likely (a busy worker). A lease that finds nothing clears it, so an idle
@@ -161,7 +166,7 @@ class PostgresStore(AppendViaCommit):
 
         # One round trip: the run's row, its run_started and the NOTIFY as one batch, which an
         # existing run id (a unique violation) rolls back.
-        def fill(batch: tables.Batch) -> EventEnvelope | None:
+        def fill(batch: Batch) -> EventEnvelope | None:
             envelope = tables.insert_run(batch, run, now)
             if run.decide_at is not None:
                 batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
@@ -265,6 +270,7 @@ class PostgresStore(AppendViaCommit):
                     with conn.transaction():
                         self._apply(conn, group.writes, group.creates, group.now, locked)
                 except GROUP_ERRORS as exc:
+                    self._rolled_back(conn)  # to its savepoint
                     for run_id in list(locked):
                         if run_id in before:
                             locked[run_id].last_sequence = before[run_id]
@@ -312,7 +318,7 @@ class PostgresStore(AppendViaCommit):
         done = self._batch(lambda batch: self._queue_guarded(batch, groups, first, after, created))
         return None if done is None else done[0]
 
-    def _batch(self, fill: Callable[[tables.Batch], _T]) -> tuple[_T] | None:
+    def _batch(self, fill: Callable[[Batch], _T]) -> tuple[_T] | None:
         """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
         transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
         ``GUARD_FAILURES``) and the batch was rolled back."""
@@ -321,7 +327,7 @@ class PostgresStore(AppendViaCommit):
                 # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
                 conn.autocommit = True
                 try:
-                    batch = tables.Batch(conn)
+                    batch = Batch(conn, self._prepared_on(conn))
                     result = fill(batch)
                     batch.send()
                 except tables.GUARD_FAILURES as exc:
@@ -335,7 +341,7 @@ class PostgresStore(AppendViaCommit):
 
     def _queue_guarded(
         self,
-        batch: tables.Batch,
+        batch: Batch,
         groups: Sequence[CommitGroup],
         first: dict[str, int],
         after: dict[str, int],
@@ -692,37 +698,38 @@ class PostgresStore(AppendViaCommit):
                 # every pass. Skipped while work is expected (see ``_steps_expected``).
                 if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
                     return []
-        with self._transaction(pipelined=True, writes=False) as conn:
-            # BEGIN, the locks and the lease go out together: one round trip, then one more
-            # for the step_started events, the run rows, the histories and COMMIT. Waiting for
-            # a run another transaction holds (not skipping it) is short, and keeps a ready
-            # step from being reported as absent; the lease re-checks readiness after the wait.
-            locking = conn.execute(tables.LOCK_READY, params)
-            leasing = conn.execute(tables.LEASE_READY, params)
-            locked = tables.locked_runs(row[:3] for row in locking.fetchall())
-            # A candidate's run always exists (its step tasks go with it); should one have gone
-            # meanwhile, its tasks are not started without a row (they are leasable again once
-            # this lease runs out).
-            rows = [row for row in leasing.fetchall() if row[0] in locked]
-            rows.sort(key=lambda row: (row[3], row[0], row[1]))
-            for run_id, step_id, attempt, _ in rows:
-                target = locked[run_id]
-                started = StepStarted(
-                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                )
-                tables.insert_events(conn, run_id, target.last_sequence, [started], now)
-                target.last_sequence += 1
-            for run_id in {row[0] for row in rows}:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                    "WHERE run_id = %s",
-                    (locked[run_id].last_sequence, now, run_id),
-                )
-            after = {} if read_after is None else wanted_after((r[0] for r in rows), read_after)
-            # Queued before COMMIT on the same pipeline: the attempts' histories cost no round
-            # trip of their own, and include the step_started events just written.
-            reading = conn.execute(_READ_HISTORIES, _histories_params(after)) if after else None
+        with self._transaction(writes=False) as conn:
+            # Two round trips, each one query string of several statements (no per-statement
+            # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
+            # step_started events, the run rows, the histories and COMMIT. Waiting for a run
+            # another transaction holds (not skipping it) is short, and keeps a ready step
+            # from being reported as absent; the lease re-checks readiness after the wait.
+            conn.autocommit = True  # the statements open and end the transaction themselves
+            try:
+                for attempt in (1, 2):
+                    try:
+                        rows, after, history_rows = self._lease_ready(
+                            conn, worker, params, now, lease_until, read_after
+                        )
+                        break
+                    except psycopg.errors.InvalidSqlStatementName:
+                        # A statement of the second round trip was dropped behind our back
+                        # (see ``Prepared``): nothing was written; roll back, lease again.
+                        if attempt == 2:
+                            raise
+                        self._rolled_back(conn)
+                        conn.execute("ROLLBACK")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:  # could not be rolled back: never hand it out again in autocommit mode
+                    conn.close()
         self._steps_expected = bool(rows)
         if rows:
             with self._lock:
@@ -732,9 +739,58 @@ class PostgresStore(AppendViaCommit):
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
         ]
-        if reading is None:
+        if history_rows is None:
             return leases
-        return with_histories(leases, self._histories(reading.fetchall(), after))
+        return with_histories(leases, self._histories(history_rows, after))
+
+    def _lease_ready(
+        self,
+        conn: Connection,
+        worker: str,
+        params: dict[str, Any],
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int], list[tuple[Any, ...]] | None]:
+        """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
+        statements open and end it): the leased rows, the sequences their histories were read
+        after, and the histories' rows."""
+        prepared = self._prepared_on(conn)
+        opening = Batch(conn, prepared)
+        opening.execute("BEGIN")
+        opening.execute(tables.LOCK_READY, params)
+        opening.execute(tables.LEASE_READY, params)
+        _, locking, leasing = opening.results()
+        # The rest of the transaction BEGIN opened: not one to send again on its own.
+        batch = Batch(conn, prepared, whole=False)
+        locked = tables.locked_runs(row[:3] for row in locking or ())
+        # A candidate's run always exists (its step tasks go with it); should one have
+        # gone meanwhile, its tasks are not started without a row (they are leasable
+        # again once this lease runs out).
+        rows = [row for row in leasing or () if row[0] in locked]
+        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        for run_id, step_id, attempt, _ in rows:
+            target = locked[run_id]
+            started = StepStarted(
+                step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+            )
+            tables.insert_events(batch, run_id, target.last_sequence, [started], now)
+            target.last_sequence += 1
+        for run_id in {row[0] for row in rows}:
+            batch.execute(
+                "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = %s",
+                (locked[run_id].last_sequence, now, run_id),
+            )
+        after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
+        if after:
+            # Read before COMMIT: the histories cost no round trip of their own, and
+            # include the step_started events just written.
+            batch.execute(_READ_HISTORIES, _histories_params(after))
+        batch.execute("COMMIT")
+        done = batch.results()
+        return rows, after, (done[-2] if after else None)
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
@@ -961,6 +1017,20 @@ class PostgresStore(AppendViaCommit):
             raise
         self._checkin(conn)
 
+    def _rolled_back(self, conn: Connection) -> None:
+        """psycopg may deallocate every prepared statement on a rollback (see ``Prepared``)."""
+        with self._lock:
+            prepared = self._prepared.get(conn)
+        if prepared is not None:
+            prepared.known = False
+
+    def _prepared_on(self, conn: Connection) -> Prepared:
+        with self._lock:
+            prepared = self._prepared.get(conn)
+            if prepared is None:
+                prepared = self._prepared[conn] = Prepared()
+            return prepared
+
     def _checkout(self) -> Connection:
         self._forget_inherited()
         while True:
@@ -1012,6 +1082,7 @@ class PostgresStore(AppendViaCommit):
         _close_quietly(conn)
 
     def _rollback_and_checkin(self, conn: Connection) -> None:
+        self._rolled_back(conn)
         try:
             conn.rollback()
         except psycopg.Error:

@@ -20,12 +20,12 @@ from typing import Any, TypeAlias
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import TupleRow
 from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted
 from flow_cli.model.status import RunStatus
+from flow_cli.store.postgres_batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
     HookEntry,
@@ -36,8 +36,6 @@ from flow_cli.store.protocol import (
     StepTask,
     waiting_needle,
 )
-
-Connection: TypeAlias = psycopg.Connection[TupleRow]
 
 _LOCK_CLASS = 0x466C6F77
 """First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
@@ -431,35 +429,6 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     HookTokenInUse,
 )
 """The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
-
-
-class Batch:
-    """Statements bound on the client and sent together as one simple-protocol query.
-
-    PostgreSQL runs a query string of several statements as one implicit transaction: all of
-    it commits, or an error rolls all of it back. So a whole commit is one message out and one
-    answer back, with none of the per-statement work of a pipeline (a send, a flush and a
-    result to process for each). The price is that no statement's answer can be read, which
-    is why its checks are statements that fail (``GUARD_SEQUENCE``, unique keys, guarded hook
-    upserts). Values are bound by psycopg's client-side binding (``ClientCursor.mogrify``).
-    """
-
-    __slots__ = ("_conn", "_cursor", "_parts")
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._cursor = psycopg.ClientCursor(conn)
-        self._parts: list[str] = []
-
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> None:
-        """Add one statement; nothing is sent yet."""
-        self._parts.append(self._cursor.mogrify(query, params))
-
-    def send(self) -> None:
-        """Run the statements as one implicit transaction (the connection must be in
-        autocommit mode, so that psycopg opens no transaction of its own around it)."""
-        if self._parts:
-            self._conn.execute(";\n".join(self._parts))
 
 
 Statements: TypeAlias = Connection | Batch
