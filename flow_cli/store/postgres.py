@@ -1082,7 +1082,8 @@ class PostgresStore(AppendViaCommit):
         _close_quietly(conn)
 
     def _rollback_and_checkin(self, conn: Connection) -> None:
-        self._rolled_back(conn)
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:  # else nothing is sent
+            self._rolled_back(conn)
         try:
             conn.rollback()
         except psycopg.Error:
