@@ -29,6 +29,7 @@ from flow_cli.engine.streams import Streams
 from flow_cli.model import decision
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.decision import DECISION_RETRY_MAX, DECISION_RETRY_MIN
+from flow_cli.model.snapshot import project
 from flow_cli.store.memory import MemoryStore
 from flow_cli.store.protocol import EventStore
 from flow_cli.store.sqlite import SQLiteStore
@@ -179,6 +180,32 @@ def test_the_snapshot_cache_is_bounded_in_bytes(clock: ManualClock) -> None:
     before = streams.cached_bytes
     streams.load("huge")  # bigger than an eighth of the budget: read, never cached
     assert streams.cached_bytes == before
+
+
+def test_a_lease_history_continues_the_cached_snapshot_or_is_left_to_a_read(
+    clock: ManualClock,
+) -> None:
+    store = MemoryStore()
+    engine = Engine(store, [scenario_runtime(StepLog())], clock=clock, eager_start=False)
+    engine.start("one-signal", {}, run_id="r")
+    streams = Streams(store)
+    streams.load("r")  # cached at sequence 1
+    assert streams.cached_sequence("r") == 1
+    assert streams.cached_sequence("other") == 0
+    engine.signal("r", "go", {"n": 1})
+    engine.signal("r", "go", {"n": 2})
+    later = store.read_history("r", after_sequence=1)
+    # Events that continue the cached snapshot are folded into it, and the caller owns it.
+    handed = streams.handed("r", later)
+    assert handed is not None and handed.last_sequence == 3
+    assert streams.cached_sequence("r") == 0
+    # Events that do not continue what is cached (nor start the run): the attempt reads.
+    streams.put(project(store.read_history("r")[:1]))
+    assert streams.handed("r", later[1:]) is None
+    assert streams.cached_sequence("r") == 1  # what was cached stays
+    # Events from the first one on need nothing cached.
+    whole = streams.handed("r", store.read_history("r"))
+    assert whole is not None and whole.last_sequence == 3
 
 
 # -- leases held by `flow tick` --------------------------------------------------------------------

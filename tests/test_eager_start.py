@@ -182,3 +182,39 @@ def test_a_worker_leases_the_ready_first_steps_of_many_runs_together(
         for future in in_flight:
             future.result(timeout=30)
     assert all(engine.snapshot(f"many-{i}").status is RunStatus.COMPLETED for i in range(10))
+
+
+def test_a_leased_attempt_runs_on_the_history_its_lease_read(
+    store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step leased by a worker's pass comes with its run, read in the lease's transaction
+    (on PostgreSQL, in the round trip that commits it): the attempt's thread reads nothing
+    before running it and recording its end."""
+    import threading
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from flow_cli.engine.worker import Worker
+
+    engine = Engine(store, [chain], clock=clock, worker_id="w")
+    for i in range(5):
+        engine.start("chain", {"steps": 1, "x": i}, run_id=f"read-{i}")
+    reads_on_step_threads: list[str] = []
+    for name in ("read_history", "read_histories"):
+        original = getattr(store, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                reads_on_step_threads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, spy)
+    worker = Worker(engine, concurrency=2)
+    in_flight: set[Future[None]] = set()
+    with ThreadPoolExecutor(2) as pool:
+        worker._pass(pool, in_flight)
+        assert len(in_flight) == 5
+        for future in in_flight:
+            future.result(timeout=30)
+    assert all(engine.snapshot(f"read-{i}").outcome is not None for i in range(5))
+    assert [engine.snapshot(f"read-{i}").outcome.result for i in range(5)] == [1, 2, 3, 4, 5]  # type: ignore[union-attr]
+    assert reads_on_step_threads == []

@@ -374,6 +374,152 @@ def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
     assert late.startswith("late-") and store.stats.index_commits == leased + 2
 
 
+def test_a_step_lease_looks_first_only_when_no_work_is_expected(
+    url: str, schema: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leasing steps locks and leases in one round trip; a read-only look goes first only when
+    nothing suggests a step is ready (the last lease found none and no NOTIFY came since), so an
+    idle worker takes no lock, and a woken one starts its step one round trip sooner."""
+    looks: list[int] = []
+    reading = store._reading
+
+    def counted() -> Any:
+        looks.append(1)
+        return reading()
+
+    monkeypatch.setattr(store, "_reading", counted)
+    until = NOW + timedelta(seconds=30)
+    commits = store.stats.durable_commits
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (len(looks), store.stats.durable_commits) == (1, commits)
+    # Another process schedules a step: its NOTIFY wakes this one, which leases without a look.
+    store.wait_for_change(0)
+    other = PostgresStore(url, schema=schema)
+    try:
+        other.create_run(new_run("r1", decide_at=None), NOW)
+        task = StepTask(step_id="s", attempt=1, available_at=NOW)
+        scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
+        index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
+        other.append_if_sequence("r1", 1, [scheduled], index, NOW)
+    finally:
+        other.close()
+    store.wait_for_change(5)
+    looks.clear()
+    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)
+    assert (lease.run_id, lease.step_id, looks) == ("r1", "s", [])
+    assert store.stats.durable_commits == commits + 1
+    assert [e.event_key for e in store.read_history("r1")][-1] == "step_started"
+    # Having found a step, the next lease locks straight away too; finding nothing, it writes
+    # nothing and counts no commit, and the lease after it looks first again.
+    looks.clear()
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (looks, store.stats.durable_commits) == ([], commits + 1)
+    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert (len(looks), store.stats.durable_commits) == (1, commits + 1)
+    assert len(store.read_history("r1")) == 3
+
+
+def test_a_step_lease_keeps_odd_run_and_step_ids_intact(store: PostgresStore) -> None:
+    """The ready steps travel between the lease's two statements as array text in a setting:
+    ids with quotes, commas, braces, backslashes and spaces must come back as they were."""
+    odd = ['a,"b\\{c}', "NULL", " x y ", "é'"]
+    until = NOW + timedelta(seconds=30)
+    for run_id in odd:
+        store.create_run(new_run(run_id, decide_at=None), NOW)
+        task = StepTask(step_id=run_id, attempt=1, available_at=NOW)
+        scheduled = StepScheduled(step_id=run_id, name="work", input=None, retry=RetryPolicy())
+        index = RunIndex(status=RunStatus.RUNNING, steps={run_id: task})
+        store.append_if_sequence(run_id, 1, [scheduled], index, NOW)
+    store._steps_expected = True  # lock and lease without the look
+    leases = store.lease_steps("w", [BUILD], NOW, until, 10)
+    assert sorted((lease.run_id, lease.step_id) for lease in leases) == sorted(
+        (run_id, run_id) for run_id in odd
+    )
+    for run_id in odd:
+        assert [e.event_key for e in store.read_history(run_id)][-1] == "step_started"
+
+
+def _sent_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every query string psycopg sends as text (batches), as the test runs."""
+    sent: list[str] = []
+    for cls in (psycopg.Connection, psycopg.ClientCursor):
+        original = cls.execute
+
+        def spy(self: Any, query: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            if isinstance(query, str) and ("EXECUTE flow_" in query or "PREPARE flow_" in query):
+                sent.append(query)
+            return _original(self, query, *args, **kw)
+
+        monkeypatch.setattr(cls, "execute", spy)
+    return sent
+
+
+def test_batches_prepare_their_statements_once_per_connection(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit is one query string of EXECUTEs; the PREPAREs ride in the first string that
+    needs them on a connection, so later commits are not planned again."""
+    sent = _sent_batches(monkeypatch)
+    for i in range(3):
+        assert store.create_run(new_run(f"p{i}"), NOW) is not None
+    assert len(sent) == 3
+    assert "PREPARE flow_" in sent[0]
+    assert all("PREPARE" not in query and "EXECUTE flow_" in query for query in sent[1:])
+    assert [e.event_key for e in store.read_history("p2")] == ["run_started"]
+
+
+def test_a_batch_whose_statements_were_dropped_prepares_them_again(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg deallocates all of a connection's prepared statements when it rolls back there
+    after preparing some of its own: a batch that finds its statements gone reads back what is
+    left and goes again, and nothing is lost or written twice."""
+    until = NOW + timedelta(seconds=30)
+    store.create_run(new_run("d1", decide_at=None), NOW)
+    task = StepTask(step_id="s", attempt=1, available_at=NOW)
+    scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
+    store.append_if_sequence(
+        "d1", 1, [scheduled], RunIndex(status=RunStatus.RUNNING, steps={"s": task}), NOW
+    )
+    store._steps_expected = True
+    assert [lease.step_id for lease in store.lease_steps("w", [BUILD], NOW, until, 10)] == ["s"]
+    (conn,) = store._idle  # the one pooled connection, its statements prepared
+    conn.execute("DEALLOCATE ALL")  # behind the store's back, as psycopg does
+    conn.commit()
+    sent = _sent_batches(monkeypatch)
+    assert store.create_run(new_run("d2"), NOW) is not None  # an implicit transaction
+    assert [e.event_key for e in store.read_history("d2")] == ["run_started"]
+    assert sum("PREPARE flow_" in query for query in sent) == 1  # the retry prepared again
+    conn.execute("DEALLOCATE ALL")
+    conn.commit()
+    store.append_if_sequence(
+        "d1",
+        3,
+        [
+            scheduled_again := StepScheduled(
+                step_id="t", name="work", input=None, retry=RetryPolicy()
+            )
+        ],
+        RunIndex(
+            status=RunStatus.RUNNING,
+            steps={"t": StepTask(step_id="t", attempt=1, available_at=NOW)},
+        ),
+        NOW,
+    )
+    conn.execute("DEALLOCATE ALL")
+    conn.commit()
+    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)  # a transaction its string opens
+    assert lease.step_id == scheduled_again.step_id
+    keys = [e.event_key for e in store.read_history("d1")]
+    assert keys == [
+        "run_started",
+        "step_scheduled",
+        "step_started",
+        "step_scheduled",
+        "step_started",
+    ]
+
+
 # -- wake-ups ------------------------------------------------------------------------------------
 
 
@@ -641,7 +787,8 @@ def test_due_work_queries_use_the_due_time_indexes(
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
         for query, index in (
             (postgres_schema.LEASE_RUNS, "runs_decide_at"),
-            (postgres_schema.READY_STEPS, "step_tasks_available_at"),
+            (postgres_schema.ANY_READY_STEP, "step_tasks_available_at"),
+            (postgres_schema.LOCK_READY, "step_tasks_available_at"),
             (postgres_schema.NEXT_DUE, "runs_decide_at"),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()

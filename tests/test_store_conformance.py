@@ -53,6 +53,7 @@ from flow_cli.store.protocol import (
     NewRun,
     RunFilter,
     RunIndex,
+    StepLease,
     StepTask,
     StreamWrite,
 )
@@ -711,6 +712,44 @@ def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
     assert store.lease_steps("w2", [BUILD], now, until, 10) == []
     assert len(store.read_history("r1")) == 4
     assert store.stats.durable_commits == commits
+
+
+def test_a_lease_can_carry_its_runs_history_with_its_step_started(
+    store: EventStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    create(store, "r1", now)
+    create(store, "r2", now)
+    _schedule(store, "r1", now, a=now, b=now)
+    _schedule(store, "r2", now, x=now)
+    until = now + timedelta(seconds=30)
+    asked: list[str] = []
+
+    def read_after(run_id: str) -> int:
+        asked.append(run_id)
+        return 2 if run_id == "r2" else 0  # r2: as if its first two events were known
+
+    leases = store.lease_steps("w1", [BUILD], now, until, 10, read_after=read_after)
+    assert sorted(asked) == ["r1", "r2"]  # once per run, not per lease
+    by_run: dict[str, list[StepLease]] = {}
+    for lease in leases:
+        by_run.setdefault(lease.run_id, []).append(lease)
+    r1_first, r1_second = by_run["r1"]
+    (r2_lease,) = by_run["r2"]
+    # The first lease of a run carries what was asked for, its step_started events included.
+    assert r1_first.history == tuple(store.read_history("r1"))
+    assert [e.sequence for e in r1_first.history] == [1, 2, 3, 4]
+    assert r1_second.history is None
+    assert r2_lease.history == tuple(store.read_history("r2", after_sequence=2))
+    assert [type(e.event) for e in r2_lease.history] == [StepStarted]
+    # Without read_after, nothing is carried; a carried history does not make leases unequal.
+    assert r1_first == StepLease(
+        run_id="r1", step_id=r1_first.step_id, attempt=1, lease_until=until
+    )
+    create(store, "r3", now)
+    _schedule(store, "r3", now, y=now)
+    (plain,) = store.lease_steps("w1", [BUILD], now, until, 10)
+    assert plain.history is None
 
 
 def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualClock) -> None:

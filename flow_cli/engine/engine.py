@@ -7,6 +7,7 @@ append with ``append_if_sequence`` semantics like everything else and retry on c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -427,6 +428,30 @@ class Engine:
         return self.store.lease_steps(
             self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
         )
+
+    def lease_steps_handed(
+        self, lease_seconds: float, limit: int
+    ) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
+        """``lease_steps``, with the runs read in the lease's transaction: each lease comes
+        with the snapshot its attempt runs on (for ``execute_step``), or ``None`` where the
+        attempt must read the run itself (a second lease of the same run)."""
+        now = self.clock.now()
+        leases = self.store.lease_steps(
+            self.worker_id,
+            self.build_ids,
+            now,
+            now + timedelta(seconds=lease_seconds),
+            limit,
+            read_after=self.streams.cached_sequence,
+        )
+        handed = []
+        for lease in leases:
+            snapshot = None
+            if lease.history is not None:
+                snapshot = self.streams.handed(lease.run_id, lease.history)
+                lease = dataclasses.replace(lease, history=None)  # not kept while it runs
+            handed.append((lease, snapshot))
+        return handed
 
     def execute_step(
         self,

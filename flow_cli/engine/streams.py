@@ -181,6 +181,35 @@ class Streams:
             taken[run_id] = snapshot
         return taken
 
+    def cached_sequence(self, run_id: str) -> int:
+        """The last sequence of the run's cached snapshot; 0 when none is cached."""
+        with self._lock:
+            snapshot = self._cache.get(run_id)
+            return 0 if snapshot is None else snapshot.last_sequence
+
+    def handed(self, run_id: str, history: Sequence[EventEnvelope]) -> WorkflowRunSnapshot | None:
+        """The run's snapshot after ``history``, owned by the caller (as ``take``): the events
+        a step lease read (``lease_steps(read_after=cached_sequence)``) folded into the cached
+        snapshot they continue, or projected when they start at the run's first event.
+
+        ``None`` when they continue a snapshot no longer cached (another thread took it
+        meanwhile): the attempt then reads the run itself.
+        """
+        if not history:
+            return None
+        first = history[0].sequence
+        with self._lock:
+            snapshot = self._cache.pop(run_id, None)
+            if snapshot is not None:
+                self._bytes -= snapshot.size
+        if snapshot is not None and snapshot.last_sequence == first - 1:
+            for envelope in history:
+                snapshot.apply(envelope)
+            return snapshot
+        if snapshot is not None:
+            self.put(snapshot)
+        return project(list(history)) if first == 1 else None
+
     def put(self, snapshot: WorkflowRunSnapshot) -> None:
         """Give a snapshot of committed events back to the cache."""
         if snapshot.size > self.cache_bytes // 8:

@@ -103,6 +103,24 @@ class Worker:
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
         in_flight.difference_update({f for f in in_flight if f.done()})
+        if self.concurrency > len(in_flight) and not self._stop.is_set():
+            # Ready steps first: a step waits on a thread's lease alone, so when a commit
+            # elsewhere (a run started eagerly) wakes this worker, its step starts before the
+            # look for due runs, which then overlaps the step instead of delaying it.
+            #
+            # A free thread leases what is ready, up to the backlog a pass of decisions may
+            # leave (as for the steps decisions start): runs started eagerly elsewhere arrive
+            # with their first step ready, and a lease per free thread would cost a
+            # transaction per few runs where their decisions here would have cost one a pass.
+            room = self.concurrency + RUN_BATCH - len(in_flight)
+            # Each attempt's run is read in its lease's transaction, not by its thread after.
+            leases = self.engine.lease_steps_handed(self.lease_seconds, room)
+            for lease, snapshot in leases:
+                self._keeper.hold(lease)
+                in_flight.add(pool.submit(self._run_step, lease, snapshot))
+            # Fewer steps than there was room for: none is ready now, so another pass at once
+            # would only compete with the attempts just handed out (a step's end wakes the loop).
+            busy = len(leases) == room
         backlog = len(in_flight) - self.concurrency
         run_ids = (
             self.engine.lease_runs(self.lease_seconds, RUN_BATCH) if backlog < RUN_BATCH else []
@@ -122,20 +140,6 @@ class Worker:
                 in_flight.add(pool.submit(self._run_step, lease, snapshot))
             self.stats.runs_decided += len(run_ids)
             busy = True
-            in_flight.difference_update({f for f in in_flight if f.done()})
-        if self.concurrency > len(in_flight) and not self._stop.is_set():
-            # A free thread: lease what is ready, up to the backlog a pass of decisions may
-            # leave (as for the steps decisions start): runs started eagerly elsewhere arrive
-            # with their first step ready, and a lease per free thread would cost a
-            # transaction per few runs where their decisions here would have cost one a pass.
-            room = self.concurrency + RUN_BATCH - len(in_flight)
-            leases = self.engine.lease_steps(self.lease_seconds, room)
-            for lease in leases:
-                self._keeper.hold(lease)
-                in_flight.add(pool.submit(self._run_step, lease))
-            # Fewer steps than there was room for: none is ready now, so another pass at once
-            # would only compete with the attempts just handed out (a step's end wakes the loop).
-            busy = busy or len(leases) == room
         return busy
 
     def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:

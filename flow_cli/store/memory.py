@@ -29,6 +29,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    ReadAfter,
     RunCount,
     RunFilter,
     RunIndex,
@@ -40,6 +41,8 @@ from flow_cli.store.protocol import (
     TaskState,
     WorkerInfo,
     waiting_needle,
+    wanted_after,
+    with_histories,
 )
 
 
@@ -489,9 +492,10 @@ class MemoryStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         limit: int,
+        read_after: ReadAfter | None = None,
     ) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
-        ``step_started`` for each in the same step."""
+        ``step_started`` for each in the same step (``read_after``: see ``EventStore``)."""
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
             ready = sorted(
@@ -521,7 +525,10 @@ class MemoryStore(AppendViaCommit):
             if leases:
                 self._touched()
             self.stats.scheduler_rows_read += len(leases)
+        if read_after is None or not leases:
             return leases
+        after = wanted_after((lease.run_id for lease in leases), read_after)
+        return with_histories(leases, self.read_histories(after))
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the lease if ``worker`` still holds it."""

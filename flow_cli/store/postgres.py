@@ -29,6 +29,7 @@ import os
 import re
 import select
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -47,7 +48,7 @@ from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
-from flow_cli.store.postgres_schema import Connection
+from flow_cli.store.postgres_batch import Batch, Connection, Prepared
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
@@ -59,6 +60,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    ReadAfter,
     RunCount,
     RunFilter,
     RunIndex,
@@ -70,6 +72,8 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     assemble_states,
     build_usages,
+    wanted_after,
+    with_histories,
 )
 
 DEFAULT_SCHEMA = "flow"
@@ -128,6 +132,10 @@ class PostgresStore(AppendViaCommit):
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
+        # The statements each pooled connection has prepared (see ``postgres_batch``).
+        self._prepared: weakref.WeakKeyDictionary[Connection, Prepared] = (
+            weakref.WeakKeyDictionary()
+        )
         self._pid = os.getpid()
         # Whether ``lease_runs`` may lease without looking first: its last lease found runs, so
         # more are likely (a busy worker). A lease that finds nothing clears it, so an idle
@@ -135,6 +143,10 @@ class PostgresStore(AppendViaCommit):
         # as often as due runs, and a lease that finds nothing costs a write where a look
         # costs a read.
         self._runs_expected = False
+        # Whether ``lease_steps`` may lock without looking first: its last lease found steps,
+        # or a NOTIFY announced work since. A lock that finds nothing costs a read-only
+        # transaction (two round trips) where a look costs one.
+        self._steps_expected = False
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -154,7 +166,7 @@ class PostgresStore(AppendViaCommit):
 
         # One round trip: the run's row, its run_started and the NOTIFY as one batch, which an
         # existing run id (a unique violation) rolls back.
-        def fill(batch: tables.Batch) -> EventEnvelope | None:
+        def fill(batch: Batch) -> EventEnvelope | None:
             envelope = tables.insert_run(batch, run, now)
             if run.decide_at is not None:
                 batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
@@ -175,17 +187,14 @@ class PostgresStore(AppendViaCommit):
         does not exist is left out."""
         if not after:
             return {}
-        run_ids = list(after)
-        # One autocommit statement: the row at each run's own sequence (present for any run
-        # that far along) tells an up-to-date run from a missing one without a second query.
         with self._reading() as conn:
-            rows = conn.execute(
-                "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
-                "pg_column_size(e.data) FROM unnest(%s::text[], %s::bigint[]) AS a(run_id, seq) "
-                "JOIN events e ON e.run_id = a.run_id AND e.sequence >= a.seq "
-                "ORDER BY e.run_id, e.sequence",
-                (run_ids, [max(after[r], 1) for r in run_ids]),
-            ).fetchall()
+            rows = conn.execute(_READ_HISTORIES, _histories_params(after)).fetchall()
+        return self._histories(rows, after)
+
+    def _histories(
+        self, rows: Sequence[tuple[Any, ...]], after: Mapping[str, int]
+    ) -> dict[str, list[EventEnvelope]]:
+        """The rows of ``_READ_HISTORIES`` as histories by run id."""
         found: dict[str, list[EventEnvelope]] = {}
         for run_id, sequence, event_key, recorded_at, data, size in rows:
             events = found.setdefault(run_id, [])
@@ -261,6 +270,7 @@ class PostgresStore(AppendViaCommit):
                     with conn.transaction():
                         self._apply(conn, group.writes, group.creates, group.now, locked)
                 except GROUP_ERRORS as exc:
+                    self._rolled_back(conn)  # to its savepoint
                     for run_id in list(locked):
                         if run_id in before:
                             locked[run_id].last_sequence = before[run_id]
@@ -308,7 +318,7 @@ class PostgresStore(AppendViaCommit):
         done = self._batch(lambda batch: self._queue_guarded(batch, groups, first, after, created))
         return None if done is None else done[0]
 
-    def _batch(self, fill: Callable[[tables.Batch], _T]) -> tuple[_T] | None:
+    def _batch(self, fill: Callable[[Batch], _T]) -> tuple[_T] | None:
         """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
         transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
         ``GUARD_FAILURES``) and the batch was rolled back."""
@@ -317,7 +327,7 @@ class PostgresStore(AppendViaCommit):
                 # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
                 conn.autocommit = True
                 try:
-                    batch = tables.Batch(conn)
+                    batch = Batch(conn, self._prepared_on(conn))
                     result = fill(batch)
                     batch.send()
                 except tables.GUARD_FAILURES as exc:
@@ -331,7 +341,7 @@ class PostgresStore(AppendViaCommit):
 
     def _queue_guarded(
         self,
-        batch: tables.Batch,
+        batch: Batch,
         groups: Sequence[CommitGroup],
         first: dict[str, int],
         after: dict[str, int],
@@ -670,57 +680,117 @@ class PostgresStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         limit: int,
+        read_after: ReadAfter | None = None,
     ) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same transaction.
 
         The runs' rows are locked first, in the order ``commit`` locks them, so a lease and a
-        commit never deadlock.
+        commit never deadlock. ``read_after`` (see ``EventStore``): the histories are read in
+        the transaction, in the round trip that commits it.
         """
         if not build_ids or limit <= 0:
             return []
         params = _due_params(worker, build_ids, now, lease_until, limit)
-        with self._reading() as conn:
-            # Look before locking: an idle worker must not open a write transaction every pass.
-            candidates = conn.execute(tables.READY_STEPS, params).fetchall()
-        if not candidates:
-            return []
-        run_ids = sorted({run_id for run_id, _ in candidates})
-        with self._transaction(pipelined=True) as conn:
-            # Waiting for a run another transaction holds (not skipping it) is short, and keeps
-            # a ready step from being reported as absent; the update below re-checks readiness.
-            # BEGIN, the locks and the lease go out together: one round trip, then one more
-            # for the step_started events, the run rows and COMMIT.
-            locking = conn.execute(tables.LOCK_RUNS, (run_ids,))
-            leasing = conn.execute(
-                tables.LEASE_STEPS,
-                {**params, "runs": run_ids, "steps": [s for _, s in candidates]},
-            )
-            locked = tables.locked_runs(locking.fetchall())
-            # A candidate's run always exists (its step tasks go with it); should one have gone
-            # meanwhile, its tasks are not started without a row (they are leasable again once
-            # this lease runs out).
-            rows = [row for row in leasing.fetchall() if row[0] in locked]
-            rows.sort(key=lambda row: (row[3], row[0], row[1]))
-            for run_id, step_id, attempt, _ in rows:
-                target = locked[run_id]
-                started = StepStarted(
-                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                )
-                tables.insert_events(conn, run_id, target.last_sequence, [started], now)
-                target.last_sequence += 1
-            for run_id in {row[0] for row in rows}:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                    "WHERE run_id = %s",
-                    (locked[run_id].last_sequence, now, run_id),
-                )
+        if not self._steps_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a transaction that locks
+                # every pass. Skipped while work is expected (see ``_steps_expected``).
+                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                    return []
+        with self._transaction(writes=False) as conn:
+            # Two round trips, each one query string of several statements (no per-statement
+            # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
+            # step_started events, the run rows, the histories and COMMIT. Waiting for a run
+            # another transaction holds (not skipping it) is short, and keeps a ready step
+            # from being reported as absent; the lease re-checks readiness after the wait.
+            conn.autocommit = True  # the statements open and end the transaction themselves
+            try:
+                for attempt in (1, 2):
+                    try:
+                        rows, after, history_rows = self._lease_ready(
+                            conn, worker, params, now, lease_until, read_after
+                        )
+                        break
+                    except psycopg.errors.InvalidSqlStatementName:
+                        # A statement of the second round trip was dropped behind our back
+                        # (see ``Prepared``): nothing was written; roll back, lease again.
+                        if attempt == 2:
+                            raise
+                        self._rolled_back(conn)
+                        conn.execute("ROLLBACK")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:  # could not be rolled back: never hand it out again in autocommit mode
+                    conn.close()
+        self._steps_expected = bool(rows)
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
         self._count_rows(len(rows))
-        return [
+        leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
         ]
+        if history_rows is None:
+            return leases
+        return with_histories(leases, self._histories(history_rows, after))
+
+    def _lease_ready(
+        self,
+        conn: Connection,
+        worker: str,
+        params: dict[str, Any],
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int], list[tuple[Any, ...]] | None]:
+        """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
+        statements open and end it): the leased rows, the sequences their histories were read
+        after, and the histories' rows."""
+        prepared = self._prepared_on(conn)
+        opening = Batch(conn, prepared)
+        opening.execute("BEGIN")
+        opening.execute(tables.LOCK_READY, params)
+        opening.execute(tables.LEASE_READY, params)
+        _, locking, leasing = opening.results()
+        # The rest of the transaction BEGIN opened: not one to send again on its own.
+        batch = Batch(conn, prepared, whole=False)
+        locked = tables.locked_runs(row[:3] for row in locking or ())
+        # A candidate's run always exists (its step tasks go with it); should one have
+        # gone meanwhile, its tasks are not started without a row (they are leasable
+        # again once this lease runs out).
+        rows = [row for row in leasing or () if row[0] in locked]
+        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        for run_id, step_id, attempt, _ in rows:
+            target = locked[run_id]
+            started = StepStarted(
+                step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+            )
+            tables.insert_events(batch, run_id, target.last_sequence, [started], now)
+            target.last_sequence += 1
+        for run_id in {row[0] for row in rows}:
+            batch.execute(
+                "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = %s",
+                (locked[run_id].last_sequence, now, run_id),
+            )
+        after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
+        if after:
+            # Read before COMMIT: the histories cost no round trip of their own, and
+            # include the step_started events just written.
+            batch.execute(_READ_HISTORIES, _histories_params(after))
+        batch.execute("COMMIT")
+        done = batch.results()
+        return rows, after, (done[-2] if after else None)
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
@@ -832,6 +902,7 @@ class PostgresStore(AppendViaCommit):
             with closing(self._listener.notifies(timeout=remaining)) as notes:
                 if not any(note.payload == self.schema for note in notes):
                     return
+            self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
@@ -946,6 +1017,20 @@ class PostgresStore(AppendViaCommit):
             raise
         self._checkin(conn)
 
+    def _rolled_back(self, conn: Connection) -> None:
+        """psycopg may deallocate every prepared statement on a rollback (see ``Prepared``)."""
+        with self._lock:
+            prepared = self._prepared.get(conn)
+        if prepared is not None:
+            prepared.known = False
+
+    def _prepared_on(self, conn: Connection) -> Prepared:
+        with self._lock:
+            prepared = self._prepared.get(conn)
+            if prepared is None:
+                prepared = self._prepared[conn] = Prepared()
+            return prepared
+
     def _checkout(self) -> Connection:
         self._forget_inherited()
         while True:
@@ -997,6 +1082,8 @@ class PostgresStore(AppendViaCommit):
         _close_quietly(conn)
 
     def _rollback_and_checkin(self, conn: Connection) -> None:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:  # else nothing is sent
+            self._rolled_back(conn)
         try:
             conn.rollback()
         except psycopg.Error:
@@ -1058,6 +1145,22 @@ def _schedules_work(index: RunIndex) -> bool:
     if index.decide_at is not KEEP and index.decide_at is not None:
         return True
     return any(task is not None and task.owner is None for task in index.steps.values())
+
+
+_READ_HISTORIES = (
+    "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
+    "pg_column_size(e.data) FROM unnest(%s::text[], %s::bigint[]) AS a(run_id, seq) "
+    "JOIN events e ON e.run_id = a.run_id AND e.sequence >= a.seq "
+    "ORDER BY e.run_id, e.sequence"
+)
+"""Events of some runs from a sequence on (parameters: run ids, sequences). The row at each
+run's own sequence (present for any run that far along) tells an up-to-date run from a missing
+one without a second query; ``_histories`` drops it."""
+
+
+def _histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
+    run_ids = list(after)
+    return run_ids, [max(after[r], 1) for r in run_ids]
 
 
 def _due_params(

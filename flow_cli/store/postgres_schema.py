@@ -20,12 +20,12 @@ from typing import Any, TypeAlias
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import TupleRow
 from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted
 from flow_cli.model.status import RunStatus
+from flow_cli.store.postgres_batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
     HookEntry,
@@ -36,8 +36,6 @@ from flow_cli.store.protocol import (
     StepTask,
     waiting_needle,
 )
-
-Connection: TypeAlias = psycopg.Connection[TupleRow]
 
 _LOCK_CLASS = 0x466C6F77
 """First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
@@ -350,23 +348,42 @@ LEASE_RUNS = (
 ANY_DUE_RUN = "SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
 """Whether any run of these builds is due (read before leasing, without locking)."""
 
-READY_STEPS = (
-    "SELECT run_id, step_id FROM step_tasks"
-    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s"
+ANY_READY_STEP = (
+    "SELECT 1 FROM step_tasks WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
 )
-"""Step tasks ready now, read without locking: rows of (run_id, step_id)."""
+"""Whether any step task of these builds is ready (read before leasing, without locking)."""
 
-LEASE_STEPS = (
+LOCK_READY = (
+    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks"
+    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s)"
+    " SELECT run_id, last_sequence, build_id,"
+    "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
+    "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
+    " FROM runs WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE"
+)
+"""Find the oldest ``limit`` ready step tasks, lock their runs' rows in run id order (the order
+``commit`` locks them in, so a lease and a commit never deadlock), and leave the steps in the
+transaction's ``flow.ready_*`` settings for ``LEASE_READY``, the next statement of the same round
+trip: a statement cannot read another's answer before the round trip ends. Rows of
+``LOCK_RUNS`` (then the settings' values)."""
+
+LEASE_READY = (
     "UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
     " FROM (SELECT available_at AS was, run_id, step_id FROM step_tasks"
-    "       WHERE run_id = ANY(%(runs)s) AND step_id = ANY(%(steps)s)"
+    "       WHERE run_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[])"
+    "       AND step_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
     " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was"
 )
-"""Lease ready step tasks of runs whose rows this transaction holds: rows of (run_id, step_id,
-attempt, old available_at)."""
+"""Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
+have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at).
+The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
+leases nothing."""
+
 
 NEXT_DUE = (
     "SELECT (SELECT min(decide_at) FROM runs"
@@ -412,35 +429,6 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     HookTokenInUse,
 )
 """The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
-
-
-class Batch:
-    """Statements bound on the client and sent together as one simple-protocol query.
-
-    PostgreSQL runs a query string of several statements as one implicit transaction: all of
-    it commits, or an error rolls all of it back. So a whole commit is one message out and one
-    answer back, with none of the per-statement work of a pipeline (a send, a flush and a
-    result to process for each). The price is that no statement's answer can be read, which
-    is why its checks are statements that fail (``GUARD_SEQUENCE``, unique keys, guarded hook
-    upserts). Values are bound by psycopg's client-side binding (``ClientCursor.mogrify``).
-    """
-
-    __slots__ = ("_conn", "_cursor", "_parts")
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._cursor = psycopg.ClientCursor(conn)
-        self._parts: list[str] = []
-
-    def execute(self, query: str, params: Sequence[Any] | None = None) -> None:
-        """Add one statement; nothing is sent yet."""
-        self._parts.append(self._cursor.mogrify(query, params))
-
-    def send(self) -> None:
-        """Run the statements as one implicit transaction (the connection must be in
-        autocommit mode, so that psycopg opens no transaction of its own around it)."""
-        if self._parts:
-            self._conn.execute(";\n".join(self._parts))
 
 
 Statements: TypeAlias = Connection | Batch

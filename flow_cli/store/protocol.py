@@ -9,6 +9,7 @@ computed by the engine (``flow_cli.engine.indexing``), never by the store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -138,6 +139,14 @@ class StepLease:
     step_id: str
     attempt: int
     lease_until: datetime
+    history: tuple[EventEnvelope, ...] | None = field(default=None, compare=False, repr=False)
+    """Asked for with ``lease_steps(read_after=...)``: the run's events after the sequence
+    ``read_after`` gave, read no earlier than the lease's commit (so its ``step_started`` is
+    there). Only the first lease of a run carries it; ``None`` otherwise."""
+
+
+ReadAfter = Callable[[str], int]
+"""For a leased run, the sequence after which its events are wanted (0: all of them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -495,8 +504,14 @@ class EventStore(Protocol):
         now: datetime,
         lease_until: datetime,
         limit: int,
+        read_after: ReadAfter | None = None,
     ) -> list[StepLease]:
-        """Lease up to ``limit`` step tasks whose ``available_at <= now``."""
+        """Lease up to ``limit`` step tasks whose ``available_at <= now``.
+
+        With ``read_after``, the first lease of each run carries the run's events after
+        ``read_after(run_id)`` (``StepLease.history``), read with the lease where the store
+        can (PostgreSQL: in its round trips), so the attempt needs no read of its own.
+        """
         ...
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
@@ -576,3 +591,27 @@ class AppendViaCommit:
             except RunNotFound:
                 continue
         return found
+
+
+def wanted_after(run_ids: Iterable[str], read_after: ReadAfter) -> dict[str, int]:
+    """``read_after`` of each leased run, asked once per run."""
+    after: dict[str, int] = {}
+    for run_id in run_ids:
+        if run_id not in after:
+            after[run_id] = max(read_after(run_id), 0)
+    return after
+
+
+def with_histories(
+    leases: list[StepLease], found: Mapping[str, list[EventEnvelope]]
+) -> list[StepLease]:
+    """``leases`` with each run's first lease carrying its history from ``found``."""
+    carried: list[StepLease] = []
+    seen: set[str] = set()
+    for lease in leases:
+        history = found.get(lease.run_id)
+        if history is not None and lease.run_id not in seen:
+            seen.add(lease.run_id)
+            lease = dataclasses.replace(lease, history=tuple(history))
+        carried.append(lease)
+    return carried

@@ -59,6 +59,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    ReadAfter,
     RunCount,
     RunFilter,
     RunIndex,
@@ -71,6 +72,8 @@ from flow_cli.store.protocol import (
     assemble_states,
     build_usages,
     waiting_needle,
+    wanted_after,
+    with_histories,
 )
 
 P = ParamSpec("P")
@@ -1066,9 +1069,11 @@ class SQLiteStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         limit: int,
+        read_after: ReadAfter | None = None,
     ) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
-        ``step_started`` for each in the same transaction."""
+        ``step_started`` for each in the same transaction (``read_after``: see ``EventStore``;
+        the histories are read just after the commit, on this thread's connection)."""
         if not build_ids or limit <= 0:
             return []
         marks = ", ".join("?" * len(build_ids))
@@ -1114,9 +1119,13 @@ class SQLiteStore(AppendViaCommit):
                 [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
         self.stats.scheduler_rows_read += len(rows)
-        return [
+        leases = [
             StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
         ]
+        if read_after is None or not leases:
+            return leases
+        after = wanted_after((lease.run_id for lease in leases), read_after)
+        return with_histories(leases, self.read_histories(after))
 
     @_guarded
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
