@@ -518,9 +518,9 @@ class Engine:
                     did.decisions += result.decisions
                     did.conflicts += result.conflicts
                     did.decision_failures += result.decision_failures
-                for lease in started + self.lease_steps(lease_seconds, batch):
+                leased = [(lease, handed.pop(lease.run_id, None)) for lease in started]
+                for lease, snapshot in leased + self.lease_steps_handed(lease_seconds, batch):
                     keeper.hold(lease)
-                    snapshot = handed.pop(lease.run_id, None)
                     outcome = self.execute_step(lease, lease_seconds, keeper, snapshot=snapshot)
                     did.steps_run += outcome.steps_run
                     did.decisions += outcome.decisions
