@@ -206,6 +206,91 @@ def test_a_locked_database_gives_store_error(db_path: Path) -> None:
     store.close()
 
 
+def test_a_locked_database_is_waited_for_until_the_busy_timeout(db_path: Path) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=300)
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="gave up after 300 ms"):
+            store.create_run(new_run("r1"), NOW)
+        assert 0.29 <= time.monotonic() - started < 3
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.close()
+
+
+def _write_in_thread(store: SQLiteStore, run_id: str) -> tuple[threading.Thread, list[float]]:
+    """Start ``store.create_run`` on a thread; the list gets the time it returned."""
+    finished: list[float] = []
+
+    def write() -> None:
+        store.create_run(new_run(run_id), NOW)
+        finished.append(time.monotonic())
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread, finished
+
+
+def test_a_writer_gets_the_lock_within_milliseconds_of_its_release(db_path: Path) -> None:
+    """SQLite's busy handler tries every 100 ms once a wait passes a third of a second, so a
+    release is seen 50 ms late on average (three releases a third of its period apart: some
+    90 to 190 ms in all); the store tries every couple of milliseconds."""
+    store = SQLiteStore(db_path)
+    late = 0.0
+    for i, hold in enumerate((0.6, 0.633, 0.666)):
+        holder = sqlite3.connect(db_path, isolation_level=None)  # rings no doorbell
+        holder.execute("BEGIN IMMEDIATE")
+        thread, finished = _write_in_thread(store, f"r{i}")
+        time.sleep(hold)
+        holder.execute("ROLLBACK")
+        released = time.monotonic()
+        thread.join(10)
+        holder.close()
+        assert finished, "the write did not finish"
+        late += finished[0] - released
+    assert late < 0.05
+    assert len(store.list_runs()) == 3
+    store.close()
+
+
+def test_a_writer_waiting_for_the_lock_wakes_when_the_holder_rings(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit rings the doorbells: a waiting writer tries again at once, not only
+    after its pause (made five seconds here)."""
+    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_FIRST", 5.0)
+    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_MAX", 5.0)
+    store = SQLiteStore(db_path)
+    other = SQLiteStore(db_path)  # as another process would: its own connection and doorbell
+    with other._write():
+        thread, finished = _write_in_thread(store, "r1")
+        time.sleep(0.3)
+    other._doorbell.ring()  # what every committing method does after its transaction
+    released = time.monotonic()
+    thread.join(10)
+    assert finished and finished[0] - released < 1.0
+    other.close()
+    store.close()
+
+
+def test_the_busy_handler_is_on_for_reads_and_switched_once_for_many_writes(
+    db_path: Path,
+) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=700)
+    seen: list[str] = []
+    store._conn().set_trace_callback(seen.append)
+    for i in range(3):
+        store.create_run(new_run(f"r{i}"), NOW)
+    assert [s for s in seen if "busy_timeout" in s] == ["PRAGMA busy_timeout = 0"]
+    assert store.get_run("r0") is not None
+    assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 700
+    store.create_run(new_run("r3"), NOW)
+    assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 700
+    store.close()
+
+
 def test_a_locked_new_database_fails_to_open_with_store_error(db_path: Path) -> None:
     holder = _hold_exclusive_lock(db_path)
     try:

@@ -84,9 +84,13 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _POLL_SECONDS = 0.05
 """How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
 _FALLBACK_POLL_SECONDS = 1.0
+"""How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
+_LOCK_PAUSE_FIRST = 0.0002
+_LOCK_PAUSE_MAX = 0.002
+"""A writer waiting for another process's write lock tries again after this long at first,
+then after pauses growing by half up to the second (or at once when the doorbell rings)."""
 _HISTORIES_PER_QUERY = 400
 """Runs one ``read_histories`` statement reads (two parameters each: under SQLite's limit)."""
-"""How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
 
 
 def _v1_initial(db: Database) -> None:
@@ -244,6 +248,20 @@ def _dt_or_none(text: str | None) -> datetime | None:
     return None if text is None else _dt(text)
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that knows whether its busy handler is off (see ``_begin_immediate``)."""
+
+    handler_off = False
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY: another connection holds the lock ("database is locked")."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == sqlite3.SQLITE_BUSY  # extended codes (BUSY_RECOVERY...) too
+    return "locked" in str(exc)
+
+
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
     return [(e.event_key(), event_json(e)) for e in events]
 
@@ -309,7 +327,7 @@ class SQLiteStore(AppendViaCommit):
             )
         self.busy_timeout_ms = int(busy_timeout_ms)
         self.stats = StoreStats()
-        self._conns: dict[threading.Thread, sqlite3.Connection] = {}
+        self._conns: dict[threading.Thread, _Connection] = {}
         self._conns_lock = threading.Lock()
         self._closed = False
         # Local waiters without a doorbell are woken through this condition.
@@ -350,8 +368,16 @@ class SQLiteStore(AppendViaCommit):
         elif not os.access(self.path, os.R_OK):
             raise StoreError(f"Cannot read Flow database {self.path}: permission denied.")
 
-    def _conn(self) -> sqlite3.Connection:
-        """This thread's connection, opened on first use."""
+    def _conn(self) -> _Connection:
+        """This thread's connection, opened on first use, with its busy handler on."""
+        conn = self._own_conn()
+        if conn.handler_off:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            conn.handler_off = False
+        return conn
+
+    def _own_conn(self) -> _Connection:
+        """This thread's connection as it is (``_write`` may have turned its handler off)."""
         thread = threading.current_thread()
         conn = self._conns.get(thread)
         if conn is not None:
@@ -372,16 +398,17 @@ class SQLiteStore(AppendViaCommit):
             self._conns[thread] = conn
         return conn
 
-    def _open(self, target: str | Path, *, uri: bool = False) -> sqlite3.Connection:
+    def _open(self, target: str | Path, *, uri: bool = False) -> _Connection:
         return sqlite3.connect(
             target,
             uri=uri,
             isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
             check_same_thread=False,  # close() may run on another thread
             timeout=self.busy_timeout_ms / 1000,
+            factory=_Connection,
         )
 
-    def _read_only_conn(self) -> sqlite3.Connection:
+    def _read_only_conn(self) -> _Connection:
         """A ``mode=ro`` connection; ``immutable=1`` where even that cannot open the file.
 
         A WAL database needs its ``-shm`` file: in a read-only directory or on a read-only
@@ -408,13 +435,13 @@ class SQLiteStore(AppendViaCommit):
         return self._open(f"{base}?immutable=1", uri=True)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[_Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise."""
-        conn = self._conn()
+        conn = self._own_conn()
         # Threads of one process queue here, not in SQLite's busy handler, which sleeps in
         # steps of up to 100 ms; other processes still meet the busy timeout.
         with self._write_lock:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate(conn)
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -426,6 +453,54 @@ class SQLiteStore(AppendViaCommit):
         with self._changed:
             self._changes += 1
             self._changed.notify_all()
+
+    def _begin_immediate(self, conn: _Connection) -> None:
+        """Take the write lock, waiting for it here rather than in SQLite's busy handler.
+
+        The busy handler sleeps 1, 2, 5, 10, ... then 100 ms between tries: a writer that meets a
+        process committing every millisecond or two (a busy worker) may sleep for tens of
+        milliseconds, and for seconds when its tries keep landing inside the other's
+        transactions. Here a writer tries again as soon as the doorbell rings (every commit
+        rings it, after releasing the lock), and at least every ``_LOCK_PAUSE_MAX`` seconds,
+        until the busy timeout.
+
+        The handler stays off for the transaction, where it has nothing to wait for (this
+        connection holds the write lock and its snapshot; the checkpoint after a commit is
+        passive, which never waits), and after it: ``_conn`` turns it back on before any
+        statement outside a transaction. A thread that writes again and again (a worker's
+        group committer) thus switches it neither way: every statement costs a round trip
+        through the GIL, and those are dear in a busy worker.
+        """
+        if not conn.handler_off:
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.handler_off = True
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            last = exc
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        # The pauses bound the wait where no ring comes: the holder may not ring (a process
+        # without doorbells, a plain sqlite3 connection), or this process's
+        # ``wait_for_change`` may have taken the ring from its shared doorbell.
+        rung = self._doorbell.listen()
+        pause = _LOCK_PAUSE_FIRST
+        while (remaining := deadline - time.monotonic()) > 0:
+            if rung:
+                self._doorbell.wait(min(pause, remaining))
+            else:
+                time.sleep(min(pause, remaining))
+            pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                last = exc
+        raise last
 
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
