@@ -17,13 +17,13 @@ import pytest
 from sqlite_utils import Database
 
 import flow_cli.store.sqlite as sqlite_module
-from flow_cli.errors import ConfigError, StoreError
+from flow_cli.errors import ConfigError, EventConflict, StoreError
 from flow_cli.model.events import SignalReceived
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import NewRun, RunIndex, StepTask
+from flow_cli.store.protocol import CommitGroup, NewRun, RunIndex, StepTask, StreamWrite
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -306,6 +306,52 @@ def test_a_closed_store_raises_store_error(db_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.get_run("r1")
+
+
+def test_an_event_row_the_sequence_did_not_show_conflicts_and_changes_nothing(
+    db_path: Path,
+) -> None:
+    """The run's row moves before the events are inserted; when their primary key catches an
+    event the row's sequence did not count, the move is undone with the write (alone, or as
+    one group of a group commit beside a good one)."""
+    store = SQLiteStore(db_path)
+    for run_id in ("r1", "r2"):
+        store.create_run(new_run(run_id), NOW)
+    with sqlite3.connect(db_path) as conn:  # an event past last_sequence, as no writer leaves
+        conn.execute(
+            "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+            "SELECT run_id, 2, event_key, recorded_at, data FROM events WHERE run_id = 'r1'"
+        )
+    before = store.get_run("r1")
+    later = NOW + timedelta(minutes=1)
+    with pytest.raises(EventConflict):
+        store.append_if_sequence(
+            "r1", 1, [SignalReceived(signal_name="s", payload=1)], running(), later
+        )
+    assert store.get_run("r1") == before
+    write = StreamWrite(
+        run_id="r1",
+        expected_sequence=1,
+        events=[SignalReceived(signal_name="s", payload=1)],
+        index=running(),
+    )
+    good = StreamWrite(
+        run_id="r2",
+        expected_sequence=1,
+        events=[SignalReceived(signal_name="s", payload=1)],
+        index=running(),
+    )
+    results = store.commit_groups(
+        [
+            CommitGroup(writes=[write], creates=[], now=later),
+            CommitGroup(writes=[good], creates=[], now=later),
+        ]
+    )
+    assert isinstance(results[0], EventConflict) and results[1] is None
+    assert store.get_run("r1") == before
+    r2 = store.get_run("r2")
+    assert r2 is not None and r2.last_sequence == 2 and r2.status is RunStatus.RUNNING
+    store.close()
 
 
 def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:

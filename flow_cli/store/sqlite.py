@@ -61,7 +61,6 @@ from flow_cli.store.protocol import (
     NewRun,
     RunCount,
     RunFilter,
-    RunIndex,
     RunRecord,
     RunState,
     StepLease,
@@ -625,21 +624,15 @@ class SQLiteStore(AppendViaCommit):
         expected: int,
         rows: list[tuple[str, str]],
         stamp: str,
-        *,
-        bump: bool = True,
-    ) -> str:
-        """Append after ``expected``: the one place a lost race becomes ``EventConflict``.
-        Returns the run's build id (read with its sequence: ``_apply_index`` needs it).
-
-        Without ``bump`` the caller moves ``runs.last_sequence`` itself, in the same
-        transaction (``_apply_index`` does, in the row's one update)."""
+    ) -> None:
+        """Append after ``expected`` and move ``runs.last_sequence`` (a run's creation; every
+        other write goes through ``_apply_write``)."""
         found = conn.execute(
-            "SELECT last_sequence, build_id FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if found is None:
             raise RunNotFound(run_id)
         actual: int = found[0]
-        build_id: str = found[1]
         if actual == expected:
             try:
                 conn.executemany(
@@ -650,12 +643,11 @@ class SQLiteStore(AppendViaCommit):
             except sqlite3.IntegrityError:
                 pass  # the primary key caught a writer the sequence check could not see
             else:
-                if bump:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
-                        (expected + len(rows), run_id),
-                    )
-                return build_id
+                conn.execute(
+                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
+                    (expected + len(rows), run_id),
+                )
+                return
         raise EventConflict(run_id, expected, actual)
 
     def _create(
@@ -685,22 +677,19 @@ class SQLiteStore(AppendViaCommit):
         self._append(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
         return True
 
-    def _apply_index(
-        self,
-        conn: sqlite3.Connection,
-        run_id: str,
-        index: RunIndex,
-        stamp: str,
-        last_sequence: int | None = None,
-        build_id: str | None = None,
+    def _apply_write(
+        self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
     ) -> None:
-        """Write the index changes of one write; ``build_id`` is the run's (read when
-        ``None``), which its step tasks carry."""
-        sets = ["status = ?", "updated_at = ?"]
-        params: list[Any] = [index.status.value, stamp]
-        if last_sequence is not None:
-            sets.append("last_sequence = ?")
-            params.append(last_sequence)
+        """Append the write's events after its expected sequence and write its index changes:
+        the one place a lost race becomes ``EventConflict``.
+
+        The run's row moves first, in one update guarded by the expected sequence that also
+        writes the index, with no read before it (each statement is a round trip through the
+        GIL for a busy worker). A write that lost its race changes nothing; only then is the
+        row read, to tell a conflict from a missing run."""
+        run_id, expected, index = write.run_id, write.expected_sequence, write.index
+        sets = ["status = ?", "updated_at = ?", "last_sequence = ?"]
+        params: list[Any] = [index.status.value, stamp, expected + len(rows)]
         if index.status.terminal:
             sets.append("decide_at = NULL, lease_owner = NULL")
         elif index.decide_at is not KEEP:
@@ -721,17 +710,32 @@ class SQLiteStore(AppendViaCommit):
         if index.build_id is not KEEP:
             sets.append("build_id = ?")
             params.append(index.build_id)
+        moved = conn.execute(
+            f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
+            [*params, run_id, expected],
+        ).rowcount
+        if not moved:
+            found = conn.execute(
+                "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if found is None:
+                raise RunNotFound(run_id)
+            raise EventConflict(run_id, expected, found[0])
+        try:
+            conn.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
+            )
+        except sqlite3.IntegrityError:
+            # The primary key caught a writer the sequence check could not see. The caller
+            # rolls the update above back with the rest of the group or transaction.
+            raise EventConflict(run_id, expected, expected) from None
+        if index.build_id is not KEEP:
             conn.execute(
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
             )
-        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
-        if index.build_id is not KEEP:
-            build_id = index.build_id  # re-pinned in this very update
         if index.steps and not index.status.terminal:  # a finished run's tasks all go below
-            if build_id is None:
-                build_id = conn.execute(
-                    "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()[0]
             for step_id, task in index.steps.items():
                 if task is None:
                     conn.execute(
@@ -739,12 +743,13 @@ class SQLiteStore(AppendViaCommit):
                         (run_id, step_id),
                     )
                     continue
+                # A task carries its run's build id (as re-pinned by the update above).
                 conn.execute(
                     "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                    "lease_owner) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, step_id) "
-                    "DO UPDATE SET attempt = excluded.attempt, "
+                    "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                    "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
                     "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
-                    (run_id, step_id, build_id, task.attempt, _ts(task.available_at), task.owner),
+                    (run_id, step_id, task.attempt, _ts(task.available_at), task.owner, run_id),
                 )
         if index.status.terminal:
             # Defensive: the engine sends the deletes too, but a finished run must hold no work.
@@ -827,12 +832,7 @@ class SQLiteStore(AppendViaCommit):
         for run in creates:
             self._create(conn, run, stamp, must_create=True)
         for write, rows in zip(writes, encoded, strict=True):
-            # One update of the run's row moves both its sequence and its index.
-            build_id = self._append(
-                conn, write.run_id, write.expected_sequence, rows, stamp, bump=False
-            )
-            last = write.expected_sequence + len(rows)
-            self._apply_index(conn, write.run_id, write.index, stamp, last, build_id)
+            self._apply_write(conn, write, rows, stamp)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
