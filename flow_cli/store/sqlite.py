@@ -1124,11 +1124,12 @@ class SQLiteStore(AppendViaCommit):
         # Look before locking: an idle worker must not take the write lock every pass.
         if not self._conn().execute(select, params).fetchone():
             return []
+        until = _ts(lease_until)
         with self._write() as conn:
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
-                [(_ts(lease_until), worker, run_id) for run_id in run_ids],
+                [(until, worker, run_id) for run_id in run_ids],
             )
         self.stats.scheduler_rows_read += len(run_ids)
         return run_ids
