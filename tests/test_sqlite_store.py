@@ -275,19 +275,26 @@ def test_a_writer_waiting_for_the_lock_wakes_when_the_holder_rings(
     store.close()
 
 
-def test_the_busy_handler_is_on_for_reads_and_switched_once_for_many_writes(
-    db_path: Path,
-) -> None:
-    store = SQLiteStore(db_path, busy_timeout_ms=700)
+def test_only_begin_runs_without_the_busy_handler(db_path: Path) -> None:
+    """The handler is off for ``BEGIN IMMEDIATE`` alone: back on for the transaction's
+    statements and after it, whether the lock was taken at once, after a wait, or never."""
+    store = SQLiteStore(db_path, busy_timeout_ms=300)
+    conn = store._conn()
     seen: list[str] = []
-    store._conn().set_trace_callback(seen.append)
-    for i in range(3):
-        store.create_run(new_run(f"r{i}"), NOW)
-    assert [s for s in seen if "busy_timeout" in s] == ["PRAGMA busy_timeout = 0"]
-    assert store.get_run("r0") is not None
-    assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 700
-    store.create_run(new_run("r3"), NOW)
-    assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 700
+    conn.set_trace_callback(seen.append)
+    store.create_run(new_run("r0"), NOW)
+    begin = seen.index("BEGIN IMMEDIATE")
+    assert seen[begin - 1] == "PRAGMA busy_timeout = 0"
+    assert seen[begin + 1] == "PRAGMA busy_timeout = 300"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            store.create_run(new_run("r1"), NOW)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
     store.close()
 
 

@@ -247,12 +247,6 @@ def _dt_or_none(text: str | None) -> datetime | None:
     return None if text is None else _dt(text)
 
 
-class _Connection(sqlite3.Connection):
-    """A connection that knows whether its busy handler is off (see ``_begin_immediate``)."""
-
-    handler_off = False
-
-
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     """SQLITE_BUSY: another connection holds the lock ("database is locked")."""
     code: int | None = getattr(exc, "sqlite_errorcode", None)
@@ -326,7 +320,7 @@ class SQLiteStore(AppendViaCommit):
             )
         self.busy_timeout_ms = int(busy_timeout_ms)
         self.stats = StoreStats()
-        self._conns: dict[threading.Thread, _Connection] = {}
+        self._conns: dict[threading.Thread, sqlite3.Connection] = {}
         self._conns_lock = threading.Lock()
         self._closed = False
         # Local waiters without a doorbell are woken through this condition.
@@ -367,16 +361,8 @@ class SQLiteStore(AppendViaCommit):
         elif not os.access(self.path, os.R_OK):
             raise StoreError(f"Cannot read Flow database {self.path}: permission denied.")
 
-    def _conn(self) -> _Connection:
-        """This thread's connection, opened on first use, with its busy handler on."""
-        conn = self._own_conn()
-        if conn.handler_off:
-            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.handler_off = False
-        return conn
-
-    def _own_conn(self) -> _Connection:
-        """This thread's connection as it is (``_write`` may have turned its handler off)."""
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
         thread = threading.current_thread()
         conn = self._conns.get(thread)
         if conn is not None:
@@ -397,17 +383,16 @@ class SQLiteStore(AppendViaCommit):
             self._conns[thread] = conn
         return conn
 
-    def _open(self, target: str | Path, *, uri: bool = False) -> _Connection:
+    def _open(self, target: str | Path, *, uri: bool = False) -> sqlite3.Connection:
         return sqlite3.connect(
             target,
             uri=uri,
             isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
             check_same_thread=False,  # close() may run on another thread
             timeout=self.busy_timeout_ms / 1000,
-            factory=_Connection,
         )
 
-    def _read_only_conn(self) -> _Connection:
+    def _read_only_conn(self) -> sqlite3.Connection:
         """A ``mode=ro`` connection; ``immutable=1`` where even that cannot open the file.
 
         A WAL database needs its ``-shm`` file: in a read-only directory or on a read-only
@@ -434,9 +419,9 @@ class SQLiteStore(AppendViaCommit):
         return self._open(f"{base}?immutable=1", uri=True)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[_Connection]:
+    def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise."""
-        conn = self._own_conn()
+        conn = self._conn()
         # Threads of one process queue here, not in SQLite's busy handler, which sleeps in
         # steps of up to 100 ms; other processes still meet the busy timeout.
         with self._write_lock:
@@ -453,26 +438,24 @@ class SQLiteStore(AppendViaCommit):
             self._changes += 1
             self._changed.notify_all()
 
-    def _begin_immediate(self, conn: _Connection) -> None:
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         """Take the write lock, waiting for it here rather than in SQLite's busy handler.
 
         The busy handler sleeps 1, 2, 5, 10, ... then 100 ms between tries: a writer that meets a
         process committing every millisecond or two (a busy worker) may sleep for tens of
-        milliseconds, and for seconds when its tries keep landing inside the other's
+        milliseconds, and for up to a second when its tries keep landing inside the other's
         transactions. Here a writer tries again as soon as the doorbell rings (every commit
         rings it, after releasing the lock), and at least every ``_LOCK_PAUSE_MAX`` seconds,
-        until the busy timeout.
-
-        The handler stays off for the transaction, where it has nothing to wait for (this
-        connection holds the write lock and its snapshot; the checkpoint after a commit is
-        passive, which never waits), and after it: ``_conn`` turns it back on before any
-        statement outside a transaction. A thread that writes again and again (a worker's
-        group committer) thus switches it neither way: every statement costs a round trip
-        through the GIL, and those are dear in a busy worker.
+        until the busy timeout. Only ``BEGIN IMMEDIATE`` runs without the busy handler: every
+        other statement still waits in it.
         """
-        if not conn.handler_off:
-            conn.execute("PRAGMA busy_timeout = 0")
-            conn.handler_off = True
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            self._begin_waiting(conn)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+
+    def _begin_waiting(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("BEGIN IMMEDIATE")
             return
