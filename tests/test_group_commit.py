@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from flow_cli import Runtime
+from flow_cli.engine import group_commit
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.streams import Pending
@@ -90,6 +91,26 @@ def test_a_member_may_hand_over_more_from_the_committing_thread() -> None:
     assert not leader.is_alive(), "the committing thread waited for itself"
     assert told == ["first", "second"]
     assert gate.batches == [1, 1, 1]
+
+
+def test_a_submit_to_a_full_queue_waits_for_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Producers cannot outrun the disk: past ``MAX_GROUPS`` waiting, a submit waits."""
+    monkeypatch.setattr(group_commit, "MAX_GROUPS", 2)
+    gate = Gate()
+    committer, leader = _leading(gate)
+    told: list[BaseException | None] = []
+    for _ in range(2):
+        committer.submit(_group(), told.append)  # room in the queue: returns at once
+    third = threading.Thread(target=committer.submit, args=(_group(), told.append))
+    third.start()
+    third.join(0.3)
+    assert third.is_alive(), "a submit to a full queue returned before its group committed"
+    gate.release.set()
+    third.join(10)
+    leader.join(10)
+    assert not third.is_alive()
+    assert told == [None, None, None]
+    assert gate.batches == [1, 2, 1]
 
 
 def test_a_failed_transaction_reaches_every_member() -> None:

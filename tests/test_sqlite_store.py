@@ -17,13 +17,13 @@ import pytest
 from sqlite_utils import Database
 
 import flow_cli.store.sqlite as sqlite_module
-from flow_cli.errors import ConfigError, StoreError
+from flow_cli.errors import ConfigError, EventConflict, StoreError
 from flow_cli.model.events import SignalReceived
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import NewRun, RunIndex, StepTask
+from flow_cli.store.protocol import CommitGroup, NewRun, RunIndex, StepTask, StreamWrite
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -206,6 +206,98 @@ def test_a_locked_database_gives_store_error(db_path: Path) -> None:
     store.close()
 
 
+def test_a_locked_database_is_waited_for_until_the_busy_timeout(db_path: Path) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=300)
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="gave up after 300 ms"):
+            store.create_run(new_run("r1"), NOW)
+        assert 0.29 <= time.monotonic() - started < 3
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.close()
+
+
+def _write_in_thread(store: SQLiteStore, run_id: str) -> tuple[threading.Thread, list[float]]:
+    """Start ``store.create_run`` on a thread; the list gets the time it returned."""
+    finished: list[float] = []
+
+    def write() -> None:
+        store.create_run(new_run(run_id), NOW)
+        finished.append(time.monotonic())
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread, finished
+
+
+def test_a_writer_gets_the_lock_within_milliseconds_of_its_release(db_path: Path) -> None:
+    """SQLite's busy handler tries every 100 ms once a wait passes a third of a second, so a
+    release is seen 50 ms late on average (three releases a third of its period apart: some
+    90 to 190 ms in all); the store tries every couple of milliseconds."""
+    store = SQLiteStore(db_path)
+    late = 0.0
+    for i, hold in enumerate((0.6, 0.633, 0.666)):
+        holder = sqlite3.connect(db_path, isolation_level=None)  # rings no doorbell
+        holder.execute("BEGIN IMMEDIATE")
+        thread, finished = _write_in_thread(store, f"r{i}")
+        time.sleep(hold)
+        holder.execute("ROLLBACK")
+        released = time.monotonic()
+        thread.join(10)
+        holder.close()
+        assert finished, "the write did not finish"
+        late += finished[0] - released
+    assert late < 0.05
+    assert len(store.list_runs()) == 3
+    store.close()
+
+
+def test_a_writer_waiting_for_the_lock_wakes_when_the_holder_rings(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit rings the doorbells: a waiting writer tries again at once, not only
+    after its pause (made five seconds here)."""
+    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_FIRST", 5.0)
+    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_MAX", 5.0)
+    store = SQLiteStore(db_path)
+    other = SQLiteStore(db_path)  # as another process would: its own connection and doorbell
+    with other._write():
+        thread, finished = _write_in_thread(store, "r1")
+        time.sleep(0.3)
+    other._doorbell.ring()  # what every committing method does after its transaction
+    released = time.monotonic()
+    thread.join(10)
+    assert finished and finished[0] - released < 1.0
+    other.close()
+    store.close()
+
+
+def test_only_begin_runs_without_the_busy_handler(db_path: Path) -> None:
+    """The handler is off for ``BEGIN IMMEDIATE`` alone: back on for the transaction's
+    statements and after it, whether the lock was taken at once, after a wait, or never."""
+    store = SQLiteStore(db_path, busy_timeout_ms=300)
+    conn = store._conn()
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    store.create_run(new_run("r0"), NOW)
+    begin = seen.index("BEGIN IMMEDIATE")
+    assert seen[begin - 1] == "PRAGMA busy_timeout = 0"
+    assert seen[begin + 1] == "PRAGMA busy_timeout = 300"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
+    holder = _hold_exclusive_lock(db_path)
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            store.create_run(new_run("r1"), NOW)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 300
+    store.close()
+
+
 def test_a_locked_new_database_fails_to_open_with_store_error(db_path: Path) -> None:
     holder = _hold_exclusive_lock(db_path)
     try:
@@ -221,6 +313,52 @@ def test_a_closed_store_raises_store_error(db_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.get_run("r1")
+
+
+def test_an_event_row_the_sequence_did_not_show_conflicts_and_changes_nothing(
+    db_path: Path,
+) -> None:
+    """The run's row moves before the events are inserted; when their primary key catches an
+    event the row's sequence did not count, the move is undone with the write (alone, or as
+    one group of a group commit beside a good one)."""
+    store = SQLiteStore(db_path)
+    for run_id in ("r1", "r2"):
+        store.create_run(new_run(run_id), NOW)
+    with sqlite3.connect(db_path) as conn:  # an event past last_sequence, as no writer leaves
+        conn.execute(
+            "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+            "SELECT run_id, 2, event_key, recorded_at, data FROM events WHERE run_id = 'r1'"
+        )
+    before = store.get_run("r1")
+    later = NOW + timedelta(minutes=1)
+    with pytest.raises(EventConflict):
+        store.append_if_sequence(
+            "r1", 1, [SignalReceived(signal_name="s", payload=1)], running(), later
+        )
+    assert store.get_run("r1") == before
+    write = StreamWrite(
+        run_id="r1",
+        expected_sequence=1,
+        events=[SignalReceived(signal_name="s", payload=1)],
+        index=running(),
+    )
+    good = StreamWrite(
+        run_id="r2",
+        expected_sequence=1,
+        events=[SignalReceived(signal_name="s", payload=1)],
+        index=running(),
+    )
+    results = store.commit_groups(
+        [
+            CommitGroup(writes=[write], creates=[], now=later),
+            CommitGroup(writes=[good], creates=[], now=later),
+        ]
+    )
+    assert isinstance(results[0], EventConflict) and results[1] is None
+    assert store.get_run("r1") == before
+    r2 = store.get_run("r2")
+    assert r2 is not None and r2.last_sequence == 2 and r2.status is RunStatus.RUNNING
+    store.close()
 
 
 def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:

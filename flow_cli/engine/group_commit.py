@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from flow_cli.store.protocol import CommitGroup, EventStore
 
@@ -37,7 +37,9 @@ Done = Callable[[BaseException | None], None]
 class _Ticket:
     group: CommitGroup
     after: Done | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event | None = None
+    """Set once the group is committed; only a ticket that a thread waits for has one (an
+    ``Event`` is a lock and a condition: dear to make for every group of a timer drain)."""
     error: BaseException | None = None
     whole: bool = False
     """Whether ``error`` failed the whole transaction (not only this group)."""
@@ -64,13 +66,14 @@ class GroupCommitter:
     def commit_many(self, groups: Sequence[CommitGroup]) -> list[BaseException | None]:
         """Commit each group atomically (a savepoint each), with whatever else is waiting, and
         return each one's error (``None``: committed). A failed transaction raises."""
-        tickets = [_Ticket(group) for group in groups]
+        committed = [threading.Event() for _ in groups]
+        tickets = [_Ticket(group, done=done) for group, done in zip(groups, committed, strict=True)]
         if not tickets:
             return []
         if self._enqueue(tickets):
             self._lead()
-        for ticket in tickets:
-            ticket.done.wait()
+        for done in committed:
+            done.wait()
         for ticket in tickets:
             if ticket.whole and ticket.error is not None:
                 raise ticket.error  # the transaction failed (groups in another one may not)
@@ -86,16 +89,27 @@ class GroupCommitter:
         disk.
         """
         ticket = _Ticket(group, done)
-        if self._enqueue([ticket]):
+        if self._enqueue([ticket], wait_if_full=True):
             self._lead()
-        elif self._leader != threading.get_ident() and len(self._queue) > MAX_GROUPS:
+        elif ticket.done is not None:
             ticket.done.wait()
 
-    def _enqueue(self, tickets: list[_Ticket]) -> bool:
-        """Queue ``tickets``; True when the caller must lead (nobody commits now)."""
+    def _enqueue(self, tickets: list[_Ticket], *, wait_if_full: bool = False) -> bool:
+        """Queue ``tickets``; True when the caller must lead (nobody commits now). With
+        ``wait_if_full``, a ticket that joins a full queue another thread commits gets its
+        ``done`` here, before the leader can see it."""
         with self._lock:
+            leader = self._leader
+            if (
+                wait_if_full
+                and leader is not None
+                and leader != threading.get_ident()
+                and len(self._queue) >= MAX_GROUPS
+            ):
+                for ticket in tickets:
+                    ticket.done = threading.Event()
             self._queue.extend(tickets)
-            if self._leader is not None:
+            if leader is not None:
                 return False
             self._leader = threading.get_ident()
             return True
@@ -134,4 +148,5 @@ class GroupCommitter:
                     ticket.after(error)
                 except Exception:  # one member's tidying must not strand the others
                     log.exception("after committing a group")
-            ticket.done.set()
+            if ticket.done is not None:
+                ticket.done.set()

@@ -62,7 +62,6 @@ from flow_cli.store.protocol import (
     ReadAfter,
     RunCount,
     RunFilter,
-    RunIndex,
     RunRecord,
     RunState,
     StepLease,
@@ -87,9 +86,13 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _POLL_SECONDS = 0.05
 """How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
 _FALLBACK_POLL_SECONDS = 1.0
+"""How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
+_LOCK_PAUSE_FIRST = 0.0002
+_LOCK_PAUSE_MAX = 0.002
+"""A writer waiting for another process's write lock tries again after this long at first,
+then after pauses growing by half up to the second (or at once when the doorbell rings)."""
 _HISTORIES_PER_QUERY = 400
 """Runs one ``read_histories`` statement reads (two parameters each: under SQLite's limit)."""
-"""How often it looks anyway while it sleeps on its doorbell (a missed ring costs this much)."""
 
 
 def _v1_initial(db: Database) -> None:
@@ -245,6 +248,14 @@ def _dt(text: str) -> datetime:
 
 def _dt_or_none(text: str | None) -> datetime | None:
     return None if text is None else _dt(text)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY: another connection holds the lock ("database is locked")."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == sqlite3.SQLITE_BUSY  # extended codes (BUSY_RECOVERY...) too
+    return "locked" in str(exc)
 
 
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
@@ -417,7 +428,7 @@ class SQLiteStore(AppendViaCommit):
         # Threads of one process queue here, not in SQLite's busy handler, which sleeps in
         # steps of up to 100 ms; other processes still meet the busy timeout.
         with self._write_lock:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate(conn)
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -429,6 +440,52 @@ class SQLiteStore(AppendViaCommit):
         with self._changed:
             self._changes += 1
             self._changed.notify_all()
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting for it here rather than in SQLite's busy handler.
+
+        The busy handler sleeps 1, 2, 5, 10, ... then 100 ms between tries: a writer that meets a
+        process committing every millisecond or two (a busy worker) may sleep for tens of
+        milliseconds, and for up to a second when its tries keep landing inside the other's
+        transactions. Here a writer tries again as soon as the doorbell rings (every commit
+        rings it, after releasing the lock), and at least every ``_LOCK_PAUSE_MAX`` seconds,
+        until the busy timeout. Only ``BEGIN IMMEDIATE`` runs without the busy handler: every
+        other statement still waits in it.
+        """
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            self._begin_waiting(conn)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+
+    def _begin_waiting(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            last = exc
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        # The pauses bound the wait where no ring comes: the holder may not ring (a process
+        # without doorbells, a plain sqlite3 connection), or this process's
+        # ``wait_for_change`` may have taken the ring from its shared doorbell.
+        rung = self._doorbell.listen()
+        pause = _LOCK_PAUSE_FIRST
+        while (remaining := deadline - time.monotonic()) > 0:
+            if rung:
+                self._doorbell.wait(min(pause, remaining))
+            else:
+                time.sleep(min(pause, remaining))
+            pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                last = exc
+        raise last
 
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
@@ -553,21 +610,15 @@ class SQLiteStore(AppendViaCommit):
         expected: int,
         rows: list[tuple[str, str]],
         stamp: str,
-        *,
-        bump: bool = True,
-    ) -> str:
-        """Append after ``expected``: the one place a lost race becomes ``EventConflict``.
-        Returns the run's build id (read with its sequence: ``_apply_index`` needs it).
-
-        Without ``bump`` the caller moves ``runs.last_sequence`` itself, in the same
-        transaction (``_apply_index`` does, in the row's one update)."""
+    ) -> None:
+        """Append after ``expected`` and move ``runs.last_sequence`` (a run's creation; every
+        other write goes through ``_apply_write``)."""
         found = conn.execute(
-            "SELECT last_sequence, build_id FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if found is None:
             raise RunNotFound(run_id)
         actual: int = found[0]
-        build_id: str = found[1]
         if actual == expected:
             try:
                 conn.executemany(
@@ -578,12 +629,11 @@ class SQLiteStore(AppendViaCommit):
             except sqlite3.IntegrityError:
                 pass  # the primary key caught a writer the sequence check could not see
             else:
-                if bump:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
-                        (expected + len(rows), run_id),
-                    )
-                return build_id
+                conn.execute(
+                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
+                    (expected + len(rows), run_id),
+                )
+                return
         raise EventConflict(run_id, expected, actual)
 
     def _create(
@@ -613,22 +663,19 @@ class SQLiteStore(AppendViaCommit):
         self._append(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
         return True
 
-    def _apply_index(
-        self,
-        conn: sqlite3.Connection,
-        run_id: str,
-        index: RunIndex,
-        stamp: str,
-        last_sequence: int | None = None,
-        build_id: str | None = None,
+    def _apply_write(
+        self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
     ) -> None:
-        """Write the index changes of one write; ``build_id`` is the run's (read when
-        ``None``), which its step tasks carry."""
-        sets = ["status = ?", "updated_at = ?"]
-        params: list[Any] = [index.status.value, stamp]
-        if last_sequence is not None:
-            sets.append("last_sequence = ?")
-            params.append(last_sequence)
+        """Append the write's events after its expected sequence and write its index changes:
+        the one place a lost race becomes ``EventConflict``.
+
+        The run's row moves first, in one update guarded by the expected sequence that also
+        writes the index, with no read before it (each statement is a round trip through the
+        GIL for a busy worker). A write that lost its race changes nothing; only then is the
+        row read, to tell a conflict from a missing run."""
+        run_id, expected, index = write.run_id, write.expected_sequence, write.index
+        sets = ["status = ?", "updated_at = ?", "last_sequence = ?"]
+        params: list[Any] = [index.status.value, stamp, expected + len(rows)]
         if index.status.terminal:
             sets.append("decide_at = NULL, lease_owner = NULL")
         elif index.decide_at is not KEEP:
@@ -649,17 +696,32 @@ class SQLiteStore(AppendViaCommit):
         if index.build_id is not KEEP:
             sets.append("build_id = ?")
             params.append(index.build_id)
+        moved = conn.execute(
+            f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
+            [*params, run_id, expected],
+        ).rowcount
+        if not moved:
+            found = conn.execute(
+                "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if found is None:
+                raise RunNotFound(run_id)
+            raise EventConflict(run_id, expected, found[0])
+        try:
+            conn.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
+            )
+        except sqlite3.IntegrityError:
+            # The primary key caught a writer the sequence check could not see. The caller
+            # rolls the update above back with the rest of the group or transaction.
+            raise EventConflict(run_id, expected, expected) from None
+        if index.build_id is not KEEP:
             conn.execute(
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
             )
-        conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ?", [*params, run_id])
-        if index.build_id is not KEEP:
-            build_id = index.build_id  # re-pinned in this very update
         if index.steps and not index.status.terminal:  # a finished run's tasks all go below
-            if build_id is None:
-                build_id = conn.execute(
-                    "SELECT build_id FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()[0]
             for step_id, task in index.steps.items():
                 if task is None:
                     conn.execute(
@@ -667,12 +729,13 @@ class SQLiteStore(AppendViaCommit):
                         (run_id, step_id),
                     )
                     continue
+                # A task carries its run's build id (as re-pinned by the update above).
                 conn.execute(
                     "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                    "lease_owner) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, step_id) "
-                    "DO UPDATE SET attempt = excluded.attempt, "
+                    "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                    "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
                     "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
-                    (run_id, step_id, build_id, task.attempt, _ts(task.available_at), task.owner),
+                    (run_id, step_id, task.attempt, _ts(task.available_at), task.owner, run_id),
                 )
         if index.status.terminal:
             # Defensive: the engine sends the deletes too, but a finished run must hold no work.
@@ -755,12 +818,7 @@ class SQLiteStore(AppendViaCommit):
         for run in creates:
             self._create(conn, run, stamp, must_create=True)
         for write, rows in zip(writes, encoded, strict=True):
-            # One update of the run's row moves both its sequence and its index.
-            build_id = self._append(
-                conn, write.run_id, write.expected_sequence, rows, stamp, bump=False
-            )
-            last = write.expected_sequence + len(rows)
-            self._apply_index(conn, write.run_id, write.index, stamp, last, build_id)
+            self._apply_write(conn, write, rows, stamp)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -1052,11 +1110,12 @@ class SQLiteStore(AppendViaCommit):
         # Look before locking: an idle worker must not take the write lock every pass.
         if not self._conn().execute(select, params).fetchone():
             return []
+        until = _ts(lease_until)
         with self._write() as conn:
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
-                [(_ts(lease_until), worker, run_id) for run_id in run_ids],
+                [(until, worker, run_id) for run_id in run_ids],
             )
         self.stats.scheduler_rows_read += len(run_ids)
         return run_ids
