@@ -58,7 +58,10 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _spawn(schema: str, tmp_path: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _spawn(
+    schema: str, tmp_path: Path, log: IO[bytes], ready: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A worker process; with ``ready``, it writes that file once its store is open."""
     assert PG is not None
     return subprocess.Popen(
         [
@@ -71,6 +74,7 @@ def _spawn(schema: str, tmp_path: Path, log: IO[bytes]) -> subprocess.Popen[byte
             "3",
             "--concurrency",
             "2",
+            *(["--ready-file", str(ready)] if ready is not None else []),
         ],
         env=_env(tmp_path),
         stdout=subprocess.DEVNULL,
@@ -167,8 +171,13 @@ def test_workers_survive_a_postgresql_restart_combined_with_sigkills(
         engine.start("five-steps", {"effects": True}, run_id=run_id)
     log_path = tmp_path / "workers.log"
     log = log_path.open("ab")
-    workers = [_spawn(schema, tmp_path, log) for _ in range(3)]
+    ready = [tmp_path / f"ready-{i}" for i in range(3)]
+    workers = [_spawn(schema, tmp_path, log, ready=path) for path in ready]
     try:
+        # Every worker is up before the outage: one still opening its store when the server
+        # stops fails to start, which is not what this test is about (runs now complete soon
+        # enough for the first to end before a slow worker has connected).
+        _wait_for(lambda: all(path.exists() for path in ready), 60, "the workers to start")
         _wait_for(
             lambda: any(r.status.value == "Completed" for r in engine.list_runs()),
             60,
