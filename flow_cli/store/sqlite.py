@@ -459,33 +459,31 @@ class SQLiteStore(AppendViaCommit):
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
 
     def _begin_waiting(self, conn: sqlite3.Connection) -> None:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
-                raise
-            last = exc
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
-        # The pauses bound the wait where no ring comes: the holder may not ring (a process
-        # without doorbells, a plain sqlite3 connection), or this process's
-        # ``wait_for_change`` may have taken the ring from its shared doorbell.
-        rung = self._doorbell.listen()
+        deadline: float | None = None
+        rung = False
         pause = _LOCK_PAUSE_FIRST
-        while (remaining := deadline - time.monotonic()) > 0:
-            if rung:
-                self._doorbell.wait(min(pause, remaining))
-            else:
-                time.sleep(min(pause, remaining))
-            pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
+        while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
-                last = exc
-        raise last
+                if deadline is None:  # the first refusal: wait from now on
+                    deadline = time.monotonic() + self.busy_timeout_ms / 1000
+                    # The pauses bound the wait where no ring comes: the holder may not ring
+                    # (a process without doorbells, a plain sqlite3 connection), or this
+                    # process's ``wait_for_change`` may have taken the ring from its shared
+                    # doorbell.
+                    rung = self._doorbell.listen()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+            if rung:
+                self._doorbell.wait(min(pause, remaining))
+            else:
+                time.sleep(min(pause, remaining))
+            pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
 
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
