@@ -104,9 +104,9 @@ class Worker:
         busy = False
         in_flight.difference_update({f for f in in_flight if f.done()})
         if self.concurrency > len(in_flight) and not self._stop.is_set():
-            # Ready steps first: a step waits on a thread's lease alone, so when a commit
-            # elsewhere (a run started eagerly) wakes this worker, its step starts before the
-            # look for due runs, which then overlaps the step instead of delaying it.
+            # Ready steps first: when a commit elsewhere (a run started eagerly) wakes this
+            # worker, its step starts before the look for due runs, which then overlaps the
+            # step instead of delaying it.
             #
             # A free thread leases what is ready, up to the backlog a pass of decisions may
             # leave (as for the steps decisions start): runs started eagerly elsewhere arrive
