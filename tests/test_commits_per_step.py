@@ -224,14 +224,20 @@ def test_a_step_started_with_its_decision_runs_on_the_snapshot_handed_over(
     assert outcome is not None and outcome.result == 1
 
 
+def _cancel_elsewhere(store: EventStore, clock: ManualClock) -> Engine:
+    """An operator's engine cancels run "a", its started step with it."""
+    other = Engine(store, [chain], clock=clock, worker_id="operator")
+    assert other.cancel("a")
+    other.tick(until_idle=True)
+    assert other.snapshot("a").status is RunStatus.CANCELLED
+    return other
+
+
 def test_a_cancel_recorded_after_the_hand_over_is_met_when_the_step_ends(
     store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
-    other = Engine(store, [chain], clock=clock, worker_id="operator")
-    assert other.cancel("a")
-    other.tick(until_idle=True)  # the run is cancelled, its started step with it
-    assert other.snapshot("a").status is RunStatus.CANCELLED
+    other = _cancel_elsewhere(store, clock)
     reads.clear()
     engine.execute_step(lease, 30, snapshot=handed.pop("a"))
     # The attempt ran on the snapshot it was handed; its end met the stale sequence, the run
@@ -247,10 +253,7 @@ def test_a_snapshot_handed_over_long_ago_is_read_again_before_the_step_runs(
     store: EventStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
-    other = Engine(store, [chain], clock=clock, worker_id="operator")
-    assert other.cancel("a")
-    other.tick(until_idle=True)  # the run is cancelled, its started step with it
-    assert other.snapshot("a").status is RunStatus.CANCELLED
+    other = _cancel_elsewhere(store, clock)
     clock.advance(HANDOVER_FRESH + timedelta(milliseconds=1))
     reads.clear()
     engine.execute_step(lease, 30, snapshot=handed.pop("a"))

@@ -134,10 +134,7 @@ class Streams:
 
         Raises ``RunNotFound``.
         """
-        with self._lock:
-            snapshot = self._cache.pop(run_id, None)
-            if snapshot is not None:
-                self._bytes -= snapshot.size
+        snapshot = self._pop(run_id)
         if snapshot is None:
             history = self.store.read_history(run_id)
             if not history:
@@ -156,9 +153,8 @@ class Streams:
         cached: dict[str, WorkflowRunSnapshot] = {}
         with self._lock:
             for run_id in run_ids:
-                snapshot = self._cache.pop(run_id, None)
+                snapshot = self._pop_locked(run_id)
                 if snapshot is not None:
-                    self._bytes -= snapshot.size
                     cached[run_id] = snapshot
         after = {run_id: 0 for run_id in run_ids}
         for run_id, snapshot in cached.items():
@@ -198,10 +194,7 @@ class Streams:
         if not history:
             return None
         first = history[0].sequence
-        with self._lock:
-            snapshot = self._cache.pop(run_id, None)
-            if snapshot is not None:
-                self._bytes -= snapshot.size
+        snapshot = self._pop(run_id)
         if snapshot is not None and snapshot.last_sequence == first - 1:
             for envelope in history:
                 snapshot.apply(envelope)
@@ -235,10 +228,18 @@ class Streams:
         return snapshot
 
     def forget(self, run_id: str) -> None:
+        self._pop(run_id)
+
+    def _pop(self, run_id: str) -> WorkflowRunSnapshot | None:
+        """Take the run's snapshot out of the cache, if it is there."""
         with self._lock:
-            dropped = self._cache.pop(run_id, None)
-            if dropped is not None:
-                self._bytes -= dropped.size
+            return self._pop_locked(run_id)
+
+    def _pop_locked(self, run_id: str) -> WorkflowRunSnapshot | None:
+        snapshot = self._cache.pop(run_id, None)
+        if snapshot is not None:
+            self._bytes -= snapshot.size
+        return snapshot
 
     def commit(
         self, writes: Sequence[Write], now: datetime, creates: Sequence[NewRun] = ()

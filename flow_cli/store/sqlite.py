@@ -258,6 +258,21 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc)
 
 
+def _insert_events(
+    conn: sqlite3.Connection, run_id: str, expected: int, rows: list[tuple[str, str]], stamp: str
+) -> None:
+    """Insert encoded events as sequences ``expected + 1, ...``; ``EventConflict`` when the
+    primary key catches a writer the sequence check could not see."""
+    try:
+        conn.executemany(
+            "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
+        )
+    except sqlite3.IntegrityError:
+        raise EventConflict(run_id, expected, expected) from None
+
+
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
     return [(e.event_key(), event_json(e)) for e in events]
 
@@ -616,23 +631,12 @@ class SQLiteStore(AppendViaCommit):
         ).fetchone()
         if found is None:
             raise RunNotFound(run_id)
-        actual: int = found[0]
-        if actual == expected:
-            try:
-                conn.executemany(
-                    "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
-                )
-            except sqlite3.IntegrityError:
-                pass  # the primary key caught a writer the sequence check could not see
-            else:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = ? WHERE run_id = ?",
-                    (expected + len(rows), run_id),
-                )
-                return
-        raise EventConflict(run_id, expected, actual)
+        if found[0] != expected:
+            raise EventConflict(run_id, expected, found[0])
+        _insert_events(conn, run_id, expected, rows, stamp)
+        conn.execute(
+            "UPDATE runs SET last_sequence = ? WHERE run_id = ?", (expected + len(rows), run_id)
+        )
 
     def _create(
         self, conn: sqlite3.Connection, run: NewRun, stamp: str, *, must_create: bool
@@ -705,16 +709,9 @@ class SQLiteStore(AppendViaCommit):
             if found is None:
                 raise RunNotFound(run_id)
             raise EventConflict(run_id, expected, found[0])
-        try:
-            conn.executemany(
-                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
-            )
-        except sqlite3.IntegrityError:
-            # The primary key caught a writer the sequence check could not see. The caller
-            # rolls the update above back with the rest of the group or transaction.
-            raise EventConflict(run_id, expected, expected) from None
+        # A conflict the primary key catches here: the caller rolls the update above back
+        # with the rest of the group or transaction.
+        _insert_events(conn, run_id, expected, rows, stamp)
         if index.build_id is not KEEP:
             conn.execute(
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
