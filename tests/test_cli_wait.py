@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +41,39 @@ def test_execute_times_out_then_result_waits(proj: TriageProject) -> None:
     proj.setup("tick", "--until-idle")
     waited = proj.run("result", "ap", "--wait", "--timeout", "30s")
     assert waited.code == 0 and '"approved": "yes"' in waited.stdout
+
+
+def test_a_wait_for_an_outcome_returns_as_the_run_ends(
+    proj: TriageProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The end of a run makes no work ready; the wait must still hear of it at once (with
+    # PostgreSQL it used to learn of it only at its next look, up to a second later). The
+    # looks are spaced out here so that only a notification can end the wait early.
+    from flow_cli.engine.engine import Engine
+    from flow_cli.ops import waiting
+
+    monkeypatch.setattr(waiting, "POLL_SECONDS", 60.0)
+
+    proj.setup("start", "approval", "--id", "ap")
+    proj.setup("tick", "--until-idle")
+    waiter, ender = Engine.open(proj.database), Engine.open(proj.database)
+
+    def end_soon() -> None:
+        time.sleep(0.2)
+        ender.terminate("ap", reason="called off")
+
+    try:
+        thread = threading.Thread(target=end_soon)
+        thread.start()
+        started = time.monotonic()
+        waited = waiting.wait_for_outcome(waiter, "ap", timeout=30)
+        elapsed = time.monotonic() - started
+        thread.join()
+    finally:
+        waiter.close()
+        ender.close()
+    assert waited.outcome is not None and waited.status == "Cancelled"
+    assert elapsed < 15
 
 
 def test_a_run_that_ended_otherwise_is_exit_4(proj: TriageProject) -> None:

@@ -863,6 +863,38 @@ def test_wait_for_change_wakes_on_a_commit(store: EventStore, clock: ManualClock
     assert store.get_run("woken") is not None
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["append", "commit_groups"])
+def test_wait_for_change_wakes_when_the_awaited_run_ends(
+    store: EventStore, clock: ManualClock, grouped: bool
+) -> None:
+    # A run's end schedules no work, yet whoever waits for its outcome (``flow result
+    # --wait``) must learn of it at once, not at its next poll.
+    create(store, "awaited", clock.now())
+    create(store, "other", clock.now())
+    store.wait_for_change(0, ending="awaited")  # a store may start listening here
+    ended = [RunCompleted(result=None)]
+
+    def later() -> None:
+        time.sleep(0.2)
+        if grouped:
+            write = StreamWrite(
+                run_id="awaited", expected_sequence=1, events=ended, index=idx(RunStatus.COMPLETED)
+            )
+            group = CommitGroup(writes=[write], creates=[], now=clock.now())
+            assert store.commit_groups([group]) == [None]
+        else:
+            store.append_if_sequence("awaited", 1, ended, idx(RunStatus.COMPLETED), clock.now())
+
+    writer = threading.Thread(target=later)
+    started = time.monotonic()
+    writer.start()
+    store.wait_for_change(30, ending="awaited")
+    writer.join()
+    assert time.monotonic() - started < 10
+    record = store.get_run("awaited")
+    assert record is not None and record.status is RunStatus.COMPLETED
+
+
 # -- the event codec through the store -----------------------------------------------------------
 
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)

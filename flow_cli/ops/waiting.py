@@ -1,7 +1,8 @@
 """Waiting for a run's outcome (``flow result --wait``, ``flow execute``).
 
-The wait holds nothing in the database: it polls the run's snapshot whenever the store says
-something committed (``wait_for_change``), following a ``continue_as_new`` chain to its live run.
+The wait holds nothing in the database: it reads the run's snapshot whenever the store says
+something committed or the run ended (``wait_for_change``), following a ``continue_as_new``
+chain to its live run.
 ``drive=True`` also decides the run and executes its steps in this process (``engine.tick``)
 whenever something is due, so ``flow execute`` finishes a run with no worker running; ticking
 alongside live workers is safe (leases and ``append_if_sequence`` keep them apart).
@@ -58,4 +59,4 @@ def wait_for_outcome(
             due = engine.next_due()
             if due is not None:
                 pause = min(pause, max((due - engine.clock.now()).total_seconds(), 0.0))
-        engine.store.wait_for_change(pause)
+        engine.store.wait_for_change(pause, ending=waited.run_id)

@@ -31,7 +31,7 @@ import select
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from time import monotonic
@@ -82,12 +82,18 @@ DEFAULT_SCHEMA = "flow"
 NOTIFY_CHANNEL = "flow_work"
 """The ``LISTEN``/``NOTIFY`` channel; the payload names the schema whose work changed."""
 
+ENDED_CHANNEL = "flow_ended"
+"""The channel a run's end is announced on (payload: ``ended_payload``), for whoever waits for
+an outcome. Apart from the work channel, so that ends wake no worker."""
+
 _MAX_IDLE = 8
 """Idle connections kept for reuse; more may be open while more threads are busy."""
 
 _NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
 
 _NOTIFY = "SELECT pg_notify(%s, %s)"
+
+_NOTIFY_ENDED = "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload"
 
 _T = TypeVar("_T")
 
@@ -132,6 +138,8 @@ class PostgresStore(AppendViaCommit):
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
+        self._hears_ends = False
+        """Whether the listener hears ``ENDED_CHANNEL`` too (from the first wait for an end)."""
         # The statements each pooled connection has prepared (see ``postgres_batch``).
         self._prepared: weakref.WeakKeyDictionary[Connection, Prepared] = (
             weakref.WeakKeyDictionary()
@@ -401,6 +409,9 @@ class PostgresStore(AppendViaCommit):
             r.decide_at is not None for g in groups for r in g.creates
         ):
             batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
+        ended = self._ended([w for g in groups for w in g.writes])
+        if ended:
+            batch.execute(_NOTIFY_ENDED, (ENDED_CHANNEL, ended))
         return results
 
     def _apply(
@@ -452,6 +463,9 @@ class PostgresStore(AppendViaCommit):
                 r.decide_at is not None for r in creates
             ):
                 self._notify(conn)
+            ended = self._ended(writes)
+            if ended:
+                conn.execute(_NOTIFY_ENDED, (ENDED_CHANNEL, ended))
         return results
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -882,11 +896,13 @@ class PostgresStore(AppendViaCommit):
             for row in rows
         ]
 
-    def wait_for_change(self, timeout: float) -> None:
-        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here.
+    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here,
+        or ends the run ``ending``.
 
         Listening starts with the first call, on a connection of its own: a commit before that
-        first call is not seen, so look for work before waiting (as a worker loop does).
+        first call is not seen, so look for work before waiting (as a worker loop does). The
+        first call that waits for an end returns at once, once listening, for the same reason.
         """
         deadline = monotonic() + max(timeout, 0.0)
         if not self._listen_lock.acquire(timeout=max(timeout, 0.0)):
@@ -898,11 +914,25 @@ class PostgresStore(AppendViaCommit):
             if self._listener is None:
                 self._listener = self._connect(autocommit=True)
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                self._hears_ends = False
+            if ending is not None and not self._hears_ends:
+                self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ENDED_CHANNEL)))
+                self._hears_ends = True
+                return  # the run may have ended before we listened: the caller looks again
+            ended = None if ending is None else ended_payload(self.schema, ending)
             remaining = max(deadline - monotonic(), 0.0)
+            work = False
             with closing(self._listener.notifies(timeout=remaining)) as notes:
-                if not any(note.payload == self.schema for note in notes):
+                for note in notes:
+                    if note.channel == NOTIFY_CHANNEL and note.payload == self.schema:
+                        work = True
+                        break
+                    if note.channel == ENDED_CHANNEL and note.payload == ended:
+                        break
+                else:
                     return
-            self._steps_expected = True
+            if work:
+                self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
@@ -1098,6 +1128,10 @@ class PostgresStore(AppendViaCommit):
         for other in idle:
             _close_quietly(other)
 
+    def _ended(self, writes: Iterable[StreamWrite]) -> list[str]:
+        """The ``ENDED_CHANNEL`` payloads of the runs these writes end."""
+        return [ended_payload(self.schema, w.run_id) for w in writes if w.index.status.terminal]
+
     def _notify(self, conn: Connection) -> None:
         # Inside the transaction: PostgreSQL delivers it only if the commit succeeds.
         conn.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
@@ -1129,6 +1163,11 @@ _REFUSED = re.compile(
     r"FATAL: .*(does not exist|authentication failed|pg_hba\.conf|permission denied)"
 )
 """The server answered but will not let this user in: retrying will not help."""
+
+
+def ended_payload(schema: str, run_id: str) -> str:
+    """What ``ENDED_CHANNEL`` carries when this run of this schema ends."""
+    return json.dumps([schema, run_id])
 
 
 def _schedules_work(index: RunIndex) -> bool:

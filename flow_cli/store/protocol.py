@@ -541,8 +541,13 @@ class EventStore(Protocol):
         """Every registered worker, live or gone, most recently started first."""
         ...
 
-    def wait_for_change(self, timeout: float) -> None:
-        """Block up to ``timeout`` seconds, returning early if the store knows work arrived."""
+    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+        """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
+
+        ``ending``: a run whose end should also wake the wait (``flow result --wait``), even
+        though an end schedules no work. A store may return early for other reasons too, so
+        the caller looks again at what it waits for.
+        """
         ...
 
     def check_integrity(self) -> list[str]:

@@ -1287,11 +1287,12 @@ class SQLiteStore(AppendViaCommit):
     # -- waiting and closing ----------------------------------------------------------------------
 
     @_guarded
-    def wait_for_change(self, timeout: float) -> None:
-        """Sleep up to ``timeout`` seconds; return early once any connection commits work.
+    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+        """Sleep up to ``timeout`` seconds; return early once any connection commits.
 
         Commits of any process ring this process's doorbell (see ``flow_cli.store.doorbell``);
-        ``PRAGMA data_version`` is still read now and then, in case a ring was missed.
+        ``PRAGMA data_version`` is still read now and then, in case a ring was missed. Every
+        commit rings, a run's end among them, so ``ending`` needs nothing more.
         """
         conn = self._conn()
         version = conn.execute("PRAGMA data_version").fetchone()[0]
