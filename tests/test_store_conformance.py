@@ -863,35 +863,40 @@ def test_wait_for_change_wakes_on_a_commit(store: EventStore, clock: ManualClock
     assert store.get_run("woken") is not None
 
 
-@pytest.mark.parametrize("grouped", [False, True], ids=["append", "commit_groups"])
+@pytest.mark.parametrize(
+    ("grouped", "run_id"),
+    [(False, "awaited"), (True, "awaited"), (False, "\N{SLIGHTLY SMILING FACE}" * 3000)],
+    ids=["append", "commit_groups", "long-id"],
+)
 def test_wait_for_change_wakes_when_the_awaited_run_ends(
-    store: EventStore, clock: ManualClock, grouped: bool
+    store: EventStore, clock: ManualClock, grouped: bool, run_id: str
 ) -> None:
     # A run's end schedules no work, yet whoever waits for its outcome (``flow result
-    # --wait``) must learn of it at once, not at its next poll.
-    create(store, "awaited", clock.now())
+    # --wait``) must learn of it at once, not at its next poll. However long its id: telling
+    # the waiter must not make the end too big to commit.
+    create(store, run_id, clock.now())
     create(store, "other", clock.now())
-    store.wait_for_change(0, ending="awaited")  # a store may start listening here
+    store.wait_for_change(0, ending=run_id)  # a store may start listening here
     ended = [RunCompleted(result=None)]
 
     def later() -> None:
         time.sleep(0.2)
         if grouped:
             write = StreamWrite(
-                run_id="awaited", expected_sequence=1, events=ended, index=idx(RunStatus.COMPLETED)
+                run_id=run_id, expected_sequence=1, events=ended, index=idx(RunStatus.COMPLETED)
             )
             group = CommitGroup(writes=[write], creates=[], now=clock.now())
             assert store.commit_groups([group]) == [None]
         else:
-            store.append_if_sequence("awaited", 1, ended, idx(RunStatus.COMPLETED), clock.now())
+            store.append_if_sequence(run_id, 1, ended, idx(RunStatus.COMPLETED), clock.now())
 
     writer = threading.Thread(target=later)
     started = time.monotonic()
     writer.start()
-    store.wait_for_change(30, ending="awaited")
+    store.wait_for_change(30, ending=run_id)
     writer.join()
     assert time.monotonic() - started < 10
-    record = store.get_run("awaited")
+    record = store.get_run(run_id)
     assert record is not None and record.status is RunStatus.COMPLETED
 
 
