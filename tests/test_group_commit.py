@@ -24,7 +24,7 @@ from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.streams import Pending
 from flow_cli.engine.worker import Worker
-from flow_cli.errors import FlowError, StoreError
+from flow_cli.errors import FlowError, RunAlreadyExists, StoreError
 from flow_cli.model.events import SignalReceived, StepCompleted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import CommitGroup
@@ -253,3 +253,47 @@ def test_an_event_is_encoded_once_and_stored_as_the_writer_encoded_it(tmp_path: 
     assert texts[-2].endswith("} ")  # the writer's own text
     assert texts[-1] == event_json(event)
     engine.close()
+
+
+def test_starts_from_several_threads_share_commits(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A web server starting runs from its request threads: while one start commits, the
+    # others queue and go together in the next transaction (one fsync for all of them).
+    engine = Engine.open(url, runtimes=[runtime])
+    store = engine.store
+    real = store.commit_groups
+    batches: list[int] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def gated(groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        batches.append(len(groups))
+        if len(batches) == 1:
+            entered.set()
+            assert release.wait(10)
+        return real(groups)
+
+    monkeypatch.setattr(store, "commit_groups", gated)
+    try:
+        threads = [
+            threading.Thread(target=engine.start, args=("one",), kwargs={"run_id": f"r{i}"})
+            for i in range(8)
+        ]
+        threads[0].start()
+        assert entered.wait(10)
+        for thread in threads[1:]:
+            thread.start()
+        committer = engine._start_committer()
+        deadline = time.monotonic() + 10
+        while len(committer._queue) < 7 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        assert batches == [1, 7]
+        assert [engine.get_run(f"r{i}").status for i in range(8)] == [RunStatus.RUNNING] * 8
+        # A start that finds its id taken by another spec still says so, grouped or not.
+        with pytest.raises(RunAlreadyExists):
+            engine.start("one", {"other": "input"}, run_id="r0")
+    finally:
+        engine.close()

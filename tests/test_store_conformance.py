@@ -428,6 +428,45 @@ def test_group_commit_leaves_out_a_stale_group_and_commits_the_other(
     assert store.stats.conflicts == 1
 
 
+@pytest.mark.parametrize("failure", ["EventConflict", "RunNotFound", "HookTokenInUse"])
+def test_a_group_alone_that_fails_writes_nothing_and_is_reported(
+    store: EventStore, clock: ManualClock, failure: str
+) -> None:
+    # A store may commit a lone group without a savepoint of its own; it must still write
+    # none of it and report the group's error, not raise it.
+    now = clock.now()
+    create(store, "a", now)
+    create(store, "holder", now)
+    hook = [HookEntry(token="tok", hook_id="h", resolved=False)]
+    store.append_if_sequence("holder", 1, [signal(1)], idx(hooks=hook), now)
+    before = store.get_run("a")
+    task = {"s1": StepTask(step_id="s1", attempt=1, available_at=now)}
+    run_id, expected, hooks = {
+        "EventConflict": ("a", 7, []),
+        "RunNotFound": ("ghost", 1, []),
+        "HookTokenInUse": ("a", 1, [HookEntry(token="tok", hook_id="mine", resolved=False)]),
+    }[failure]
+    write = StreamWrite(
+        run_id=run_id,
+        expected_sequence=expected,
+        events=[signal(2)],
+        index=idx(RunStatus.SUSPENDED, steps=task, hooks=hooks, decide_at=now),
+    )
+    conflicts = store.stats.conflicts
+    [result] = store.commit_groups(
+        [CommitGroup(writes=[write], creates=[new_run("kid")], now=clock.advance(1))]
+    )
+    assert type(result).__name__ == failure
+    assert keys(store, "a") == [(1, "run_started")] and store.get_run("a") == before
+    assert store.get_run("kid") is None
+    assert store.lease_steps("w", [BUILD], clock.now(), clock.advance(30), 10) == []
+    assert store.stats.conflicts == conflicts + (failure == "EventConflict")
+    # The store goes on: the same group, made right, commits.
+    fixed = StreamWrite(run_id="a", expected_sequence=1, events=[signal(2)], index=idx())
+    assert store.commit_groups([CommitGroup(writes=[fixed], creates=[], now=now)]) == [None]
+    assert [s for s, _ in keys(store, "a")] == [1, 2]
+
+
 def test_group_commit_reports_each_failing_group_and_keeps_the_rest(
     store: EventStore, clock: ManualClock
 ) -> None:

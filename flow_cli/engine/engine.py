@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.observe import Observer
 from flow_cli.engine.streams import Streams, Write
 from flow_cli.errors import (
@@ -116,6 +117,7 @@ class Engine:
         # on first use: an engine that only reads, as `flow show` does, never needs them.
         self._decider: Decider | None = None
         self._executor: StepExecutor | None = None
+        self._starts: GroupCommitter | None = None
         self._making = threading.Lock()
 
     @classmethod
@@ -263,6 +265,13 @@ class Engine:
             raise RunAlreadyExists(run_id, f"set of patch markers ({list(existing.patches)})")
         return StartResult(run_id=run_id, created=False)
 
+    def _start_committer(self) -> GroupCommitter:
+        if self._starts is None:
+            with self._making:
+                if self._starts is None:
+                    self._starts = GroupCommitter(self.store)
+        return self._starts
+
     def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
         """Create ``run`` (with its first decisions when ``eager_start``); False if the id
         is taken."""
@@ -270,7 +279,9 @@ class Engine:
         if first is not None:
             pending, effects = first
             try:
-                self.streams.commit_pending([pending], [run, *effects.creates])
+                # Starts from several threads at once (a web server's) share commits.
+                starts = self._start_committer()
+                self.streams.commit_pending([pending], [run, *effects.creates], group=starts)
                 return True
             except (EventConflict, HookTokenInUse):
                 # The id is taken (the caller finds out by what), or a child's id or a hook's

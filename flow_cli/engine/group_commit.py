@@ -38,8 +38,9 @@ class _Ticket:
     group: CommitGroup
     after: Done | None = None
     done: threading.Event | None = None
-    """Set once the group is committed; only a ticket that a thread waits for has one (an
-    ``Event`` is a lock and a condition: dear to make for every group of a timer drain)."""
+    """Set once the group is committed; only a ticket that a thread waits for while another
+    thread commits it has one (an ``Event`` is a lock and a condition: dear to make for every
+    group of a timer drain, or for every commit of a thread that commits its own)."""
     error: BaseException | None = None
     whole: bool = False
     """Whether ``error`` failed the whole transaction (not only this group)."""
@@ -66,14 +67,14 @@ class GroupCommitter:
     def commit_many(self, groups: Sequence[CommitGroup]) -> list[BaseException | None]:
         """Commit each group atomically (a savepoint each), with whatever else is waiting, and
         return each one's error (``None``: committed). A failed transaction raises."""
-        committed = [threading.Event() for _ in groups]
-        tickets = [_Ticket(group, done=done) for group, done in zip(groups, committed, strict=True)]
+        tickets = [_Ticket(group) for group in groups]
         if not tickets:
             return []
-        if self._enqueue(tickets):
-            self._lead()
-        for done in committed:
-            done.wait()
+        if self._enqueue(tickets, waiting=True):
+            self._lead()  # ours go first, and are committed when this returns
+        for ticket in tickets:
+            if ticket.done is not None:
+                ticket.done.wait()
         for ticket in tickets:
             if ticket.whole and ticket.error is not None:
                 raise ticket.error  # the transaction failed (groups in another one may not)
@@ -94,17 +95,21 @@ class GroupCommitter:
         elif ticket.done is not None:
             ticket.done.wait()
 
-    def _enqueue(self, tickets: list[_Ticket], *, wait_if_full: bool = False) -> bool:
-        """Queue ``tickets``; True when the caller must lead (nobody commits now). With
-        ``wait_if_full``, a ticket that joins a full queue another thread commits gets its
-        ``done`` here, before the leader can see it."""
+    def _enqueue(
+        self, tickets: list[_Ticket], *, wait_if_full: bool = False, waiting: bool = False
+    ) -> bool:
+        """Queue ``tickets``; True when the caller must lead (nobody commits now). Tickets that
+        another thread will commit get their ``done`` here, before the leader can see them:
+        with ``waiting`` always, with ``wait_if_full`` when they join a full queue."""
         with self._lock:
             leader = self._leader
-            if (
-                wait_if_full
-                and leader is not None
-                and leader != threading.get_ident()
-                and len(self._queue) >= MAX_GROUPS
+            if leader is not None and (
+                waiting
+                or (
+                    wait_if_full
+                    and leader != threading.get_ident()
+                    and len(self._queue) >= MAX_GROUPS
+                )
             ):
                 for ticket in tickets:
                     ticket.done = threading.Event()

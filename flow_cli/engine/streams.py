@@ -275,18 +275,21 @@ class Streams:
         creates: Sequence[NewRun] = (),
         *,
         keep_first: bool = False,
+        group: GroupCommitter | None = None,
     ) -> None:
         """Commit writes prepared on owned snapshots, in one transaction.
 
         The snapshots go back to the cache (the caller must not touch them again), except the
         first one with ``keep_first``: its caller goes on owning it. Raises ``EventConflict``
-        (nothing written) if any run moved: the caller drops its snapshots then.
+        (nothing written) if any run moved: the caller drops its snapshots then. ``group``:
+        the committer to share a transaction through when this process's worker has none.
         """
         if not pendings:
             return
         writes = [p.stream_write() for p in pendings]
-        if self.group is not None:
-            self.group.commit(CommitGroup(writes=writes, creates=creates, now=pendings[0].now))
+        committer = self.group if self.group is not None else group
+        if committer is not None:
+            committer.commit(CommitGroup(writes=writes, creates=creates, now=pendings[0].now))
         else:
             self.store.commit(writes, creates, pendings[0].now)
         self.committed(pendings, keep_first=keep_first)

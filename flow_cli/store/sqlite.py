@@ -785,6 +785,20 @@ class SQLiteStore(AppendViaCommit):
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``)."""
         encoded = [[_rows(w) for w in g.writes] for g in groups]
+        if len(groups) == 1:
+            # Alone, a group needs no savepoint: its failure may roll the whole transaction
+            # back. A savepoint is not free in SQLite: each page written under one is first
+            # copied to a statement journal (one start cost 0.2 ms more CPU with it).
+            (group,) = groups
+            try:
+                with self._write() as conn:
+                    self._apply(conn, group.writes, encoded[0], group.creates, _ts(group.now))
+            except GROUP_ERRORS as exc:
+                if isinstance(exc, EventConflict):
+                    self.stats.conflicts += 1
+                return [exc]
+            self._doorbell.ring()
+            return [None]
         results: list[FlowError | None] = []
         with self._write() as conn:
             for group, rows in zip(groups, encoded, strict=True):
