@@ -26,7 +26,12 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 
 from flow_cli.errors import EventConflict, StoreError  # noqa: E402
-from flow_cli.model.events import RunStarted, SignalReceived, StepScheduled  # noqa: E402
+from flow_cli.model.events import (  # noqa: E402
+    RunCompleted,
+    RunStarted,
+    SignalReceived,
+    StepScheduled,
+)
 from flow_cli.model.retry import RetryPolicy  # noqa: E402
 from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
@@ -726,6 +731,37 @@ def test_store_reconnects_after_its_connections_are_killed(url: str, schema: str
         assert time.monotonic() - started < 1.5
     finally:
         store.close()
+
+
+def test_a_wait_for_an_end_listens_again_after_its_connection_is_killed(
+    url: str, schema: str
+) -> None:
+    name = f"flow-kill-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(make_conninfo(url, application_name=name), schema=schema)
+    other = PostgresStore(url, schema=schema)
+    try:
+        store.create_run(new_run("r1"), NOW)
+        store.wait_for_change(0, ending="r1")  # listens for ends too
+        assert _kill_backends(url, name) >= 1
+        time.sleep(0.2)
+        with pytest.raises(StoreError, match="unreachable"):
+            store.wait_for_change(1, ending="r1")
+        store.wait_for_change(0, ending="r1")  # a new connection: it must listen for ends again
+
+        def end() -> None:
+            time.sleep(0.2)
+            ended = RunIndex(status=RunStatus.COMPLETED)
+            other.append_if_sequence("r1", 1, [RunCompleted(result=None)], ended, NOW)
+
+        thread = threading.Thread(target=end)
+        thread.start()
+        started = time.monotonic()
+        store.wait_for_change(20, ending="r1")
+        thread.join()
+        assert time.monotonic() - started < 10
+    finally:
+        store.close()
+        other.close()
 
 
 def test_killed_connection_mid_transaction_is_reported_then_recovered(
