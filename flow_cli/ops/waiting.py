@@ -59,4 +59,7 @@ def wait_for_outcome(
             due = engine.next_due()
             if due is not None:
                 pause = min(pause, max((due - engine.clock.now()).total_seconds(), 0.0))
-        engine.store.wait_for_change(pause, ending=waited.run_id)
+            # Work to drive wakes it; the run mostly ends in this process's own tick.
+            engine.store.wait_for_change(pause)
+        else:
+            engine.store.wait_for_change(pause, ending=waited.run_id)

@@ -49,6 +49,7 @@ from flow_cli.store import postgres_schema as tables
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
 from flow_cli.store.postgres_batch import Batch, Connection, Prepared
+from flow_cli.store.postgres_ends import ENDED_CHANNEL, EndsListener, ended_payload
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
@@ -81,10 +82,6 @@ DEFAULT_SCHEMA = "flow"
 
 NOTIFY_CHANNEL = "flow_work"
 """The ``LISTEN``/``NOTIFY`` channel; the payload names the schema whose work changed."""
-
-ENDED_CHANNEL = "flow_ended"
-"""The channel a run's end is announced on (payload: ``ended_payload``), for whoever waits for
-an outcome. Apart from the work channel, so that ends wake no worker."""
 
 _MAX_IDLE = 8
 """Idle connections kept for reuse; more may be open while more threads are busy."""
@@ -138,8 +135,8 @@ class PostgresStore(AppendViaCommit):
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
-        self._hears_ends = False
-        """Whether the listener hears ``ENDED_CHANNEL`` too (from the first wait for an end)."""
+        self._ends = EndsListener(lambda: self._connect(autocommit=True), self.schema)
+        """Waits for runs' ends (``wait_for_change(ending=...)``), on a connection of its own."""
         # The statements each pooled connection has prepared (see ``postgres_batch``).
         self._prepared: weakref.WeakKeyDictionary[Connection, Prepared] = (
             weakref.WeakKeyDictionary()
@@ -897,13 +894,17 @@ class PostgresStore(AppendViaCommit):
         ]
 
     def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
-        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here,
-        or ends the run ``ending``.
+        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here or,
+        with ``ending``, as soon as that run ends (and not for work).
 
         Listening starts with the first call, on a connection of its own: a commit before that
-        first call is not seen, so look for work before waiting (as a worker loop does). The
-        first call that waits for an end returns at once, once listening, for the same reason.
+        first call is not seen, so look for work before waiting (as a worker loop does). Ends
+        are heard on another connection, shared by every thread waiting for one, and the first
+        wait for an end returns at once, once listening, for the same reason.
         """
+        if ending is not None:
+            self._wait_for_end(ending, timeout)
+            return
         deadline = monotonic() + max(timeout, 0.0)
         if not self._listen_lock.acquire(timeout=max(timeout, 0.0)):
             return  # another thread of this process is listening and will pick the work up
@@ -914,25 +915,11 @@ class PostgresStore(AppendViaCommit):
             if self._listener is None:
                 self._listener = self._connect(autocommit=True)
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-                self._hears_ends = False
-            if ending is not None and not self._hears_ends:
-                self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ENDED_CHANNEL)))
-                self._hears_ends = True
-                return  # the run may have ended before we listened: the caller looks again
-            ended = None if ending is None else ended_payload(self.schema, ending)
             remaining = max(deadline - monotonic(), 0.0)
-            work = False
             with closing(self._listener.notifies(timeout=remaining)) as notes:
-                for note in notes:
-                    if note.channel == NOTIFY_CHANNEL and note.payload == self.schema:
-                        work = True
-                        break
-                    if note.channel == ENDED_CHANNEL and note.payload == ended:
-                        break
-                else:
+                if not any(note.payload == self.schema for note in notes):
                     return
-            if work:
-                self._steps_expected = True
+            self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
@@ -948,6 +935,18 @@ class PostgresStore(AppendViaCommit):
                 _close_quietly(self._listener)
                 self._listener = None
             self._listen_lock.release()
+
+    def _wait_for_end(self, run_id: str, timeout: float) -> None:
+        self._forget_inherited()
+        if self._closed:
+            raise StoreError(f"The PostgreSQL store for {self._where} is closed.")
+        try:
+            self._ends.wait(run_id, timeout)
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=True) from exc
+        finally:
+            if self._closed:  # close() ran while we waited
+                self._ends.close()
 
     def check_integrity(self) -> list[str]:
         """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""
@@ -975,6 +974,7 @@ class PostgresStore(AppendViaCommit):
                     self._listener = None
             finally:
                 self._listen_lock.release()
+        self._ends.close()
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (for tests); works after ``close()``."""
@@ -1085,6 +1085,7 @@ class PostgresStore(AppendViaCommit):
         with self._lock:
             self._idle, self._pid = [], os.getpid()
         self._listener = None
+        self._ends.forget()
 
     def _connect(self, *, autocommit: bool = False) -> Connection:
         try:
@@ -1163,16 +1164,6 @@ _REFUSED = re.compile(
     r"FATAL: .*(does not exist|authentication failed|pg_hba\.conf|permission denied)"
 )
 """The server answered but will not let this user in: retrying will not help."""
-
-
-def ended_payload(schema: str, run_id: str) -> str:
-    """What ``ENDED_CHANNEL`` carries when this run of this schema ends: the schema and a digest
-    of the run id, not the id itself, since a payload over 8,000 bytes would fail the commit
-    (two ids with one digest only cost their waiters a look)."""
-    import hashlib  # here: readers never need it, and it costs every command's start-up
-
-    digest = hashlib.blake2b(run_id.encode(), digest_size=12).hexdigest()
-    return f"{schema} {digest}"
 
 
 def _schedules_work(index: RunIndex) -> bool:
