@@ -785,7 +785,7 @@ def test_threads_waiting_for_ends_each_hear_their_own_beside_an_idle_worker(
             store.wait_for_change(30, ending=run_id)
             waited[run_id] = time.monotonic() - started
 
-        worker = threading.Thread(target=store.wait_for_change, args=(3,))
+        worker = threading.Thread(target=store.wait_for_change, args=(1.5,))
         waiters = [threading.Thread(target=wait, args=(run_id,)) for run_id in runs]
         for thread in [worker, *waiters]:
             thread.start()
