@@ -544,9 +544,9 @@ class EventStore(Protocol):
     def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
         """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
 
-        ``ending``: a run whose end should also wake the wait (``flow result --wait``), even
-        though an end schedules no work. A store may return early for other reasons too, so
-        the caller looks again at what it waits for.
+        With ``ending``, the wait is for that run's end instead (``flow result --wait``), which
+        schedules no work; whether work still wakes it is up to the store. A store may return
+        early for other reasons too, so the caller looks again at what it waits for.
         """
         ...
 
