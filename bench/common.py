@@ -70,6 +70,11 @@ def stop(workers: list[subprocess.Popen[bytes]]) -> None:
             worker.kill()
 
 
+def worker_args() -> list[str]:
+    """Extra `flow worker` options from $BENCH_WORKER_ARGS (e.g. "--concurrency 4")."""
+    return os.environ.get("BENCH_WORKER_ARGS", "").split()
+
+
 def bench_worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
     """A real `flow worker` over ``url`` hosting ``bench/bench_workflows.py``, started and idle
     (its banner read) before this returns."""
@@ -80,7 +85,7 @@ def bench_worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(here), FLOW_CONFIG=str(scratch / "flow.toml"))
     env["FLOW_DB"] = url
     worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "flow"), "worker"],
+        [str(Path(sys.executable).parent / "flow"), "worker", *worker_args()],
         env=env,
         cwd=scratch,
         stdout=subprocess.DEVNULL,

@@ -8,7 +8,8 @@ W1: 1,000 runs x 10 sequential steps (steps/s). W2: one run of N steps, N = 200 
 50 in a row (median and p90 ms). W4: 10,000 runs sleeping on a timer that comes due at once
 (runs drained per second once due, and the worker's threads while they sleep).
 
-Each figure comes from a fresh database and fresh worker processes. With --baseline, every
+Each figure comes from a fresh database and fresh worker processes (extra `flow worker`
+options from $BENCH_WORKER_ARGS, e.g. "--concurrency 4"). With --baseline, every
 measurement is also taken with that interpreter (another build of Flow), interleaved, and the
 ratio is printed: machines like ours are noisy, ratios measured in one run are what to compare.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
-from common import DEFAULT_PG, ROOT, fresh_database, stop  # noqa: E402
+from common import DEFAULT_PG, ROOT, fresh_database, stop, worker_args  # noqa: E402
 
 # Each interpreter measures the Flow it has installed (a baseline is another checkout's build):
 # not this checkout's source.
@@ -48,7 +49,11 @@ def _worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
     )
     flow = str(Path(sys.executable).parent / "flow")
     proc = subprocess.Popen(
-        [flow, "worker"], env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [flow, "worker", *worker_args()],
+        env=env,
+        cwd=scratch,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
     proc.stderr.readline()  # the banner: the worker is up

@@ -22,6 +22,7 @@ import pytest
 from cli_helpers import FlowProject
 
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.worker import DEFAULT_CONCURRENCY
 from flow_cli.model.status import RunStatus
 
 CONFIG = """\
@@ -141,6 +142,8 @@ def test_worker_logs_notable_events_as_json(project: Project) -> None:
     records = [json.loads(line) for line in project.lines()]  # every line is JSON
     kinds = [r["event"] for r in records]
     assert kinds[0] == "worker_started" and kinds[-2:] == ["worker_stopping", "worker_stopped"]
+    # `flow worker` without --concurrency runs as many step threads as the Worker API's default.
+    assert records[0]["concurrency"] == DEFAULT_CONCURRENCY
     by_event = {(r["event"], r.get("run_id")): r for r in records}
     assert sorted(kinds[1:-2]) == [
         "decision_failed",

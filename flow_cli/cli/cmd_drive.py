@@ -136,7 +136,7 @@ def worker(
     concurrency: Annotated[
         int,
         typer.Option("--concurrency", metavar="N", min=1, help="Step attempts run at once."),
-    ] = 4,
+    ] = 32,  # Worker's DEFAULT_CONCURRENCY, not imported: the CLI starts without the engine
     lease_seconds: LeaseSeconds = 30.0,
     log_format: LogFormatOption = LogFormat.TEXT,
     log_level: LogLevelOption = LogLevel.INFO,
