@@ -1,13 +1,15 @@
 """How fast timers that come due at the same instant fire and move on (issue 7, W4).
 
     .venv/bin/python bench/timer_drain.py [--runs 10000] [--backend sqlite|postgres] [--strace]
+        [--workers 1]
 
-N runs sleep until one absolute instant (then run one step and complete); one real
-`flow worker` process serves them. Prints the worker's threads while they sleep, the runs
-drained per second from the instant they came due until the last one completed, the worker's
-CPU seconds (user + system) per run over the drain, and its commits per run (its database
-file's flushes: with ``--strace``, the fsync/fdatasync calls strace counts while attached to the
-worker for the drain; strace slows the worker, so runs/s is not comparable then).
+N runs sleep until one absolute instant (then run one step and complete); real `flow worker`
+processes serve them (one unless --workers says more: one per core lets the drain use them
+all). Prints the first worker's threads while they sleep, the runs drained per second from the
+instant they came due until the last one completed, the workers' CPU seconds (user + system)
+per run over the drain, and the first worker's commits per run (its database file's flushes:
+with ``--strace``, the fsync/fdatasync calls strace counts while attached to it for the drain;
+strace slows the worker, so runs/s is not comparable then).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
     parser.add_argument(
         "--strace", action="store_true", help="count the worker's flushes (needs strace)"
     )
@@ -46,7 +49,8 @@ def main() -> None:
     from flow_cli.store import open_store
 
     with fresh_database(args.backend, DEFAULT_PG) as (url, scratch):
-        worker = bench_worker(url, scratch)
+        workers = [bench_worker(url, scratch) for _ in range(args.workers)]
+        worker = workers[0]
         setup_url = url + ("?synchronous=NORMAL" if args.backend == "sqlite" else "")
         engine = Engine(open_store(setup_url), [bench_workflows.runtime])
         try:
@@ -59,23 +63,26 @@ def main() -> None:
             threads = len(os.listdir(f"/proc/{worker.pid}/task"))
             tracer = _strace(worker.pid) if args.strace else None
             time.sleep(max(0.0, (at - datetime.now(UTC)).total_seconds()))
-            cpu = _cpu_seconds(worker.pid)
+            cpu = sum(_cpu_seconds(w.pid) for w in workers)
             started = time.perf_counter()
             while engine.get_run(f"alarm-{args.runs - 1}").status is not RunStatus.COMPLETED or (
                 len(engine.list_runs(status=RunStatus.COMPLETED)) < args.runs
             ):
                 time.sleep(0.02)
             seconds = time.perf_counter() - started
-            cpu = _cpu_seconds(worker.pid) - cpu
+            cpu = sum(_cpu_seconds(w.pid) for w in workers) - cpu
             flushes = _flushes(tracer) if tracer is not None else None
         finally:
-            stop([worker])
+            stop(workers)
             engine.close()
     flushed = "-" if flushes is None else f"{flushes / args.runs:.3f}"
-    print("backend   runs  worker threads asleep  drain seconds  runs/s  cpu ms/run  flushes/run")
     print(
-        f"{args.backend:8} {args.runs:6}  {threads:21}  {seconds:13.2f}  {args.runs / seconds:6.0f}"
-        f"  {1000 * cpu / args.runs:10.3f}  {flushed:>11}"
+        "backend   runs  workers  worker threads asleep  drain seconds  runs/s  cpu ms/run  "
+        "flushes/run"
+    )
+    print(
+        f"{args.backend:8} {args.runs:6}  {args.workers:7}  {threads:21}  {seconds:13.2f}"
+        f"  {args.runs / seconds:6.0f}  {1000 * cpu / args.runs:10.3f}  {flushed:>11}"
     )
 
 

@@ -268,6 +268,78 @@ def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: P
     assert not any(waiter._doorbell.directory.glob("*.sock"))  # its socket is gone with it
 
 
+_COMMIT_A_RUN = (
+    "import sys; from datetime import datetime, UTC\n"
+    "from flow_cli.store.sqlite import SQLiteStore\n"
+    "from flow_cli.store.protocol import NewRun\n"
+    "from flow_cli.model.spec import WorkflowSpec\n"
+    "s = SQLiteStore(sys.argv[1])\n"
+    "spec = WorkflowSpec(workflow='w', input=None, runtime_build_id='b', patches=())\n"
+    "now = datetime.now(UTC)\n"
+    "due = now if sys.argv[3] == 'due' else None\n"
+    "s.commit([], [NewRun(run_id=sys.argv[2], spec=spec, seed='00', decide_at=due)], now)\n"
+)
+
+
+def test_a_commit_without_work_does_not_ring_a_workers_doorbell(tmp_path: Path) -> None:
+    """A worker sleeps on the doorbell that only commits making work ring: a run created with
+    no decision due (like a step its committer runs, or a run's end) wakes whoever waits for any
+    change, not a worker; a run due for a decision wakes both."""
+    db = tmp_path / "flow.db"
+    waiter = SQLiteStore(db)
+    assert waiter._doorbell.listen()
+    subprocess.run([sys.executable, "-c", _COMMIT_A_RUN, str(db), "quiet", "later"], check=True)
+    assert not waiter._doorbell.wait(0.3, work_only=True)
+    assert waiter._doorbell.wait(10)  # the wait for any change heard it
+    subprocess.run([sys.executable, "-c", _COMMIT_A_RUN, str(db), "due", "due"], check=True)
+    assert waiter._doorbell.wait(10, work_only=True)
+    waiter.close()
+
+
+def test_a_worker_with_threads_free_sleeps_on_the_store_while_its_steps_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New work must not wait for the worker's running attempts: while a thread is free the
+    worker sleeps on the store's wait for work; only with every thread taken does it wait for
+    an attempt to end."""
+    from concurrent.futures import Future
+
+    from flow_cli.engine.worker import Worker
+
+    engine = Engine(SQLiteStore(tmp_path / "flow.db"), [Runtime(build_id="b")])
+    waits: list[dict[str, object]] = []
+    monkeypatch.setattr(engine.store, "wait_for_change", lambda timeout, **how: waits.append(how))
+    running: Future[None] = Future()  # an attempt still running
+    Worker(engine, concurrency=2)._idle({running})
+    assert waits == [{"work_only": True}]
+    full = Worker(engine, concurrency=1)
+    full._step_done.set()  # an attempt just ended: the wait for it returns at once
+    full._idle({running})
+    assert waits == [{"work_only": True}]  # no store wait while every thread is taken
+    engine.close()
+
+
+def test_a_worker_is_woken_by_an_attempts_end_only_once_it_is_done(tmp_path: Path) -> None:
+    """The pass an attempt's end wakes must see that attempt finished: were the worker woken
+    before its future is done, it would count it as running and wait for it once more."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flow_cli.engine.worker import Worker
+
+    engine = Engine(SQLiteStore(tmp_path / "flow.db"), [Runtime(build_id="b")])
+    worker = Worker(engine, concurrency=1)
+    release = threading.Event()
+    worker._run_step = lambda lease, snapshot=None: release.wait(10)  # type: ignore[method-assign]
+    with ThreadPoolExecutor(1) as pool:
+        for _ in range(20):
+            worker._step_done.clear()
+            release.set()
+            future = worker._submit(pool, None, None)  # type: ignore[arg-type]
+            assert worker._step_done.wait(10)
+            assert future.done()
+    engine.close()
+
+
 def test_flow_show_says_when_a_failing_decision_is_tried_next(tmp_path: Path) -> None:
     from cli_helpers import FlowProject
 

@@ -123,7 +123,7 @@ class Worker:
             leases = self.engine.lease_steps_handed(self.lease_seconds, room)
             for lease, snapshot in leases:
                 self._keeper.hold(lease)
-                in_flight.add(pool.submit(self._run_step, lease, snapshot))
+                in_flight.add(self._submit(pool, lease, snapshot))
             # Fewer steps than there was room for: none is ready now, so another pass at once
             # would only compete with the attempts just handed out (a step's end wakes the loop).
             busy = len(leases) == room
@@ -143,10 +143,22 @@ class Worker:
             for lease in report.started:
                 self._keeper.hold(lease)
                 snapshot = report.handed.pop(lease.run_id, None)
-                in_flight.add(pool.submit(self._run_step, lease, snapshot))
+                in_flight.add(self._submit(pool, lease, snapshot))
             self.stats.runs_decided += len(run_ids)
             busy = True
         return busy
+
+    def _submit(
+        self, pool: ThreadPoolExecutor, lease: StepLease, snapshot: WorkflowRunSnapshot | None
+    ) -> Future[None]:
+        future = pool.submit(self._run_step, lease, snapshot)
+        # Set once the future is done, not when the function returns: the pass this wakes must
+        # see the attempt finished, or it would count it as running and wait for it again.
+        future.add_done_callback(self._step_finished)
+        return future
+
+    def _step_finished(self, _: Future[None]) -> None:
+        self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:
         deferred = False
@@ -166,18 +178,22 @@ class Worker:
         finally:
             if not deferred:
                 self._keeper.drop(lease)
-            self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _idle(self, in_flight: set[Future[None]]) -> None:
-        if in_flight:
-            # Our own attempts finish soon; their completion wakes us without a store round trip.
+        if len(in_flight) >= self.concurrency:
+            # Every thread is taken: nothing more can start before an attempt ends, and its end
+            # wakes us without a store round trip.
             self._step_done.wait(min(self.max_idle_sleep, 0.25))
             self._step_done.clear()
             return
+        # A thread is free and the last pass leased all it found: what comes next is new work,
+        # which the store announces (a commit elsewhere, a timer coming due). Our attempts'
+        # ends commit too, and when they make work the store says so as well.
+        self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due()
         if due is not None:
             seconds = (due - self.engine.clock.now()).total_seconds()
             timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
-            self.engine.store.wait_for_change(timeout)
+            self.engine.store.wait_for_change(timeout, work_only=True)

@@ -53,7 +53,6 @@ from flow_cli.store.postgres_ends import ENDED_CHANNEL, EndsListener, ended_payl
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
-    KEEP,
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
@@ -64,7 +63,6 @@ from flow_cli.store.protocol import (
     ReadAfter,
     RunCount,
     RunFilter,
-    RunIndex,
     RunRecord,
     RunState,
     StepLease,
@@ -73,6 +71,7 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     assemble_states,
     build_usages,
+    makes_work,
     wanted_after,
     with_histories,
 )
@@ -402,9 +401,7 @@ class PostgresStore(AppendViaCommit):
                     row_done=write.run_id in once,
                 )
             results.append(envelopes)
-        if any(_schedules_work(w.index) for g in groups for w in g.writes) or any(
-            r.decide_at is not None for g in groups for r in g.creates
-        ):
+        if any(makes_work(g.writes, g.creates) for g in groups):
             batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
@@ -456,9 +453,7 @@ class PostgresStore(AppendViaCommit):
                 )
                 target.last_sequence += len(write.events)
                 tables.apply_index(conn, target, write.run_id, write.index, now)
-            if any(_schedules_work(w.index) for w in writes) or any(
-                r.decide_at is not None for r in creates
-            ):
+            if makes_work(writes, creates):
                 self._notify(conn)
             ended = self._ended(writes)
             if ended:
@@ -893,9 +888,12 @@ class PostgresStore(AppendViaCommit):
             for row in rows
         ]
 
-    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
         """Block up to ``timeout`` seconds; return as soon as a commit schedules work here or,
-        with ``ending``, as soon as that run ends (and not for work).
+        with ``ending``, as soon as that run ends (and not for work). Only commits that make
+        work notify, so every wait without ``ending`` is ``work_only``.
 
         Listening starts with the first call, on a connection of its own: a commit before that
         first call is not seen, so look for work before waiting (as a worker loop does). Ends
@@ -1164,22 +1162,6 @@ _REFUSED = re.compile(
     r"FATAL: .*(does not exist|authentication failed|pg_hba\.conf|permission denied)"
 )
 """The server answered but will not let this user in: retrying will not help."""
-
-
-def _schedules_work(index: RunIndex) -> bool:
-    """Whether workers should look again: a decision time was set or a step task upserted that
-    a worker may lease.
-
-    A started attempt (a task with an owner: the committing worker runs it) is nobody else's
-    work until its lease runs out, and idle workers look at least every ``max_idle_sleep``
-    anyway, so it wakes nobody: a worker chaining steps would otherwise NOTIFY, and wake every
-    listening worker, at each step for nothing.
-    """
-    if index.status.terminal:
-        return False
-    if index.decide_at is not KEEP and index.decide_at is not None:
-        return True
-    return any(task is not None and task.owner is None for task in index.steps.values())
 
 
 _READ_HISTORIES = (

@@ -112,6 +112,29 @@ class CommitGroup:
     """The time its events are recorded at (each group keeps the time it was decided at)."""
 
 
+def schedules_work(index: RunIndex) -> bool:
+    """Whether a write with ``index`` gives workers something to look at: a decision time was
+    set, or a step task upserted that a worker may lease.
+
+    A started attempt (a task with an owner: the committing worker runs it) is nobody else's
+    work until its lease runs out, and idle workers look at least every ``max_idle_sleep``
+    anyway, so it is not: a worker chaining steps would otherwise wake every waiting worker,
+    itself among them, at each step for nothing.
+    """
+    if index.status.terminal:
+        return False
+    if index.decide_at is not KEEP and index.decide_at is not None:
+        return True
+    return any(task is not None and task.owner is None for task in index.steps.values())
+
+
+def makes_work(writes: Sequence[StreamWrite], creates: Sequence[NewRun]) -> bool:
+    """Whether a commit of ``writes`` and ``creates`` gives workers something to do."""
+    return any(schedules_work(w.index) for w in writes) or any(
+        r.decide_at is not None for r in creates
+    )
+
+
 GROUP_ERRORS = (EventConflict, HookTokenInUse, RunNotFound)
 """What leaves one group out of a group commit without failing the others."""
 
@@ -541,12 +564,17 @@ class EventStore(Protocol):
         """Every registered worker, live or gone, most recently started first."""
         ...
 
-    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
         """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
 
         With ``ending``, the wait is for that run's end instead (``flow result --wait``), which
-        schedules no work; whether work still wakes it is up to the store. A store may return
-        early for other reasons too, so the caller looks again at what it waits for.
+        schedules no work; whether work still wakes it is up to the store. ``work_only`` (a
+        worker's wait): commits that make no work (``makes_work``), such as a step started by
+        the worker committing it or a run's end, need not wake it, where a store would
+        otherwise wake for them. A store may return early for other reasons too, so the caller
+        looks again at what it waits for.
         """
         ...
 

@@ -70,6 +70,7 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     assemble_states,
     build_usages,
+    makes_work,
     waiting_needle,
     wanted_after,
     with_histories,
@@ -778,7 +779,7 @@ class SQLiteStore(AppendViaCommit):
         except EventConflict:
             self.stats.conflicts += 1
             raise
-        self._doorbell.ring()
+        self._doorbell.ring(work=makes_work(writes, creates))
         return _envelopes(writes, stamp)
 
     @_guarded
@@ -797,7 +798,7 @@ class SQLiteStore(AppendViaCommit):
                 if isinstance(exc, EventConflict):
                     self.stats.conflicts += 1
                 return [exc]
-            self._doorbell.ring()
+            self._doorbell.ring(work=makes_work(group.writes, group.creates))
             return [None]
         results: list[FlowError | None] = []
         with self._write() as conn:
@@ -813,7 +814,13 @@ class SQLiteStore(AppendViaCommit):
                 else:
                     results.append(None)
                 conn.execute("RELEASE flow_group")
-        self._doorbell.ring()
+        self._doorbell.ring(
+            work=any(
+                makes_work(g.writes, g.creates)
+                for g, error in zip(groups, results, strict=True)
+                if error is None
+            )
+        )
         return results
 
     def _apply(
@@ -1301,13 +1308,17 @@ class SQLiteStore(AppendViaCommit):
     # -- waiting and closing ----------------------------------------------------------------------
 
     @_guarded
-    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
-        """Sleep up to ``timeout`` seconds; return early once any connection commits.
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
+        """Sleep up to ``timeout`` seconds; return early once any connection commits (with
+        ``work_only``, once a commit makes work).
 
         Commits of any process ring this process's doorbell (see ``flow_cli.store.doorbell``);
         ``PRAGMA data_version`` is still read now and then, in case a ring was missed. Every
         commit rings, a run's end among them, so ``ending`` needs nothing more.
         """
+        work_only = work_only and ending is None
         conn = self._conn()
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         seen = self._changes
@@ -1316,7 +1327,7 @@ class SQLiteStore(AppendViaCommit):
         poll = _FALLBACK_POLL_SECONDS if rung else _POLL_SECONDS
         while (remaining := deadline - time.monotonic()) > 0:
             if rung:
-                if self._doorbell.wait(min(poll, remaining)):
+                if self._doorbell.wait(min(poll, remaining), work_only=work_only):
                     return
             else:
                 with self._changed:
