@@ -1,7 +1,7 @@
 """How fast timers that come due at the same instant fire and move on (issue 7, W4).
 
     .venv/bin/python bench/timer_drain.py [--runs 10000] [--backend sqlite|postgres] [--strace]
-        [--workers 1]
+        [--workers 1]  (BENCH_WORKER_ARGS="--processes 2": one command, two processes)
 
 N runs sleep until one absolute instant (then run one step and complete); real `flow worker`
 processes serve them (one unless --workers says more: one per core lets the drain use them
@@ -87,10 +87,17 @@ def main() -> None:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process has used (all its threads)."""
+    """User + system CPU seconds the process and its children (``flow worker --processes``)
+    have used, all their threads."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            children = [int(child) for child in listing.read().split()]
+    except OSError:
+        children = []
+    return own + sum(_cpu_seconds(child) for child in children)
 
 
 def _strace(pid: int) -> subprocess.Popen[str]:

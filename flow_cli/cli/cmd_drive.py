@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from flow_cli.engine.engine import Engine, TickReport
     from flow_cli.engine.observe import Observer
-    from flow_cli.engine.worker import WorkerStats
+    from flow_cli.engine.worker import Worker, WorkerStats
     from flow_cli.errors import StoreError
 
 METRICS_EXTRA = "pip install 'flow-cli[metrics]'"
@@ -137,6 +137,16 @@ def worker(
         int,
         typer.Option("--concurrency", metavar="N", min=1, help="Step attempts run at once."),
     ] = 32,  # Worker's DEFAULT_CONCURRENCY, not imported: the CLI starts without the engine
+    processes: Annotated[
+        int,
+        typer.Option(
+            "--processes",
+            metavar="N",
+            min=1,
+            help="Worker processes to run, each with its step threads (one per core uses them "
+            "all; with --metrics-port P they serve P, P+1, ...).",
+        ),
+    ] = 1,
     lease_seconds: LeaseSeconds = 30.0,
     log_format: LogFormatOption = LogFormat.TEXT,
     log_level: LogLevelOption = LogLevel.INFO,
@@ -171,6 +181,12 @@ def worker(
     if metrics_port is not None:
         _check_metrics_extra()
     handler = logs.install(log_format, log_level)
+    if processes > 1:
+        from flow_cli.cli.worker_processes import supervise
+
+        raise typer.Exit(
+            supervise(processes, metrics_port, lambda text, event: logs.say(text, event, "error"))
+        )
     state = CliState.of(ctx)
     server: WSGIServer | None = None
     with state.open_engine(create=True, with_runtimes=True) as engine:
@@ -197,7 +213,8 @@ def worker(
             lease_seconds=lease_seconds,
             metrics_port=metrics_port,
         )
-        previous = _install_stop_handlers(runner.stop, lambda: runner.stopping)
+        previous = _install_stop_handlers(runner.stop)
+        _watch_parent(runner)
         hook, threading.excepthook = threading.excepthook, _thread_crashed
         try:
             with Registration(engine):
@@ -286,21 +303,50 @@ class _OutageReporter:
         return first is None or id(first) not in self._reported
 
 
-def _install_stop_handlers(
-    stop: Callable[[], None], stopping: Callable[[], bool]
-) -> dict[int, Any]:
-    """SIGINT/SIGTERM stop the worker cleanly; a second one aborts at once (exit 130)."""
+def _abort() -> None:
+    from flow_cli.cli import logs
+
+    logs.say(
+        "aborted; unfinished step attempts are retried after their lease expires",
+        "worker_aborted",
+    )
+    sys.stdout.flush()
+    os._exit(130)
+
+
+def _watch_parent(runner: Worker) -> None:
+    """In a child of ``flow worker --processes``: stop when the parent is asked to or dies."""
+    from flow_cli.cli import logs
+    from flow_cli.cli.worker_processes import watch_parent
+
+    def stop() -> None:
+        if not runner.stopping:
+            logs.say(
+                "stopping after the attempts in hand (flow worker --processes was asked to stop)",
+                "worker_stopping",
+                signal="parent",
+            )
+            runner.stop()
+
+    watch_parent(stop, _abort)
+
+
+def _install_stop_handlers(stop: Callable[[], None]) -> dict[int, Any]:
+    """SIGINT/SIGTERM stop the worker cleanly; a second one aborts at once (exit 130).
+
+    Only signals count: a worker that its parent (``--processes``) stopped still takes the
+    Ctrl-C that reaches its whole process group as a first signal, not as an abort.
+    """
 
     from flow_cli.cli import logs
 
+    signalled = False
+
     def handle(signum: int, frame: FrameType | None) -> None:
-        if stopping():
-            logs.say(
-                "aborted; unfinished step attempts are retried after their lease expires",
-                "worker_aborted",
-            )
-            sys.stdout.flush()
-            os._exit(130)
+        nonlocal signalled
+        if signalled:
+            _abort()
+        signalled = True
         name = signal.Signals(signum).name
         logs.say(
             f"{name}: stopping after the attempts in hand (again to abort)",
