@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -79,7 +80,8 @@ def supervise(processes: int, metrics_port: int | None, say: Callable[[str, str]
     try:
         running = {proc.pid: (proc, write) for proc, write in children}
         while running:
-            asked.wait(0.2)
+            # A signal's handler tells the children at once; this loop only looks for ends.
+            time.sleep(0.2)
             for pid, (proc, write) in list(running.items()):
                 code = proc.poll()
                 if code is None:

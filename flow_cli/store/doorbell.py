@@ -65,9 +65,13 @@ class Doorbell:
                 self.directory.mkdir(mode=0o700, exist_ok=True)
                 for name in (f"{stem}{_WORK_SUFFIX}", f"{stem}.sock"):
                     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    try:
+                        sock.setblocking(False)
+                        sock.bind(str(self.directory / name))
+                    except OSError:
+                        sock.close()
+                        raise
                     bound.append((sock, self.directory / name))
-                    sock.setblocking(False)
-                    sock.bind(str(self.directory / name))
             except OSError:
                 for sock, path in bound:
                     sock.close()
