@@ -248,26 +248,6 @@ def test_tick_renews_the_lease_of_a_step_it_is_running(tmp_path: Path) -> None:
 # -- doorbells -------------------------------------------------------------------------------------
 
 
-def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: Path) -> None:
-    db = tmp_path / "flow.db"
-    waiter = SQLiteStore(db)
-    assert waiter._doorbell.listen()
-    script = (
-        "import sys; from datetime import datetime, UTC\n"
-        "from flow_cli.store.sqlite import SQLiteStore\n"
-        "from flow_cli.store.protocol import NewRun\n"
-        "from flow_cli.model.spec import WorkflowSpec\n"
-        "s = SQLiteStore(sys.argv[1])\n"
-        "spec = WorkflowSpec(workflow='w', input=None, runtime_build_id='b', patches=())\n"
-        "run = NewRun(run_id='r', spec=spec, seed='00', decide_at=None)\n"
-        "s.create_run(run, datetime.now(UTC))\n"
-    )
-    subprocess.run([sys.executable, "-c", script, str(db)], check=True)
-    assert waiter._doorbell.wait(10)  # a datagram arrived: no poll involved
-    waiter.close()
-    assert not any(waiter._doorbell.directory.glob("*.sock"))  # its socket is gone with it
-
-
 _COMMIT_A_RUN = (
     "import sys; from datetime import datetime, UTC\n"
     "from flow_cli.store.sqlite import SQLiteStore\n"
@@ -279,6 +259,16 @@ _COMMIT_A_RUN = (
     "due = now if sys.argv[3] == 'due' else None\n"
     "s.commit([], [NewRun(run_id=sys.argv[2], spec=spec, seed='00', decide_at=due)], now)\n"
 )
+
+
+def test_a_commit_in_another_process_rings_a_sqlite_waiters_doorbell(tmp_path: Path) -> None:
+    db = tmp_path / "flow.db"
+    waiter = SQLiteStore(db)
+    assert waiter._doorbell.listen()
+    subprocess.run([sys.executable, "-c", _COMMIT_A_RUN, str(db), "r", "due"], check=True)
+    assert waiter._doorbell.wait(10)  # a datagram arrived: no poll involved
+    waiter.close()
+    assert not any(waiter._doorbell.directory.glob("*.sock"))  # its sockets are gone with it
 
 
 def test_a_commit_without_work_does_not_ring_a_workers_doorbell(tmp_path: Path) -> None:
