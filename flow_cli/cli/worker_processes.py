@@ -66,19 +66,22 @@ def supervise(processes: int, metrics_port: int | None, say: Callable[[str, str]
         for proc, write in children:
             _tell(write, ABORT)
             proc.wait()
+            os.close(write)
         raise
     asked = threading.Event()
+    # Only the running children are told: an ended child's pipe is closed, and its descriptor
+    # number may belong to another file by then.
+    running = {proc.pid: (proc, write) for proc, write in children}
 
     def handle(signum: int, frame: FrameType | None) -> None:
         word = ABORT if asked.is_set() else STOP
         asked.set()
-        for _, write in children:
+        for _, write in list(running.values()):
             _tell(write, word)
 
     previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
     failed: int | None = None
     try:
-        running = {proc.pid: (proc, write) for proc, write in children}
         while running:
             # A signal's handler tells the children at once; this loop only looks for ends.
             time.sleep(0.2)
@@ -86,7 +89,7 @@ def supervise(processes: int, metrics_port: int | None, say: Callable[[str, str]
                 code = proc.poll()
                 if code is None:
                     continue
-                del running[pid]
+                del running[pid]  # before its pipe closes: the handler no longer writes it
                 os.close(write)
                 if asked.is_set():
                     if code not in (0, 130) and failed is None:

@@ -29,8 +29,8 @@ RUN_BATCH = 100
 DEFAULT_CONCURRENCY = 32
 """Step attempts a worker runs at once unless told otherwise. Steps mostly wait on I/O, and an
 idle thread costs little; each running attempt's commit joins the others' in one transaction,
-so a worker with more of them in hand writes more steps per flush (W1 on SQLite: 1.5-1.9x the
-steps/s of 4 threads, `bench/workloads.py W1`)."""
+so a worker with more of them in hand writes more steps per flush (W1 on SQLite: 1,315-1,421
+steps/s against 678-931 with 4 threads; docs/benchmarks.md)."""
 
 
 @dataclass(slots=True)
