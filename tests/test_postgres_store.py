@@ -1046,3 +1046,33 @@ def test_an_event_this_flow_cannot_decode_is_a_clear_error(
     for read in (lambda: store.read_history("r1"), lambda: store.read_histories({"r1": 0})):
         with pytest.raises(StoreError, match=r"Run 'r1' .* cannot decode .*upgrade Flow"):
             read()
+
+
+def test_a_run_started_with_its_first_decision_updates_its_row_once(
+    url: str, schema: str, store: PostgresStore
+) -> None:
+    """A start that commits the run's first decisions with its creation (eager start) inserts
+    the run's row and updates it once, in the update that checks its sequence: a separate
+    guard would write the row a third time. A write that does not follow the creation still
+    fails, and takes the run with it."""
+    with admin(url, schema) as conn:
+        conn.execute("CREATE TABLE row_updates (run_id text)")
+        conn.execute(
+            "CREATE FUNCTION count_update() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN INSERT INTO row_updates VALUES (NEW.run_id); RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER count_update AFTER UPDATE ON runs "
+            "FOR EACH ROW EXECUTE FUNCTION count_update()"
+        )
+    received = SignalReceived(signal_name="s", payload=1)
+    write = StreamWrite(run_id="r1", expected_sequence=1, events=[received], index=RUNNING)
+    store.commit([write], [new_run("r1")], NOW)
+    assert [e.sequence for e in store.read_history("r1")] == [1, 2]
+    stale = StreamWrite(run_id="r2", expected_sequence=2, events=[received], index=RUNNING)
+    with pytest.raises(EventConflict):
+        store.commit([stale], [new_run("r2")], NOW)
+    assert store.get_run("r2") is None
+    with admin(url, schema) as conn:
+        updates = conn.execute("SELECT run_id FROM row_updates").fetchall()
+    assert updates == [("r1",)]

@@ -357,11 +357,10 @@ class PostgresStore(AppendViaCommit):
         once = {
             run_id
             for run_id, n in Counter(w.run_id for g in groups for w in g.writes).items()
-            if n == 1 and run_id not in created
+            if n == 1
         }
-        # Rows of runs that exist are locked (by their guards) before any create, the order in
-        # which the checking path takes its locks too.
-        for run_id in sorted(run_id for run_id in first if run_id not in created):
+
+        def guard(run_id: str) -> None:
             if run_id in once:
                 write, now = writes[run_id]
                 sets, params = tables.index_update(
@@ -372,11 +371,17 @@ class PostgresStore(AppendViaCommit):
                 )
             else:
                 batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+
+        # Rows of runs that exist are locked (by their guards) before any create, the order in
+        # which the checking path takes its locks too.
+        for run_id in sorted(run_id for run_id in first if run_id not in created):
+            guard(run_id)
         for group in groups:
             for run in group.creates:
                 tables.insert_run(batch, run, group.now)
+        # A run started with its first decision: its row is written twice, not three times.
         for run_id in sorted(run_id for run_id in first if run_id in created):
-            batch.execute(tables.GUARD_SEQUENCE, (after[run_id], run_id, first[run_id]))
+            guard(run_id)
         results: list[list[list[EventEnvelope]]] = []
         for group in groups:
             envelopes = []
