@@ -617,28 +617,6 @@ class SQLiteStore(AppendViaCommit):
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _append(
-        self,
-        conn: sqlite3.Connection,
-        run_id: str,
-        expected: int,
-        rows: list[tuple[str, str]],
-        stamp: str,
-    ) -> None:
-        """Append after ``expected`` and move ``runs.last_sequence`` (a run's creation; every
-        other write goes through ``_apply_write``)."""
-        found = conn.execute(
-            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        if found is None:
-            raise RunNotFound(run_id)
-        if found[0] != expected:
-            raise EventConflict(run_id, expected, found[0])
-        _insert_events(conn, run_id, expected, rows, stamp)
-        conn.execute(
-            "UPDATE runs SET last_sequence = ? WHERE run_id = ?", (expected + len(rows), run_id)
-        )
-
     def _create(
         self, conn: sqlite3.Connection, run: NewRun, stamp: str, *, must_create: bool
     ) -> bool:
@@ -646,7 +624,7 @@ class SQLiteStore(AppendViaCommit):
         spec = run.spec
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?) "
+            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?) "
             "ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
@@ -660,10 +638,16 @@ class SQLiteStore(AppendViaCommit):
                 json.dumps(list(spec.patches)),
             ),
         ).rowcount
-        if not inserted and not must_create:
-            return False
-        # Creating is appending after sequence 0, so an existing run id conflicts in _append.
-        self._append(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
+        if not inserted:
+            if not must_create:
+                return False
+            # Creating is appending after sequence 0: an existing run id is a conflict.
+            found = conn.execute(
+                "SELECT last_sequence FROM runs WHERE run_id = ?", (run.run_id,)
+            ).fetchone()
+            raise EventConflict(run.run_id, 0, found[0] if found else 0)
+        # The row was inserted at sequence 1 with its run_started: no read, no second write.
+        _insert_events(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
         return True
 
     def _apply_write(
