@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -377,6 +378,29 @@ def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
     store.wait_for_change(5)
     [late] = store.lease_runs("w", [BUILD], NOW, until, 10)
     assert late.startswith("late-") and store.stats.index_commits == leased + 2
+
+
+def test_a_read_of_one_statement_is_one_round_trip(store: PostgresStore) -> None:
+    """Reads of one statement run in autocommit mode: no BEGIN and COMMIT round trips around
+    them (a worker's ``next_due`` runs on every idle pass, and an operator's ``get_run`` on every
+    poll of ``flow result --wait``). Counted from libpq's own trace of the connection."""
+    store.create_run(new_run("r1"), NOW)
+    conn = store._checkout()
+    store._checkin(conn)  # the pool hands out its newest idle connection first: this one
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            assert store.get_run("r1") is not None
+            assert store.next_due([BUILD]) is not None
+            assert [r.run_id for r in store.list_runs(limit=5)] == ["r1"]
+            assert store.find_hook("no-such-token") is None
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        log = trace.read()
+    assert log.count("\tQuery\t") + log.count("\tParse\t") == 4, log
+    assert log.count("\tReadyForQuery\t") == 4, log
 
 
 def test_a_step_lease_looks_first_only_when_no_work_is_expected(

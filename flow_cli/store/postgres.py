@@ -467,7 +467,7 @@ class PostgresStore(AppendViaCommit):
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run's index row, or ``None``."""
-        with self._transaction(writes=False) as conn:
+        with self._reading() as conn:
             row = conn.execute(
                 f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
             ).fetchone()
@@ -481,7 +481,7 @@ class PostgresStore(AppendViaCommit):
         limit: int | None = None,
     ) -> list[RunRecord]:
         """Runs newest first (creation order breaks ties), optionally filtered."""
-        with self._transaction(writes=False) as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 f"SELECT {tables.RUN_COLUMNS} FROM runs "
                 "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
@@ -624,7 +624,7 @@ class PostgresStore(AppendViaCommit):
 
     def find_hook(self, token: str) -> HookRecord | None:
         """The hook owning ``token``, or ``None``."""
-        with self._transaction(writes=False) as conn:
+        with self._reading() as conn:
             row = conn.execute(
                 "SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = %s", (token,)
             ).fetchone()
@@ -817,7 +817,7 @@ class PostgresStore(AppendViaCommit):
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         if not build_ids:
             return None
-        with self._transaction(writes=False) as conn:
+        with self._reading() as conn:
             row = conn.execute(
                 tables.NEXT_DUE,
                 {"builds": list(build_ids)},
