@@ -1,12 +1,14 @@
 """Flow alone on the peers' workloads W1-W4, with real `flow worker` processes.
 
-    .venv/bin/python bench/workloads.py [W1,W2,W3,W4] [--backends sqlite,postgres]
+    .venv/bin/python bench/workloads.py [W1,W2,W3,W3floor,W4] [--backends sqlite,postgres]
         [--baseline /path/to/other/checkout/.venv/bin/python] [--quick]
 
 W1: 1,000 runs x 10 sequential steps (steps/s). W2: one run of N steps, N = 200 and 2,000
 (ms/step, and the 2,000/200 ratio). W3: a one-step run, start -> completed with a warm worker,
 50 in a row (median and p90 ms). W4: 10,000 runs sleeping on a timer that comes due at once
-(runs drained per second once due, and the worker's threads while they sleep).
+(runs drained per second once due, and the worker's threads while they sleep). W3floor: W3's
+commits and wake-ups without Flow (bench/floor.py), the machine's floor under W3; with both,
+the ratio W3 / W3floor is printed.
 
 Each figure comes from a fresh database and fresh worker processes (extra `flow worker`
 options from $BENCH_WORKER_ARGS, e.g. "--concurrency 4"). With --baseline, every
@@ -83,6 +85,10 @@ def measure(workload: str, backend: str, quick: bool) -> dict[str, float]:
     from flow_cli.store import open_store
 
     with fresh_database(backend, DEFAULT_PG) as (url, scratch):
+        if workload == "W3floor":
+            import floor
+
+            return floor.measure(url, scratch)
         engine = Engine(open_store(url), [bench_workflows.runtime])
         workers = [_worker(url, scratch)]
         try:
@@ -170,6 +176,11 @@ def main() -> None:
                 basetext = f"{base:10.2f}" if isinstance(base, float | int) else ""
                 print(f"{workload}  {backend:8}  {key:20} {value:10.2f} {basetext} {ratio}")
             sys.stdout.flush()
+    for backend in args.backends.split(","):
+        found = {w: f["this"].get("median_ms") for w, b, f in rows if b == backend}
+        if found.get("W3") and found.get("W3floor"):
+            ratio = found["W3"] / found["W3floor"]
+            print(f"W3 / W3floor  {backend:8}  median ratio {ratio:6.2f}x")
 
 
 if __name__ == "__main__":
