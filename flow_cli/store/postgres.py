@@ -46,6 +46,7 @@ from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, 
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_schema as tables
+from flow_cli.store.due import DueHints
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
 from flow_cli.store.postgres_batch import Batch, Connection, Prepared
@@ -134,6 +135,7 @@ class PostgresStore(AppendViaCommit):
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: Connection | None = None
+        self._due = DueHints()
         self._ends = EndsListener(lambda: self._connect(autocommit=True), self.schema)
         """Waits for runs' ends (``wait_for_change(ending=...)``), on a connection of its own."""
         # The statements each pooled connection has prepared (see ``postgres_batch``).
@@ -649,6 +651,9 @@ class PostgresStore(AppendViaCommit):
         """
         if not build_ids or limit <= 0:
             return []
+        if self._due.no_run_due(build_ids, now):
+            self._runs_expected = False
+            return []
         params = _due_params(worker, build_ids, now, lease_until, limit)
         if not self._runs_expected:
             with self._reading() as conn:
@@ -702,6 +707,8 @@ class PostgresStore(AppendViaCommit):
         """
         if not build_ids or limit <= 0:
             return []
+        self._due.forget()
+        writes = self._due.writes()
         params = _due_params(worker, build_ids, now, lease_until, limit)
         if not self._steps_expected:
             with self._reading() as conn:
@@ -719,7 +726,7 @@ class PostgresStore(AppendViaCommit):
             try:
                 for attempt in (1, 2):
                     try:
-                        rows, after, history_rows = self._lease_ready(
+                        rows, after, history_rows, due = self._lease_ready(
                             conn, worker, params, now, lease_until, read_after
                         )
                         break
@@ -742,10 +749,11 @@ class PostgresStore(AppendViaCommit):
                 else:  # could not be rolled back: never hand it out again in autocommit mode
                     conn.close()
         self._steps_expected = bool(rows)
+        self._due.offer(build_ids, *due, writes=writes)
         if rows:
             with self._lock:
                 self.stats.durable_commits += 1
-        self._count_rows(len(rows))
+        self._count_rows(len(rows) + sum(1 for t in due if t is not None))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
@@ -762,10 +770,15 @@ class PostgresStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> tuple[list[tuple[Any, ...]], dict[str, int], list[tuple[Any, ...]] | None]:
+    ) -> tuple[
+        list[tuple[Any, ...]],
+        dict[str, int],
+        list[tuple[Any, ...]] | None,
+        tuple[datetime | None, datetime | None],
+    ]:
         """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
         statements open and end it): the leased rows, the sequences their histories were read
-        after, and the histories' rows."""
+        after, the histories' rows, and when runs and steps are next due (see ``DueHints``)."""
         prepared = self._prepared_on(conn)
         opening = Batch(conn, prepared)
         opening.execute("BEGIN")
@@ -794,6 +807,8 @@ class PostgresStore(AppendViaCommit):
                 "WHERE run_id = %s",
                 (locked[run_id].last_sequence, now, run_id),
             )
+        # When work is next due, read with the lease: the worker's pass need not ask again.
+        batch.execute(tables.NEXT_DUE, params)
         after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
         if after:
             # Read before COMMIT: the histories cost no round trip of their own, and
@@ -801,7 +816,13 @@ class PostgresStore(AppendViaCommit):
             batch.execute(_READ_HISTORIES, _histories_params(after))
         batch.execute("COMMIT")
         done = batch.results()
-        return rows, after, (done[-2] if after else None)
+        due_rows = done[-3] if after else done[-2]
+        runs, steps = due_rows[0] if due_rows else (None, None)
+        due = (
+            None if runs is None else tables.utc(runs),
+            None if steps is None else tables.utc(steps),
+        )
+        return rows, after, (done[-2] if after else None), due
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
@@ -817,6 +838,9 @@ class PostgresStore(AppendViaCommit):
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         if not build_ids:
             return None
+        hint = self._due.fresh(build_ids)
+        if hint is not None:
+            return hint.earliest
         with self._reading() as conn:
             row = conn.execute(
                 tables.NEXT_DUE,
@@ -905,6 +929,7 @@ class PostgresStore(AppendViaCommit):
         are heard on another connection, shared by every thread waiting for one, and the first
         wait for an end returns at once, once listening, for the same reason.
         """
+        self._due.forget()
         if ending is not None:
             self._wait_for_end(ending, timeout)
             return
@@ -1038,6 +1063,7 @@ class PostgresStore(AppendViaCommit):
                         self.stats.durable_commits += 1
                     else:
                         self.stats.index_commits += 1
+                self._due.wrote()
         except psycopg.Error as exc:
             lost = conn.broken or conn.closed
             if lost:

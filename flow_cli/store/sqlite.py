@@ -47,6 +47,7 @@ from flow_cli.model.events import (
 )
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
+from flow_cli.store.due import DueHints
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -347,6 +348,7 @@ class SQLiteStore(AppendViaCommit):
         self._changes = 0
         self._write_lock = threading.Lock()
         self._doorbell = Doorbell(self.path)
+        self._due = DueHints()
         self._check_path(create and not read_only)
         try:
             self._ensure_schema(self._conn(), create and not read_only)
@@ -449,6 +451,7 @@ class SQLiteStore(AppendViaCommit):
                 yield conn
                 conn.execute("COMMIT")
                 self.stats.durable_commits += 1
+                self._due.wrote()
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -1099,7 +1102,7 @@ class SQLiteStore(AppendViaCommit):
         limit: int,
     ) -> list[str]:
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
-        if not build_ids or limit <= 0:
+        if not build_ids or limit <= 0 or self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
         select = (
@@ -1135,6 +1138,8 @@ class SQLiteStore(AppendViaCommit):
         the histories are read just after the commit, on this thread's connection)."""
         if not build_ids or limit <= 0:
             return []
+        self._due.forget()
+        writes = self._due.writes()
         marks = ", ".join("?" * len(build_ids))
         select = (
             "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
@@ -1177,6 +1182,9 @@ class SQLiteStore(AppendViaCommit):
                 "WHERE run_id = ?",
                 [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
+            # When work is next due, read with the lease: the worker's pass need not ask again.
+            runs_due, steps_due = self._due_times(conn, build_ids)
+        self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
         self.stats.scheduler_rows_read += len(rows)
         leases = [
             StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
@@ -1203,20 +1211,29 @@ class SQLiteStore(AppendViaCommit):
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         if not build_ids:
             return None
+        hint = self._due.fresh(build_ids)
+        if hint is not None:
+            return hint.earliest
+        found = [t for t in self._due_times(self._conn(), build_ids) if t is not None]
+        return min(found, default=None)
+
+    def _due_times(
+        self, conn: sqlite3.Connection, build_ids: Sequence[str]
+    ) -> tuple[datetime | None, datetime | None]:
+        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds."""
         marks = ", ".join("?" * len(build_ids))
-        conn = self._conn()
         found = [
-            row[0]
+            conn.execute(sql, tuple(build_ids)).fetchone()
             for sql in (
                 "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
                 f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
                 "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
                 f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
             )
-            for row in conn.execute(sql, tuple(build_ids))
         ]
-        self.stats.scheduler_rows_read += len(found)
-        return _dt(min(found)) if found else None
+        self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
+        runs, steps = (None if row is None else _dt(row[0]) for row in found)
+        return runs, steps
 
     # -- workers registry -------------------------------------------------------------------------
 
@@ -1302,6 +1319,7 @@ class SQLiteStore(AppendViaCommit):
         ``PRAGMA data_version`` is still read now and then, in case a ring was missed. Every
         commit rings, a run's end among them, so ``ending`` needs nothing more.
         """
+        self._due.forget()
         work_only = work_only and ending is None
         conn = self._conn()
         version = conn.execute("PRAGMA data_version").fetchone()[0]

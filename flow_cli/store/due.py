@@ -1,0 +1,95 @@
+"""``DueHints``: when work is next due, as a worker's step lease saw it in its own transaction.
+
+A worker's pass leases ready steps, then looks for due runs, and before it sleeps reads when
+work is next due. Read in the lease's transaction (one more statement there, no round trip of
+its own), the last two cost no query while nothing can have changed them: this process has
+written nothing since, it has not waited (a wait is how commits elsewhere that make work are
+heard: they ring a doorbell or NOTIFY, and the wait after the pass returns at once for them),
+and the hint is young. Time alone needs no query: a run due after the hint's time is not due
+before it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+MAX_AGE = 0.25
+"""Seconds a hint is trusted at most (a worker's pass is far shorter; a caller that never
+waits, as ``flow tick`` between leases, still sees commits elsewhere this soon)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueHint:
+    """The earliest run decision and step task times of some builds, as of one transaction."""
+
+    builds: tuple[str, ...]
+    runs: datetime | None
+    steps: datetime | None
+    writes: int
+    """The store's count of writes by this process that the hint's transaction saw."""
+    taken: float
+    """``time.monotonic()`` when it was taken."""
+
+    @property
+    def earliest(self) -> datetime | None:
+        found = [t for t in (self.runs, self.steps) if t is not None]
+        return min(found, default=None)
+
+
+class DueHints:
+    """One store's latest hint, and its count of writes by this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writes = 0
+        self._hint: DueHint | None = None
+
+    def writes(self) -> int:
+        """The count to give ``offer`` for a transaction that begins now."""
+        with self._lock:
+            return self._writes
+
+    def wrote(self) -> None:
+        """A transaction of this process committed a write: any hint may be out of date."""
+        with self._lock:
+            self._writes += 1
+            self._hint = None
+
+    def forget(self) -> None:
+        """Drop the hint (the caller is about to wait, or looks afresh)."""
+        with self._lock:
+            self._hint = None
+
+    def offer(
+        self,
+        builds: Sequence[str],
+        runs: datetime | None,
+        steps: datetime | None,
+        *,
+        writes: int,
+    ) -> None:
+        """Keep what a transaction read, if this process wrote nothing since ``writes`` was
+        counted (before the transaction began; its own commit counted in, if it wrote)."""
+        with self._lock:
+            if self._writes == writes:
+                self._hint = DueHint(tuple(builds), runs, steps, writes, time.monotonic())
+
+    def fresh(self, builds: Sequence[str]) -> DueHint | None:
+        """The hint, if it is about ``builds`` and may still be trusted."""
+        with self._lock:
+            hint = self._hint
+            if hint is None or hint.writes != self._writes or hint.builds != tuple(builds):
+                return None
+            if time.monotonic() - hint.taken > MAX_AGE:
+                self._hint = None
+                return None
+            return hint
+
+    def no_run_due(self, builds: Sequence[str], now: datetime) -> bool:
+        """Whether a fresh hint shows that no run of ``builds`` is due at ``now``."""
+        hint = self.fresh(builds)
+        return hint is not None and (hint.runs is None or hint.runs > now)
