@@ -1072,13 +1072,13 @@ def test_an_event_this_flow_cannot_decode_is_a_clear_error(
             read()
 
 
-def test_a_run_started_with_its_first_decision_updates_its_row_once(
+def test_a_run_started_with_its_first_decision_writes_its_row_once(
     url: str, schema: str, store: PostgresStore
 ) -> None:
     """A start that commits the run's first decisions with its creation (eager start) inserts
-    the run's row and updates it once, in the update that checks its sequence: a separate
-    guard would write the row a third time. A write that does not follow the creation still
-    fails, and takes the run with it."""
+    the run's row as the decision leaves it and never updates it (each update is a new row
+    version, with an entry in every index of the table). A write that does not follow the
+    creation still fails, and takes the run with it."""
     with admin(url, schema) as conn:
         conn.execute("CREATE TABLE row_updates (run_id text)")
         conn.execute(
@@ -1093,10 +1093,16 @@ def test_a_run_started_with_its_first_decision_updates_its_row_once(
     write = StreamWrite(run_id="r1", expected_sequence=1, events=[received], index=RUNNING)
     store.commit([write], [new_run("r1")], NOW)
     assert [e.sequence for e in store.read_history("r1")] == [1, 2]
+    record = store.get_run("r1")
+    assert record is not None and (record.status, record.last_sequence) == (RunStatus.RUNNING, 2)
     stale = StreamWrite(run_id="r2", expected_sequence=2, events=[received], index=RUNNING)
     with pytest.raises(EventConflict):
         store.commit([stale], [new_run("r2")], NOW)
     assert store.get_run("r2") is None
+    twice = StreamWrite(run_id="r1", expected_sequence=1, events=[received], index=RUNNING)
+    with pytest.raises(EventConflict):  # an id that exists: nothing of the commit is written
+        store.commit([twice], [new_run("r1")], NOW)
+    assert [e.sequence for e in store.read_history("r1")] == [1, 2]
     with admin(url, schema) as conn:
         updates = conn.execute("SELECT run_id FROM row_updates").fetchall()
-    assert updates == [("r1",)]
+    assert updates == []

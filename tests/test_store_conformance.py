@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -816,6 +817,62 @@ def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: Manu
     assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
     assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
     assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
+
+
+# -- a run created with its first decision -------------------------------------------------------
+
+
+def _first_decisions(run_id: str, now: datetime) -> dict[str, RunIndex]:
+    task = StepTask(step_id="s", attempt=1, available_at=now)
+    hook = HookEntry(token=f"tok-{run_id}", hook_id="h", resolved=False, metadata={"m": 1})
+    return {
+        "step": idx(decide_at=None, steps={"s": task}, waiting_on="step:s"),
+        "timer": idx(RunStatus.SUSPENDED, decide_at=now + timedelta(hours=1), waiting_on="t"),
+        "kept": idx(),
+        "failing": idx(RunStatus.PENDING, failing="ValueError: boom"),
+        "hook": idx(RunStatus.SUSPENDED, decide_at=None, hooks=[hook], waiting_on="hook:h"),
+        "ended": idx(RunStatus.COMPLETED, decide_at=None),
+        "moved": idx(build_id="shop-2", steps={"s": task}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_first_decisions("x", datetime.now(UTC))))
+def test_a_run_created_with_its_first_decision_is_indexed_as_if_written_after(
+    store: EventStore, clock: ManualClock, case: str
+) -> None:
+    """A store may write a new run's row as its first decision leaves it when both come in
+    one commit (``Engine.start`` does so): what it indexes is what creating the run and then
+    appending the decision gives."""
+    now = clock.now()
+    events: list[Event] = [signal(1), signal(2)]
+    for run_id, together in (("together", True), ("apart", False)):
+        write = StreamWrite(
+            run_id=run_id,
+            expected_sequence=1,
+            events=events,
+            index=_first_decisions(run_id, now)[case],
+        )
+        created = new_run(run_id, decide_at=now)
+        if together:
+            store.commit([write], [created], now)
+        else:
+            store.commit([], [created], now)
+            store.commit([write], [], now)
+    states = {s.run_id: s for s in store.run_states(RunFilter())}
+    together, apart = states["together"], states["apart"]
+    assert dataclasses.replace(together, run_id="apart") == apart
+    records = {r: store.get_run(r) for r in ("together", "apart")}
+    assert records["together"] == dataclasses.replace(records["apart"], run_id="together")
+    histories = {r: store.read_history(r) for r in ("together", "apart")}
+    assert [e.event_key for e in histories["together"]] == [
+        "run_started",
+        *(["signal_received"] * 2),
+    ]
+    assert [(e.sequence, e.event) for e in histories["together"][1:]] == [
+        (e.sequence, e.event) for e in histories["apart"][1:]
+    ]
+    hooks = [(h.hook_id, h.resolved, h.metadata) for h in store.list_hooks("together")]
+    assert hooks == [(h.hook_id, h.resolved, h.metadata) for h in store.list_hooks("apart")]
 
 
 # -- next_due, list_runs, stats ------------------------------------------------------------------

@@ -378,16 +378,28 @@ class PostgresStore(AppendViaCommit):
         # which the checking path takes its locks too.
         for run_id in sorted(run_id for run_id in first if run_id not in created):
             guard(run_id)
+        # A run started with its first decision in the same group (``Engine.start``, a
+        # continuation, a child) is inserted as the decision leaves it: one row version.
+        decided: dict[str, list[EventEnvelope]] = {}
         for group in groups:
+            firsts = {w.run_id: w for w in group.writes if w.run_id in once}
             for run in group.creates:
-                tables.insert_run(batch, run, group.now)
-        # A run started with its first decision: its row is written twice, not three times.
-        for run_id in sorted(run_id for run_id in first if run_id in created):
+                write = firsts.get(run.run_id)
+                if write is not None and write.expected_sequence == 1:
+                    decided[run.run_id] = tables.insert_decided_run(
+                        batch, run, group.now, write, group.now
+                    )
+                else:
+                    tables.insert_run(batch, run, group.now)
+        for run_id in sorted(r for r in first if r in created and r not in decided):
             guard(run_id)
         results: list[list[list[EventEnvelope]]] = []
         for group in groups:
             envelopes = []
             for write in group.writes:
+                if write.run_id in decided:
+                    envelopes.append(decided[write.run_id])
+                    continue
                 envelopes.append(
                     tables.insert_events(
                         batch,

@@ -34,6 +34,7 @@ from flow_cli.store.protocol import (
     RunIndex,
     RunRecord,
     StepTask,
+    StreamWrite,
     waiting_needle,
 )
 
@@ -538,6 +539,66 @@ def insert_events(
             row = _EVENT_ROW
         with unique_violations_as_conflict(run_id, after):
             conn.execute(_INSERT_EVENTS + ", ".join([row] * len(envelopes)), params)
+    return envelopes
+
+
+_INSERT_DECIDED_RUN = (
+    "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+    "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def insert_decided_run(
+    conn: Statements, run: NewRun, created: datetime, write: StreamWrite, now: datetime
+) -> list[EventEnvelope]:
+    """Insert a run together with its first decision (``write``, at sequence 1): the row as
+    the decision leaves it, ``run_started`` and the decision's events in one ``INSERT``, its
+    step tasks and hooks. Written so, the row has one version where ``insert_run`` and the
+    decision's update make two (each with an entry in every index of the table). Returns the
+    decision's envelopes."""
+    spec, index = run.spec, write.index
+    terminal = index.status.terminal
+    build_id = spec.runtime_build_id if index.build_id is KEEP else index.build_id
+    decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
+    failing = None if index.failing is KEEP else index.failing
+    waiting_on = None if terminal or index.waiting_on is KEEP else index.waiting_on
+    last = 1 + len(write.events)
+    conn.execute(
+        _INSERT_DECIDED_RUN,
+        (
+            run.run_id,
+            spec.workflow,
+            index.status.value,
+            build_id,
+            spec.parent_run_id,
+            created,
+            now,
+            last,
+            None if terminal else decide_at,
+            json.dumps(list(spec.patches)),
+            failing,
+            None if failing is None else now,
+            waiting_on,
+        ),
+    )
+    started = RunStarted(spec=spec, seed=run.seed)
+    envelopes = [
+        EventEnvelope(run_id=run.run_id, sequence=i, recorded_at=now, event=event)
+        for i, event in enumerate(write.events, start=2)
+    ]
+    rows = [_EVENT_ROW]
+    params: list[Any] = [run.run_id, 1, started.event_key(), created, Json(started.to_data())]
+    texts = write.data if write.data is not None and len(write.data) == len(envelopes) else None
+    for i, e in enumerate(envelopes):
+        if texts is None:
+            rows.append(_EVENT_ROW)
+            params += (run.run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
+        else:
+            rows.append(_EVENT_TEXT_ROW)
+            params += (run.run_id, e.sequence, e.event_key, now, texts[i])
+    conn.execute(_INSERT_EVENTS + ", ".join(rows), params)
+    apply_index(conn, LockedRun(last, build_id), run.run_id, index, now, row_done=True)
     return envelopes
 
 
