@@ -70,6 +70,12 @@ def _lease_runs(store: EventStore, now: datetime) -> list[str]:
     return store.lease_runs("w", [BUILD], now, now + timedelta(seconds=30), 10)
 
 
+def _finds_due(store: EventStore, now: datetime) -> None:
+    """The run "due" (due a second before ``now``) is seen: as next due, and leased."""
+    assert store.next_due([BUILD]) == now - timedelta(seconds=1)
+    assert _lease_runs(store, now) == ["due"]
+
+
 def _queries(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the statements ``store`` runs from here on, on this thread."""
     seen: list[str] = []
@@ -115,8 +121,7 @@ def test_a_write_of_this_process_after_the_lease_is_seen(
     _ready_step(store, "r1", now)
     assert _lease(store, now) == ["r1"]
     create(store, "due", now, decide_at=now - timedelta(seconds=1))
-    assert store.next_due([BUILD]) == now - timedelta(seconds=1)
-    assert _lease_runs(store, now) == ["due"]
+    _finds_due(store, now)
 
 
 def test_a_commit_elsewhere_is_seen_once_the_worker_has_waited(
@@ -129,8 +134,7 @@ def test_a_commit_elsewhere_is_seen_once_the_worker_has_waited(
     assert _lease(store, now) == ["r1"]
     create(other, "due", now, decide_at=now - timedelta(seconds=1))
     store.wait_for_change(5, work_only=True)  # woken by the commit, as a worker is
-    assert store.next_due([BUILD]) == now - timedelta(seconds=1)
-    assert _lease_runs(store, now) == ["due"]
+    _finds_due(store, now)
 
 
 def test_a_run_the_hint_shows_due_later_is_leased_once_its_time_comes(
@@ -157,5 +161,4 @@ def test_an_old_hint_is_not_trusted(
     create(other, "due", now, decide_at=now - timedelta(seconds=1))
     assert _lease_runs(store, now) == []  # the hint is young: not looked for yet
     monkeypatch.setattr(due, "MAX_AGE", 0.0)
-    assert store.next_due([BUILD]) == now - timedelta(seconds=1)
-    assert _lease_runs(store, now) == ["due"]
+    _finds_due(store, now)
