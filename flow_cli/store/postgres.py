@@ -386,9 +386,7 @@ class PostgresStore(AppendViaCommit):
             for run in group.creates:
                 write = firsts.get(run.run_id)
                 if write is not None and write.expected_sequence == 1:
-                    decided[run.run_id] = tables.insert_decided_run(
-                        batch, run, group.now, write, group.now
-                    )
+                    decided[run.run_id] = tables.insert_decided_run(batch, run, write, group.now)
                 else:
                     tables.insert_run(batch, run, group.now)
         for run_id in sorted(r for r in first if r in created and r not in decided):

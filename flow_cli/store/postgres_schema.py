@@ -23,7 +23,7 @@ from psycopg import sql
 from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
-from flow_cli.model.events import Event, EventEnvelope, RunStarted
+from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.postgres_batch import Batch, Connection
 from flow_cli.store.protocol import (
@@ -550,7 +550,7 @@ _INSERT_DECIDED_RUN = (
 
 
 def insert_decided_run(
-    conn: Statements, run: NewRun, created: datetime, write: StreamWrite, now: datetime
+    conn: Statements, run: NewRun, write: StreamWrite, now: datetime
 ) -> list[EventEnvelope]:
     """Insert a run together with its first decision (``write``, at sequence 1): the row as
     the decision leaves it, ``run_started`` and the decision's events in one ``INSERT``, its
@@ -563,7 +563,7 @@ def insert_decided_run(
     decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
     failing = None if index.failing is KEEP else index.failing
     waiting_on = None if terminal or index.waiting_on is KEEP else index.waiting_on
-    last = 1 + len(write.events)
+    events = [RunStarted(spec=spec, seed=run.seed), *write.events]
     conn.execute(
         _INSERT_DECIDED_RUN,
         (
@@ -572,9 +572,9 @@ def insert_decided_run(
             index.status.value,
             build_id,
             spec.parent_run_id,
-            created,
             now,
-            last,
+            now,
+            len(events),
             None if terminal else decide_at,
             json.dumps(list(spec.patches)),
             failing,
@@ -582,24 +582,10 @@ def insert_decided_run(
             waiting_on,
         ),
     )
-    started = RunStarted(spec=spec, seed=run.seed)
-    envelopes = [
-        EventEnvelope(run_id=run.run_id, sequence=i, recorded_at=now, event=event)
-        for i, event in enumerate(write.events, start=2)
-    ]
-    rows = [_EVENT_ROW]
-    params: list[Any] = [run.run_id, 1, started.event_key(), created, Json(started.to_data())]
-    texts = write.data if write.data is not None and len(write.data) == len(envelopes) else None
-    for i, e in enumerate(envelopes):
-        if texts is None:
-            rows.append(_EVENT_ROW)
-            params += (run.run_id, e.sequence, e.event_key, now, Json(e.event.to_data()))
-        else:
-            rows.append(_EVENT_TEXT_ROW)
-            params += (run.run_id, e.sequence, e.event_key, now, texts[i])
-    conn.execute(_INSERT_EVENTS + ", ".join(rows), params)
-    apply_index(conn, LockedRun(last, build_id), run.run_id, index, now, row_done=True)
-    return envelopes
+    data = None if write.data is None else [event_json(events[0]), *write.data]
+    envelopes = insert_events(conn, run.run_id, 0, events, now, data)
+    apply_index(conn, LockedRun(len(events), build_id), run.run_id, index, now, row_done=True)
+    return envelopes[1:]
 
 
 @contextmanager
