@@ -124,6 +124,8 @@ class Worker:
             for lease, snapshot in leases:
                 self._keeper.hold(lease)
                 in_flight.add(self._submit(pool, lease, snapshot))
+            if leases:
+                time.sleep(0)  # let the step threads take the GIL now, not when this loop waits
             # Fewer steps than there was room for: none is ready now, so another pass at once
             # would only compete with the attempts just handed out (a step's end wakes the loop).
             busy = len(leases) == room

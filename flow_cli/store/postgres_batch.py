@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeAlias
 
 import psycopg
@@ -84,6 +85,36 @@ def _shape(query: str) -> _Shape | None:
             call = f"EXECUTE {name}({', '.join(['%s'] * arity)})" if arity else f"EXECUTE {name}"
             shape = _shapes[query] = _Shape(name, text, tuple(keys) if keys else None, call)
     return shape
+
+
+def _literal(value: Any) -> str | None:
+    """``value`` as an SQL literal for an ``EXECUTE`` argument, for the types Flow's statements
+    bind on every commit; ``None`` for any other (psycopg's ``mogrify`` binds those).
+
+    ``mogrify`` adapts each value through psycopg's adapter registry, about 30 us for a
+    statement of eight values, and a commit binds several statements: a third of a start's
+    client time before its one round trip. No cast is needed: ``PREPARE`` fixed the
+    parameters' types, and an ``EXECUTE`` argument is coerced to its parameter's type.
+    """
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        if "\x00" in text:
+            return None  # PostgreSQL text cannot hold NUL: psycopg raises its own error
+        if "\\" in text:
+            # An escape string: backslashes mean the same whatever standard_conforming_strings is.
+            return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+        return "'" + text.replace("'", "''") + "'"
+    if value is None:
+        return "NULL"
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is datetime and value.tzinfo is not None:
+        stamp: datetime = value
+        return "'" + stamp.isoformat() + "'"
+    return None
 
 
 @dataclass(slots=True)
@@ -150,7 +181,17 @@ class Batch:
             values = [params[key] for key in shape.keys]
         else:
             values = [] if isinstance(params, Mapping) else list(params)
-        self._parts.append(self._cursor.mogrify(shape.call, values) if values else shape.call)
+        if not values:
+            self._parts.append(shape.call)
+            return
+        literals: list[str] = []
+        for value in values:
+            literal = _literal(value)
+            if literal is None:  # a value of another type: psycopg binds the whole call
+                self._parts.append(self._cursor.mogrify(shape.call, values))
+                return
+            literals.append(literal)
+        self._parts.append(f"EXECUTE {shape.name}({', '.join(literals)})")
 
     def send(self) -> None:
         """Run the statements as one implicit transaction (the connection must be in
