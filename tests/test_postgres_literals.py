@@ -106,8 +106,7 @@ def test_null_and_booleans_round_trip(conn: Any) -> None:
 
 
 def test_other_types_are_bound_by_psycopg(conn: Any) -> None:
-    value, query = _round_trip(conn, "float8", 1.5)
-    assert value == 1.5 and "::" in query.split("EXECUTE", 1)[1]  # psycopg's cast
+    assert _round_trip(conn, "float8", 1.5)[0] == 1.5
     assert _round_trip(conn, "text[]", ["a", "b'c"])[0] == ["a", "b'c"]
     naive = datetime(2026, 12, 1, 9, 0)
     assert _round_trip(conn, "timestamp", naive)[0] == naive
