@@ -162,3 +162,47 @@ def test_an_old_hint_is_not_trusted(
     assert _lease_runs(store, now) == []  # the hint is young: not looked for yet
     monkeypatch.setattr(due, "MAX_AGE", 0.0)
     _finds_due(store, now)
+
+
+def _looks(seen: list[str]) -> int:
+    """How many looks for ready steps ``seen`` holds that were not the lease's own read."""
+    if "_transaction" in seen or "_reading" in seen:  # PostgreSQL: a look is a read of its own
+        return seen.count("_reading")
+    steps = [q for q in seen if q.startswith("SELECT t.run_id")]
+    return len(steps) - 1 if any(q.startswith("BEGIN") for q in seen) else len(steps)
+
+
+def test_a_ring_for_work_lets_the_step_lease_skip_its_look(
+    pair: tuple[EventStore, Any], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, other = pair
+    now = clock.now()
+    store.wait_for_change(0, work_only=True)  # listening from now on, as a waiting worker is
+    _ready_step(other, "r1", now)  # another process commits a ready step, and rings
+    store.wait_for_change(5, work_only=True)
+    seen = _queries(store, monkeypatch)
+    assert _lease(store, now) == ["r1"]
+    assert _looks(seen) == 0
+    # Nothing more was announced, and the last lease found work: the next still skips its look,
+    # finds nothing and leases nothing; the one after it looks first again.
+    seen.clear()
+    assert _lease(store, now) == []
+    assert _looks(seen) == 0
+    seen.clear()
+    assert _lease(store, now) == []
+    assert _looks(seen) == 1
+
+
+def test_a_ring_for_work_that_is_no_step_leases_and_writes_nothing(
+    pair: tuple[EventStore, Any], clock: ManualClock
+) -> None:
+    store, other = pair
+    now = clock.now()
+    store.wait_for_change(0, work_only=True)
+    create(other, "due", now, decide_at=now - timedelta(seconds=1))  # work, but no step
+    store.wait_for_change(5, work_only=True)
+    commits = store.stats.durable_commits
+    assert _lease(store, now) == []
+    assert store.stats.durable_commits == commits
+    assert [e.event_key for e in store.read_history("due")] == ["run_started"]
+    assert _lease_runs(store, now) == ["due"]
