@@ -633,10 +633,12 @@ def test_switching_a_new_file_to_wal_is_tried_again_while_another_opener_holds_i
     store.close()
 
 
-def test_a_run_started_with_its_first_decision_updates_its_row_once(db_path: Path) -> None:
-    """A run created with its first write in one commit (an eager start) is inserted at
-    sequence 1 with its run_started and then updated once, by the write that sets its index:
-    no read of the row and no second update. A run id that exists is still a conflict."""
+def test_a_run_started_with_its_first_decision_is_inserted_as_the_decision_leaves_it(
+    db_path: Path,
+) -> None:
+    """A run created with its first write in one commit (an eager start) is inserted in the
+    state that write leaves it in, with run_started and the write's events: its row is never
+    updated. A run id that exists is still a conflict, and writes nothing."""
     store = SQLiteStore(db_path)
     with sqlite3.connect(db_path) as conn:
         conn.execute("CREATE TABLE row_updates (run_id TEXT)")
@@ -648,10 +650,16 @@ def test_a_run_started_with_its_first_decision_updates_its_row_once(db_path: Pat
     write = StreamWrite(run_id="r1", expected_sequence=1, events=[received], index=running())
     store.commit([write], [new_run("r1")], NOW)
     assert [e.sequence for e in store.read_history("r1")] == [1, 2]
+    record = store.get_run("r1")
+    assert record is not None and (record.status, record.last_sequence) == (
+        RunStatus.RUNNING,
+        2,
+    )
     again = StreamWrite(run_id="r1", expected_sequence=2, events=[received], index=running())
-    with pytest.raises(EventConflict):
-        store.commit([again], [new_run("r1")], NOW)
+    for stale in (write, again):
+        with pytest.raises(EventConflict):
+            store.commit([stale], [new_run("r1")], NOW)
     assert [e.sequence for e in store.read_history("r1")] == [1, 2]
     store.close()
     with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT run_id FROM row_updates").fetchall() == [("r1",)]
+        assert conn.execute("SELECT run_id FROM row_updates").fetchall() == []

@@ -24,6 +24,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +64,7 @@ from flow_cli.store.protocol import (
     ReadAfter,
     RunCount,
     RunFilter,
+    RunIndex,
     RunRecord,
     RunState,
     StepLease,
@@ -660,6 +662,50 @@ class SQLiteStore(AppendViaCommit):
         _insert_events(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
         return True
 
+    def _create_decided(
+        self,
+        conn: sqlite3.Connection,
+        run: NewRun,
+        write: StreamWrite,
+        rows: list[tuple[str, str]],
+        stamp: str,
+    ) -> None:
+        """Insert the run as its first decision (``write``, at sequence 1) leaves it: the row
+        in its final state, ``run_started`` and the decision's events, its step tasks and
+        hooks. An existing run id is a conflict, as for ``_create``."""
+        spec, index = run.spec, write.index
+        terminal = index.status.terminal
+        events = [*_encode([RunStarted(spec=spec, seed=run.seed)]), *rows]
+        decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
+        failing = None if index.failing is KEEP else index.failing
+        inserted = conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                spec.workflow,
+                index.status.value,
+                spec.runtime_build_id if index.build_id is KEEP else index.build_id,
+                spec.parent_run_id,
+                stamp,
+                stamp,
+                len(events),
+                None if terminal else _ts_or_none(decide_at),
+                json.dumps(list(spec.patches)),
+                failing,
+                None if failing is None else stamp,
+                None if terminal or index.waiting_on is KEEP else index.waiting_on,
+            ),
+        ).rowcount
+        if not inserted:
+            found = conn.execute(
+                "SELECT last_sequence FROM runs WHERE run_id = ?", (run.run_id,)
+            ).fetchone()
+            raise EventConflict(run.run_id, 0, found[0] if found else 0)
+        _insert_events(conn, run.run_id, 0, events, stamp)
+        self._apply_index(conn, run.run_id, index, stamp)
+
     def _apply_write(
         self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
     ) -> None:
@@ -707,6 +753,12 @@ class SQLiteStore(AppendViaCommit):
         # A conflict the primary key catches here: the caller rolls the update above back
         # with the rest of the group or transaction.
         _insert_events(conn, run_id, expected, rows, stamp)
+        self._apply_index(conn, run_id, index, stamp)
+
+    def _apply_index(
+        self, conn: sqlite3.Connection, run_id: str, index: RunIndex, stamp: str
+    ) -> None:
+        """A write's step tasks and hooks (the run's row is written already)."""
         if index.build_id is not KEEP:
             conn.execute(
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
@@ -825,10 +877,26 @@ class SQLiteStore(AppendViaCommit):
         creates: Sequence[NewRun],
         stamp: str,
     ) -> None:
+        # A run created with its first decision (``Engine.start``, a continuation, a child) is
+        # inserted as the decision leaves it: no update of the row just inserted.
+        created = {run.run_id for run in creates}
+        counts = Counter(write.run_id for write in writes)
+        firsts = {
+            write.run_id: (write, rows)
+            for write, rows in zip(writes, encoded, strict=True)
+            if write.run_id in created
+            and write.expected_sequence == 1
+            and counts[write.run_id] == 1
+        }
         for run in creates:
-            self._create(conn, run, stamp, must_create=True)
+            first = firsts.get(run.run_id)
+            if first is None:
+                self._create(conn, run, stamp, must_create=True)
+            else:
+                self._create_decided(conn, run, *first, stamp)
         for write, rows in zip(writes, encoded, strict=True):
-            self._apply_write(conn, write, rows, stamp)
+            if write.run_id not in firsts:
+                self._apply_write(conn, write, rows, stamp)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
