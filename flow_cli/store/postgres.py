@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from time import monotonic
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -45,6 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
 from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store import postgres_hints as hints
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.due import DueHints
 from flow_cli.store.integrity import structural_problems
@@ -93,6 +94,15 @@ _NOTIFY = "SELECT pg_notify(%s, %s)"
 _NOTIFY_ENDED = "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload"
 
 _T = TypeVar("_T")
+
+_Leased: TypeAlias = tuple[
+    list[tuple[Any, ...]],
+    dict[str, int],
+    list[tuple[Any, ...]] | None,
+    tuple[datetime | None, datetime | None],
+]
+"""A step lease's rows, the sequences its histories were read after, the histories' rows,
+and when runs and steps are next due (see ``DueHints``)."""
 
 
 class PostgresStore(AppendViaCommit):
@@ -153,6 +163,8 @@ class PostgresStore(AppendViaCommit):
         # or a NOTIFY announced work since. A lock that finds nothing costs a read-only
         # transaction (two round trips) where a look costs one.
         self._steps_expected = False
+        # Ready steps the notifications that ended the last wait named (``postgres_hints``).
+        self._hints: list[hints.Hint] = []
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -420,6 +432,9 @@ class PostgresStore(AppendViaCommit):
             results.append(envelopes)
         if any(makes_work(g.writes, g.creates) for g in groups):
             batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
+            ready = hints.ready_hints(groups, once, after)
+            if ready:  # a second notification: older listeners wait for the plain one
+                batch.execute(_NOTIFY, (NOTIFY_CHANNEL, hints.payload(self.schema, ready)))
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
             batch.execute(_NOTIFY_ENDED, (ENDED_CHANNEL, ended))
@@ -726,19 +741,36 @@ class PostgresStore(AppendViaCommit):
                 # every pass. Skipped while work is expected (see ``_steps_expected``).
                 if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
                     return []
+        hinted = hints.usable(self._hints, build_ids, limit)
+        self._hints = []
         with self._transaction(writes=False) as conn:
             # Two round trips, each one query string of several statements (no per-statement
             # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
             # step_started events, the run rows, the histories and COMMIT. Waiting for a run
             # another transaction holds (not skipping it) is short, and keeps a ready step
             # from being reported as absent; the lease re-checks readiness after the wait.
+            # Steps a notification named are tried first, in one round trip.
             conn.autocommit = True  # the statements open and end the transaction themselves
             try:
                 for attempt in (1, 2):
                     try:
-                        rows, after, history_rows, due = self._lease_ready(
-                            conn, worker, params, now, lease_until, read_after
-                        )
+                        leased = None
+                        if hinted:
+                            leased = self._lease_hinted(
+                                conn,
+                                hinted,
+                                worker,
+                                build_ids,
+                                params,
+                                now,
+                                lease_until,
+                                read_after,
+                            )
+                        if leased is None:
+                            leased = self._lease_ready(
+                                conn, worker, params, now, lease_until, read_after
+                            )
+                        rows, after, history_rows, due = leased
                         break
                     except psycopg.errors.InvalidSqlStatementName:
                         # A statement of the second round trip was dropped behind our back
@@ -780,12 +812,7 @@ class PostgresStore(AppendViaCommit):
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> tuple[
-        list[tuple[Any, ...]],
-        dict[str, int],
-        list[tuple[Any, ...]] | None,
-        tuple[datetime | None, datetime | None],
-    ]:
+    ) -> _Leased:
         """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
         statements open and end it): the leased rows, the sequences their histories were read
         after, the histories' rows, and when runs and steps are next due (see ``DueHints``)."""
@@ -826,6 +853,43 @@ class PostgresStore(AppendViaCommit):
             batch.execute(_READ_HISTORIES, _histories_params(after))
         batch.execute("COMMIT")
         done = batch.results()
+        due_rows = done[-3] if after else done[-2]
+        runs, steps = due_rows[0] if due_rows else (None, None)
+        due = (
+            None if runs is None else tables.utc(runs),
+            None if steps is None else tables.utc(steps),
+        )
+        return rows, after, (done[-2] if after else None), due
+
+    def _lease_hinted(
+        self,
+        conn: Connection,
+        hinted: list[hints.Hint],
+        worker: str,
+        build_ids: Sequence[str],
+        params: dict[str, Any],
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> _Leased | None:
+        """``lease_steps``'s transaction for the hinted steps, in one round trip; ``None``
+        (nothing written) when any of them was taken or its run moved meanwhile."""
+        batch = Batch(conn, self._prepared_on(conn))
+        batch.execute("BEGIN")
+        hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
+        batch.execute(tables.NEXT_DUE, params)
+        rows = hints.leased_rows(hinted)
+        after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
+        if after:
+            batch.execute(_READ_HISTORIES, _histories_params(after))
+        batch.execute("COMMIT")
+        try:
+            done = batch.results()
+        except tables.GUARD_FAILURES:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                self._rolled_back(conn)
+                conn.execute("ROLLBACK")
+            return None
         due_rows = done[-3] if after else done[-2]
         runs, steps = due_rows[0] if due_rows else (None, None)
         due = (
@@ -953,16 +1017,26 @@ class PostgresStore(AppendViaCommit):
             if self._listener is None:
                 self._listener = self._connect(autocommit=True)
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-            remaining = max(deadline - monotonic(), 0.0)
-            with closing(self._listener.notifies(timeout=remaining)) as notes:
-                if not any(note.payload == self.schema for note in notes):
+            heard: list[hints.Hint] = []
+            woke = False
+            while not woke:
+                remaining = max(deadline - monotonic(), 0.0)
+                # Each packet read whole (``stop_after``): a generator closed in the middle of
+                # one drops the notifications after the first, a commit's hints among them.
+                with closing(self._listener.notifies(timeout=remaining, stop_after=1)) as notes:
+                    for note in notes:
+                        woke = self._heard(note.payload, heard) or woke
+                if not woke and monotonic() >= deadline:
                     return
             self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
-                for _ in queued:
-                    pass
+                for note in queued:
+                    self._heard(note.payload, heard)
+            # A worker waits only once its last pass found less than it had room for: it has
+            # no backlog of older ready steps that the hinted ones would overtake.
+            self._hints = heard
         except psycopg.Error as exc:
             if self._listener is not None:
                 _close_quietly(self._listener)
@@ -973,6 +1047,17 @@ class PostgresStore(AppendViaCommit):
                 _close_quietly(self._listener)
                 self._listener = None
             self._listen_lock.release()
+
+    def _heard(self, text: str, into: list[hints.Hint]) -> bool:
+        """Whether a notification's payload announces work in this schema; its hints, if
+        it has any, are added to ``into``."""
+        if text == self.schema:
+            return True
+        found = hints.parse(self.schema, text)
+        if found is None:
+            return False
+        into.extend(found)
+        return True
 
     def _wait_for_end(self, run_id: str, timeout: float) -> None:
         self._forget_inherited()

@@ -1,0 +1,153 @@
+"""Ready-step hints (``flow_cli.store.postgres_hints``): a commit's notification names the steps
+it made ready, and an idle worker it wakes leases them in one round trip. A hint is only ever a
+shortcut: one that went stale (the step taken, the run moved on, a build not hosted here) costs
+the ordinary lease, never a wrong event.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from test_store_conformance import BUILD, create, idx, keys, signal
+
+from flow_cli.model.clock import ManualClock
+from flow_cli.store.protocol import StepTask
+
+pytestmark = pytest.mark.postgres
+
+psycopg = pytest.importorskip("psycopg")
+
+from flow_cli.store import postgres_hints  # noqa: E402
+from flow_cli.store.postgres import PostgresStore  # noqa: E402
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[PostgresStore, PostgresStore]]:
+    """A worker's store, and another process's on the same schema."""
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    schema = f"flow_hints_{uuid.uuid4().hex[:12]}"
+    worker = PostgresStore(url, schema=schema)
+    other = PostgresStore(url, schema=schema)
+    try:
+        yield worker, other
+    finally:
+        other.close()
+        worker.drop_schema()
+        worker.close()
+
+
+def _ready_step(store: PostgresStore, run_id: str, now: datetime, step: str = "s") -> None:
+    create(store, run_id, now)
+    task = StepTask(step_id=step, attempt=1, available_at=now)
+    store.append_if_sequence(run_id, 1, [signal(1)], idx(steps={step: task}), now)
+
+
+def _lease(store: PostgresStore, now: datetime, builds: list[str] | None = None) -> list[str]:
+    until = now + timedelta(seconds=30)
+    leases = store.lease_steps("w", builds or [BUILD], now, until, 10)
+    return [f"{lease.run_id}/{lease.step_id}" for lease in leases]
+
+
+def _round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every query string sent from here on (a batch is one)."""
+    sent: list[str] = []
+    for cls in (psycopg.Connection, psycopg.ClientCursor, psycopg.Cursor):
+        original = cls.execute
+
+        def spy(self: Any, query: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            sent.append(str(query))
+            return _original(self, query, *args, **kw)
+
+        monkeypatch.setattr(cls, "execute", spy)
+    return sent
+
+
+def _woken(worker: PostgresStore) -> None:
+    worker.wait_for_change(5, work_only=True)
+
+
+def test_an_idle_worker_leases_the_steps_a_commit_names_in_one_round_trip(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    worker.wait_for_change(0, work_only=True)  # listening, idle
+    _ready_step(other, "r1", now)
+    _woken(worker)
+    sent = _round_trips(monkeypatch)
+    assert _lease(worker, now) == ["r1/s"]
+    assert len(sent) == 1 and "BEGIN" in sent[0] and "COMMIT" in sent[0]
+    assert keys(worker, "r1") == [(1, "run_started"), (2, "signal_received"), (3, "step_started")]
+    record = worker.get_run("r1")
+    assert record is not None and record.last_sequence == 3 and record.status.value == "Running"
+    # The lease is real: nobody else can take the step now.
+    assert _lease(other, now) == []
+
+
+def test_a_step_another_worker_took_first_is_not_leased_again(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    worker.wait_for_change(0, work_only=True)
+    _ready_step(other, "r1", now)
+    assert _lease(other, now) == ["r1/s"]  # another worker was faster
+    _woken(worker)
+    assert _lease(worker, now) == []
+    assert [k for _, k in keys(worker, "r1")].count("step_started") == 1
+
+
+def test_a_hint_whose_run_moved_on_leases_the_ordinary_way(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    worker.wait_for_change(0, work_only=True)
+    _ready_step(other, "r1", now)
+    other.append_if_sequence("r1", 2, [signal(2)], idx(), now)  # the run moves past the hint
+    _woken(worker)
+    assert _lease(worker, now) == ["r1/s"]
+    assert keys(worker, "r1")[-2:] == [(3, "signal_received"), (4, "step_started")]
+
+
+def test_hints_for_builds_not_hosted_here_lease_nothing(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    worker.wait_for_change(0, work_only=True)
+    _ready_step(other, "r1", now)
+    _woken(worker)
+    assert _lease(worker, now, builds=["another-build"]) == []
+    assert _lease(worker, now) == ["r1/s"]
+
+
+def test_a_ready_step_no_hint_named_is_due_at_once_after_the_hinted_lease(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    _ready_step(other, "old", now - timedelta(seconds=5))  # ready before the worker waits
+    worker.wait_for_change(0, work_only=True)
+    _ready_step(other, "new", now)
+    _woken(worker)
+    assert _lease(worker, now) == ["new/s"]  # the hinted lease, in one round trip
+    # It read when work is next due: now, so the worker's pass leases again at once.
+    assert worker.next_due([BUILD]) == now - timedelta(seconds=5)
+    assert _lease(worker, now) == ["old/s"]
+
+
+def test_a_payload_round_trips_and_foreign_ones_are_ignored() -> None:
+    hint = postgres_hints.Hint("r\n1", 's"1', 2, 7, "b-1")
+    text = postgres_hints.payload("flow", [hint])
+    assert postgres_hints.parse("flow", text) == [hint]
+    assert postgres_hints.parse("other", text) is None
+    assert postgres_hints.parse("flow", "flow") is None
+    assert postgres_hints.parse("flow", "flow\nnot json") is None
