@@ -144,10 +144,26 @@ def test_a_ready_step_no_hint_named_is_due_at_once_after_the_hinted_lease(
     assert _lease(worker, now) == ["old/s"]
 
 
+def test_a_step_too_long_to_name_is_leased_the_ordinary_way(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    worker.wait_for_change(0, work_only=True)
+    long_id = "r" * 9_000  # no hint fits in a notification: the commit goes through without
+    _ready_step(other, long_id, now)
+    _woken(worker)  # woken by the plain notification
+    assert _lease(worker, now) == [f"{long_id}/s"]
+
+
 def test_a_payload_round_trips_and_foreign_ones_are_ignored() -> None:
     hint = postgres_hints.Hint("r\n1", 's"1', 2, 7, "b-1")
     text = postgres_hints.payload("flow", [hint])
+    assert text is not None and len(text.encode()) <= postgres_hints.MAX_PAYLOAD_BYTES
     assert postgres_hints.parse("flow", text) == [hint]
+    big = postgres_hints.Hint("ré" * 2_000, "s", 1, 2, "b")  # 8,000+ bytes once escaped
+    assert postgres_hints.payload("flow", [big]) is None
+    assert postgres_hints.parse("flow", postgres_hints.payload("flow", [big, hint]) or "") == [hint]
     assert postgres_hints.parse("other", text) is None
     assert postgres_hints.parse("flow", "flow") is None
     assert postgres_hints.parse("flow", "flow\nnot json") is None

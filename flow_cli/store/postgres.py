@@ -432,9 +432,9 @@ class PostgresStore(AppendViaCommit):
             results.append(envelopes)
         if any(makes_work(g.writes, g.creates) for g in groups):
             batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
-            ready = hints.ready_hints(groups, once, after)
-            if ready:  # a second notification: older listeners wait for the plain one
-                batch.execute(_NOTIFY, (NOTIFY_CHANNEL, hints.payload(self.schema, ready)))
+            named = hints.payload(self.schema, hints.ready_hints(groups, once, after))
+            if named is not None:  # a second notification: older listeners wait for the plain one
+                batch.execute(_NOTIFY, (NOTIFY_CHANNEL, named))
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
             batch.execute(_NOTIFY_ENDED, (ENDED_CHANNEL, ended))

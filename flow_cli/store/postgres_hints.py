@@ -27,8 +27,12 @@ from flow_cli.store.postgres_batch import Batch
 from flow_cli.store.protocol import KEEP, CommitGroup
 
 MAX_HINTS = 32
-"""Steps named in one notification at most (a payload holds 8,000 bytes); past it, the
-workers lease the rest the ordinary way."""
+"""Steps named in one notification at most; past it, the workers lease the rest the ordinary
+way."""
+
+MAX_PAYLOAD_BYTES = 7_900
+"""A notification's payload must stay under 8,000 bytes (PostgreSQL refuses the commit
+otherwise): hints that would not fit (names have no length limit) are left out."""
 
 _SEPARATOR = "\n"
 
@@ -70,10 +74,21 @@ def ready_hints(
     return hints
 
 
-def payload(schema: str, hints: Sequence[Hint]) -> str:
-    """The hints' notification payload."""
-    rows = [[h.run_id, h.step_id, h.attempt, h.sequence, h.build_id] for h in hints]
-    return schema + _SEPARATOR + json.dumps(rows, separators=(",", ":"))
+def payload(schema: str, hints: Sequence[Hint]) -> str | None:
+    """The hints' notification payload, with those that fit in ``MAX_PAYLOAD_BYTES``; ``None``
+    when none does."""
+    rows: list[str] = []
+    size = len((schema + _SEPARATOR + "[]").encode())
+    for h in hints:
+        # ASCII (json.dumps escapes the rest), so characters are bytes.
+        row = json.dumps([h.run_id, h.step_id, h.attempt, h.sequence, h.build_id])
+        if size + len(row) + 1 > MAX_PAYLOAD_BYTES:
+            continue
+        rows.append(row)
+        size += len(row) + 1
+    if not rows:
+        return None
+    return schema + _SEPARATOR + "[" + ",".join(rows) + "]"
 
 
 def parse(schema: str, text: str) -> list[Hint] | None:
