@@ -73,14 +73,21 @@ def _woken(worker: PostgresStore) -> None:
     worker.wait_for_change(5, work_only=True)
 
 
+def _woken_by_a_ready_step(
+    worker: PostgresStore, other: PostgresStore, run_id: str, now: datetime
+) -> None:
+    """``worker`` listening and idle, ``other`` commits a ready step, ``worker`` wakes."""
+    worker.wait_for_change(0, work_only=True)
+    _ready_step(other, run_id, now)
+    _woken(worker)
+
+
 def test_an_idle_worker_leases_the_steps_a_commit_names_in_one_round_trip(
     pair: tuple[PostgresStore, PostgresStore], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker, other = pair
     now = clock.now()
-    worker.wait_for_change(0, work_only=True)  # listening, idle
-    _ready_step(other, "r1", now)
-    _woken(worker)
+    _woken_by_a_ready_step(worker, other, "r1", now)
     sent = _round_trips(monkeypatch)
     assert _lease(worker, now) == ["r1/s"]
     assert len(sent) == 1 and "BEGIN" in sent[0] and "COMMIT" in sent[0]
@@ -122,9 +129,7 @@ def test_hints_for_builds_not_hosted_here_lease_nothing(
 ) -> None:
     worker, other = pair
     now = clock.now()
-    worker.wait_for_change(0, work_only=True)
-    _ready_step(other, "r1", now)
-    _woken(worker)
+    _woken_by_a_ready_step(worker, other, "r1", now)
     assert _lease(worker, now, builds=["another-build"]) == []
     assert _lease(worker, now) == ["r1/s"]
 

@@ -844,22 +844,8 @@ class PostgresStore(AppendViaCommit):
                 "WHERE run_id = %s",
                 (locked[run_id].last_sequence, now, run_id),
             )
-        # When work is next due, read with the lease: the worker's pass need not ask again.
-        batch.execute(tables.NEXT_DUE, params)
-        after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
-        if after:
-            # Read before COMMIT: the histories cost no round trip of their own, and
-            # include the step_started events just written.
-            batch.execute(_READ_HISTORIES, _histories_params(after))
-        batch.execute("COMMIT")
-        done = batch.results()
-        due_rows = done[-3] if after else done[-2]
-        runs, steps = due_rows[0] if due_rows else (None, None)
-        due = (
-            None if runs is None else tables.utc(runs),
-            None if steps is None else tables.utc(steps),
-        )
-        return rows, after, (done[-2] if after else None), due
+        after = _queue_lease_end(batch, params, rows, read_after)
+        return _leased(batch.results(), rows, after)
 
     def _lease_hinted(
         self,
@@ -877,12 +863,8 @@ class PostgresStore(AppendViaCommit):
         batch = Batch(conn, self._prepared_on(conn))
         batch.execute("BEGIN")
         hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
-        batch.execute(tables.NEXT_DUE, params)
         rows = hints.leased_rows(hinted)
-        after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
-        if after:
-            batch.execute(_READ_HISTORIES, _histories_params(after))
-        batch.execute("COMMIT")
+        after = _queue_lease_end(batch, params, rows, read_after)
         try:
             done = batch.results()
         except tables.GUARD_FAILURES:
@@ -890,13 +872,7 @@ class PostgresStore(AppendViaCommit):
                 self._rolled_back(conn)
                 conn.execute("ROLLBACK")
             return None
-        due_rows = done[-3] if after else done[-2]
-        runs, steps = due_rows[0] if due_rows else (None, None)
-        due = (
-            None if runs is None else tables.utc(runs),
-            None if steps is None else tables.utc(steps),
-        )
-        return rows, after, (done[-2] if after else None), due
+        return _leased(done, rows, after)
 
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the step's lease if ``worker`` still holds it."""
@@ -1299,6 +1275,40 @@ _READ_HISTORIES = (
 """Events of some runs from a sequence on (parameters: run ids, sequences). The row at each
 run's own sequence (present for any run that far along) tells an up-to-date run from a missing
 one without a second query; ``_histories`` drops it."""
+
+
+def _queue_lease_end(
+    batch: Batch,
+    params: dict[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    read_after: ReadAfter | None,
+) -> dict[str, int]:
+    """End a step lease's batch: when work is next due (read with the lease, so the worker's
+    pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
+    the histories are read after."""
+    batch.execute(tables.NEXT_DUE, params)
+    after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
+    if after:
+        # Read before COMMIT: the histories cost no round trip of their own, and include the
+        # step_started events just written.
+        batch.execute(_READ_HISTORIES, _histories_params(after))
+    batch.execute("COMMIT")
+    return after
+
+
+def _leased(
+    done: Sequence[list[tuple[Any, ...]] | None],
+    rows: list[tuple[Any, ...]],
+    after: dict[str, int],
+) -> _Leased:
+    """A lease's result from the answers of a batch that ``_queue_lease_end`` ended."""
+    due_rows = done[-3] if after else done[-2]
+    runs, steps = due_rows[0] if due_rows else (None, None)
+    due = (
+        None if runs is None else tables.utc(runs),
+        None if steps is None else tables.utc(steps),
+    )
+    return rows, after, (done[-2] if after else None), due
 
 
 def _histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
