@@ -304,10 +304,6 @@ def _guarded(
     return wrapper
 
 
-class _NothingReady(Exception):
-    """A step lease that took the write lock found nothing ready (its look was skipped)."""
-
-
 class SQLiteStore(AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
@@ -355,9 +351,6 @@ class SQLiteStore(AppendViaCommit):
         self._write_lock = threading.Lock()
         self._doorbell = Doorbell(self.path)
         self._due = DueHints()
-        # True once the doorbell for work rang (and until a lease finds nothing): the next step
-        # lease then skips its look before locking, as the ring says a commit made work.
-        self._steps_expected = False
         self._check_path(create and not read_only)
         try:
             self._ensure_schema(self._conn(), create and not read_only)
@@ -1224,51 +1217,42 @@ class SQLiteStore(AppendViaCommit):
         )
         params = (_ts(now), *build_ids, limit)
         conn = self._conn()
-        # Look before locking: an idle worker must not take the write lock every pass. Not
-        # when a ring announced work: a lock that finds nothing writes nothing and costs about
-        # what the look does, and one that finds the step saves the look.
-        if not self._steps_expected and not conn.execute(select, params).fetchone():
+        # Look before locking: an idle worker must not take the write lock every pass.
+        if not conn.execute(select, params).fetchone():
             return []
         until = _ts(lease_until)
         until_dt = _dt(until)
         stamp = _ts(now)
-        try:
-            with self._write() as conn:
-                rows = conn.execute(select, params).fetchall()
-                if not rows:
-                    raise _NothingReady  # rolled back: no commit for a lease of nothing
-                conn.executemany(
-                    "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
-                    "WHERE run_id = ? AND step_id = ?",
-                    [(until, worker, run_id, step_id) for run_id, step_id, _, _ in rows],
+        with self._write() as conn:
+            rows = conn.execute(select, params).fetchall()
+            conn.executemany(
+                "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
+                "WHERE run_id = ? AND step_id = ?",
+                [(until, worker, run_id, step_id) for run_id, step_id, _, _ in rows],
+            )
+            last: dict[str, int] = {}
+            events = []
+            for run_id, step_id, attempt, sequence in rows:
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
                 )
-                last: dict[str, int] = {}
-                events = []
-                for run_id, step_id, attempt, sequence in rows:
-                    started = StepStarted(
-                        step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
-                    )
-                    ((key, data),) = _encode([started])
-                    last[run_id] = last.get(run_id, sequence) + 1
-                    events.append((run_id, last[run_id], key, stamp, data))
-                conn.executemany(
-                    "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    events,
-                )
-                conn.executemany(
-                    "UPDATE runs SET last_sequence = ?, updated_at = ?, "
-                    "status = CASE WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                    "WHERE run_id = ?",
-                    [(sequence, stamp, run_id) for run_id, sequence in last.items()],
-                )
-                # When work is next due, read with the lease: the worker's pass need not ask again.
-                runs_due, steps_due = self._due_times(conn, build_ids)
-        except _NothingReady:
-            self._steps_expected = False
-            return []
+                ((key, data),) = _encode([started])
+                last[run_id] = last.get(run_id, sequence) + 1
+                events.append((run_id, last[run_id], key, stamp, data))
+            conn.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                events,
+            )
+            conn.executemany(
+                "UPDATE runs SET last_sequence = ?, updated_at = ?, "
+                "status = CASE WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = ?",
+                [(sequence, stamp, run_id) for run_id, sequence in last.items()],
+            )
+            # When work is next due, read with the lease: the worker's pass need not ask again.
+            runs_due, steps_due = self._due_times(conn, build_ids)
         self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
-        self._steps_expected = bool(rows)
         self.stats.scheduler_rows_read += len(rows)
         leases = [
             StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
@@ -1414,8 +1398,6 @@ class SQLiteStore(AppendViaCommit):
         while (remaining := deadline - time.monotonic()) > 0:
             if rung:
                 if self._doorbell.wait(min(poll, remaining), work_only=work_only):
-                    if work_only:
-                        self._steps_expected = True
                     return
             else:
                 with self._changed:
