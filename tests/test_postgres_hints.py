@@ -140,9 +140,7 @@ def test_a_ready_step_no_hint_named_is_due_at_once_after_the_hinted_lease(
     worker, other = pair
     now = clock.now()
     _ready_step(other, "old", now - timedelta(seconds=5))  # ready before the worker waits
-    worker.wait_for_change(0, work_only=True)
-    _ready_step(other, "new", now)
-    _woken(worker)
+    _woken_by_a_ready_step(worker, other, "new", now)
     assert _lease(worker, now) == ["new/s"]  # the hinted lease, in one round trip
     # It read when work is next due: now, so the worker's pass leases again at once.
     assert worker.next_due([BUILD]) == now - timedelta(seconds=5)
@@ -154,10 +152,8 @@ def test_a_step_too_long_to_name_is_leased_the_ordinary_way(
 ) -> None:
     worker, other = pair
     now = clock.now()
-    worker.wait_for_change(0, work_only=True)
     long_id = "r" * 9_000  # no hint fits in a notification: the commit goes through without
-    _ready_step(other, long_id, now)
-    _woken(worker)  # woken by the plain notification
+    _woken_by_a_ready_step(worker, other, long_id, now)  # woken by the plain notification
     assert _lease(worker, now) == [f"{long_id}/s"]
 
 

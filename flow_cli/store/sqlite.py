@@ -872,15 +872,17 @@ class SQLiteStore(AppendViaCommit):
     ) -> None:
         # A run created with its first decision (``Engine.start``, a continuation, a child) is
         # inserted as the decision leaves it: no update of the row just inserted.
-        created = {run.run_id for run in creates}
-        counts = Counter(write.run_id for write in writes)
-        firsts = {
-            write.run_id: (write, rows)
-            for write, rows in zip(writes, encoded, strict=True)
-            if write.run_id in created
-            and write.expected_sequence == 1
-            and counts[write.run_id] == 1
-        }
+        firsts: dict[str, tuple[StreamWrite, list[tuple[str, str]]]] = {}
+        if creates:  # most commits (a step's end and the next decision) create nothing
+            created = {run.run_id for run in creates}
+            counts = Counter(write.run_id for write in writes)
+            firsts = {
+                write.run_id: (write, rows)
+                for write, rows in zip(writes, encoded, strict=True)
+                if write.run_id in created
+                and write.expected_sequence == 1
+                and counts[write.run_id] == 1
+            }
         for run in creates:
             first = firsts.get(run.run_id)
             if first is None:
