@@ -71,6 +71,74 @@ def test_wal_and_synchronous_full_by_default(db_path: Path) -> None:
         SQLiteStore(db_path, synchronous="FAST")
 
 
+def _traced(store: SQLiteStore) -> list[str]:
+    """The statements this thread's connection runs from now on."""
+    statements: list[str] = []
+    store._conn().set_trace_callback(statements.append)
+    return statements
+
+
+def _ready_step(store: SQLiteStore, run_id: str) -> None:
+    store.create_run(new_run(run_id, decide_at=None), NOW)
+    index = RunIndex(
+        status=RunStatus.RUNNING, steps={"s": StepTask(step_id="s", attempt=1, available_at=NOW)}
+    )
+    store.append_if_sequence(run_id, 1, [SignalReceived(signal_name="go", payload=1)], index, NOW)
+
+
+def test_a_lease_commits_without_waiting_for_the_disk_and_events_wait(db_path: Path) -> None:
+    """Under ``synchronous=FULL`` a step's lease (with its ``step_started``) commits in NORMAL
+    mode, which in WAL mode writes the log without an fsync; the next durable commit flushes it.
+    The connection is FULL again at once, for the commits that carry decisions and step ends."""
+    store = SQLiteStore(db_path)
+    _ready_step(store, "r1")
+    durable = store.stats.durable_commits
+    statements = _traced(store)
+    [lease] = store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)
+    assert lease.step_id == "s"
+    relax, restore = (
+        statements.index("PRAGMA synchronous = NORMAL"),
+        statements.index("PRAGMA synchronous = FULL"),
+    )
+    assert relax < statements.index("BEGIN IMMEDIATE") < statements.index("COMMIT") < restore
+    assert (store.stats.durable_commits, store.stats.index_commits) == (durable, 1)
+    assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    statements.clear()
+    store.append_if_sequence("r1", 3, [SignalReceived(signal_name="go", payload=2)], running(), NOW)
+    assert "COMMIT" in statements and not any("synchronous" in s for s in statements)
+    assert store.stats.durable_commits == durable + 1
+    store.close()
+
+
+def test_a_lease_that_fails_still_restores_the_durable_mode(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteStore(db_path)
+    _ready_step(store, "r1")
+
+    def broken(conn: sqlite3.Connection, build_ids: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "_due_times", broken)
+    with pytest.raises(StoreError):
+        store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)
+    conn = store._conn()
+    assert not conn.in_transaction
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert [e.event_key for e in store.read_history("r1")] == ["run_started", "signal_received"]
+    store.close()
+
+
+def test_a_store_not_in_full_mode_leaves_its_mode_alone(db_path: Path) -> None:
+    store = SQLiteStore(db_path, synchronous="OFF")
+    _ready_step(store, "r1")
+    statements = _traced(store)
+    assert len(store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)) == 1
+    assert "COMMIT" in statements and not any("synchronous" in s for s in statements)
+    assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 0  # OFF
+    store.close()
+
+
 def test_schema_version_is_recorded(db_path: Path) -> None:
     SQLiteStore(db_path).close()
     assert meta_version(db_path) == str(MIGRATIONS[-1][0])

@@ -794,7 +794,7 @@ class PostgresStore(AppendViaCommit):
         self._due.offer(build_ids, *due, writes=writes)
         if rows:
             with self._lock:
-                self.stats.durable_commits += 1
+                self.stats.index_commits += 1
         self._count_rows(len(rows) + sum(1 for t in due if t is not None))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
@@ -1285,7 +1285,13 @@ def _queue_lease_end(
 ) -> dict[str, int]:
     """End a step lease's batch: when work is next due (read with the lease, so the worker's
     pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
-    the histories are read after."""
+    the histories are read after.
+
+    The commit does not wait for the WAL flush, as other leases: a crash may take the last
+    ``step_started`` events with it, as if the worker had not leased yet, and the step runs
+    again (steps run at least once); the step's end, a durable commit, flushes its start first.
+    """
+    batch.execute(_NOT_DURABLE)  # SET LOCAL: good until this transaction's COMMIT
     batch.execute(tables.NEXT_DUE, params)
     after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
     if after:

@@ -401,11 +401,13 @@ class StoreStats:
     conflicts: int = 0
     """``EventConflict`` raised by ``commit``."""
     durable_commits: int = 0
-    """Transactions that waited for the disk: every SQLite write; on PostgreSQL the ones that
-    append events. What one step costs in fsyncs."""
+    """Transactions that wait for the disk (in the store's durable mode): the ones that create
+    runs or commit decisions and step ends. What one step costs in fsyncs."""
     index_commits: int = 0
-    """PostgreSQL transactions that change only indexes (leases, parking) and do not wait for
-    the WAL flush."""
+    """Lease transactions (a step's lease with its ``step_started``, a run's lease, a lease
+    renewed, parking, heartbeats) that do not wait for the disk: a crash of the machine may take
+    the last of them, as if they had not happened yet, which is safe (see the durability section
+    of ``docs/``)."""
 
 
 class EventStore(Protocol):

@@ -87,6 +87,14 @@ if TYPE_CHECKING:
 Migration = Callable[["Database"], None]
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+_LEASE_SYNC = "NORMAL"
+"""The mode of lease commits (a step's lease with its ``step_started``, a run's lease, a lease
+renewed, a heartbeat): committed to the WAL without waiting for the disk. In WAL mode a power cut
+can only drop a suffix of the commits, and every later durable commit (the step's end, by any
+process) flushes the leases before it; what a power cut can take is thus the last leases, as if
+the machine had stopped just before taking them: the step runs again, which at-least-once steps
+allow. A process that crashes loses nothing: the commit is in the operating system's hands."""
+_RELAXABLE = ("FULL", "EXTRA")
 _POLL_SECONDS = 0.05
 """How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
 _FALLBACK_POLL_SECONDS = 1.0
@@ -442,22 +450,36 @@ class SQLiteStore(AppendViaCommit):
         return self._open(f"{base}?immutable=1", uri=True)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise."""
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise.
+
+        ``durable=False`` is for leases and other index-only writes (see ``_LEASE_SYNC``): the
+        commit does not wait for the disk when the store's mode would make it wait.
+        """
         conn = self._conn()
+        relaxed = not durable and self.synchronous in _RELAXABLE
         # Threads of one process queue here, not in SQLite's busy handler, which sleeps in
         # steps of up to 100 ms; other processes still meet the busy timeout.
         with self._write_lock:
-            self._begin_immediate(conn)
+            if relaxed:
+                conn.execute(f"PRAGMA synchronous = {_LEASE_SYNC}")
             try:
-                yield conn
-                conn.execute("COMMIT")
-                self.stats.durable_commits += 1
-                self._due.wrote()
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                self._begin_immediate(conn)
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                    if durable:
+                        self.stats.durable_commits += 1
+                    else:
+                        self.stats.index_commits += 1
+                    self._due.wrote()
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if relaxed:
+                    conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         with self._changed:
             self._changes += 1
             self._changed.notify_all()
@@ -896,7 +918,7 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
         """Set ``decide_at`` if the run is still at ``expected_sequence``."""
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             return bool(
                 conn.execute(
                     "UPDATE runs SET decide_at = ?, lease_owner = NULL "
@@ -1184,7 +1206,7 @@ class SQLiteStore(AppendViaCommit):
         if not self._conn().execute(select, params).fetchone():
             return []
         until = _ts(lease_until)
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
@@ -1225,7 +1247,7 @@ class SQLiteStore(AppendViaCommit):
         until = _ts(lease_until)
         until_dt = _dt(until)
         stamp = _ts(now)
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             rows = conn.execute(select, params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
@@ -1267,7 +1289,7 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
         """Extend the lease if ``worker`` still holds it."""
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             return bool(
                 conn.execute(
                     "UPDATE step_tasks SET available_at = ? "
@@ -1332,7 +1354,7 @@ class SQLiteStore(AppendViaCommit):
     @_guarded
     def heartbeat(self, worker_id: str, now: datetime) -> bool:
         """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             return bool(
                 conn.execute(
                     "UPDATE workers SET heartbeat_at = ? "
