@@ -523,7 +523,7 @@ class MemoryStore(AppendViaCommit):
                     )
                 )
             if leases:
-                self._touched(durable=False)  # as a lease's commit on the databases
+                self._touched(durable=False)  # as a step's lease on SQLite
             self.stats.scheduler_rows_read += len(leases)
         if read_after is None or not leases:
             return leases

@@ -729,6 +729,13 @@ class PostgresStore(AppendViaCommit):
         The runs' rows are locked first, in the order ``commit`` locks them, so a lease and a
         commit never deadlock. ``read_after`` (see ``EventStore``): the histories are read in
         the transaction, in the round trip that commits it.
+
+        Unlike the other leases, this commit waits for the WAL flush, as on SQLite it need not:
+        it appends events, and workers outlive a crash of the server. Were the last
+        ``step_started`` lost while its worker still held the run at that sequence, the next
+        event recorded would reuse the sequence with other content (a cancellation, say), and
+        that worker's commit, guarded by the sequence alone, would be built on a history that
+        no longer exists.
         """
         if not build_ids or limit <= 0:
             return []
@@ -794,7 +801,7 @@ class PostgresStore(AppendViaCommit):
         self._due.offer(build_ids, *due, writes=writes)
         if rows:
             with self._lock:
-                self.stats.index_commits += 1
+                self.stats.durable_commits += 1
         self._count_rows(len(rows) + sum(1 for t in due if t is not None))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
@@ -1285,13 +1292,7 @@ def _queue_lease_end(
 ) -> dict[str, int]:
     """End a step lease's batch: when work is next due (read with the lease, so the worker's
     pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
-    the histories are read after.
-
-    The commit does not wait for the WAL flush, as other leases: a crash may take the last
-    ``step_started`` events with it, as if the worker had not leased yet, and the step runs
-    again (steps run at least once); the step's end, a durable commit, flushes its start first.
-    """
-    batch.execute(_NOT_DURABLE)  # SET LOCAL: good until this transaction's COMMIT
+    the histories are read after."""
     batch.execute(tables.NEXT_DUE, params)
     after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
     if after:

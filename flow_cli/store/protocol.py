@@ -404,10 +404,9 @@ class StoreStats:
     """Transactions that wait for the disk (in the store's durable mode): the ones that create
     runs or commit decisions and step ends. What one step costs in fsyncs."""
     index_commits: int = 0
-    """Lease transactions (a step's lease with its ``step_started``, a run's lease, a lease
-    renewed, parking, heartbeats) that do not wait for the disk: a crash of the machine may take
-    the last of them, as if they had not happened yet, which is safe (see the durability section
-    of ``docs/``)."""
+    """Lease transactions that do not wait for the disk: a run's lease, a lease renewed,
+    parking, heartbeats; on SQLite also a step's lease with its ``step_started``. A crash of the
+    machine may take the last of them, as if they had not happened yet (docs/operations.md)."""
 
 
 class EventStore(Protocol):

@@ -89,11 +89,14 @@ Migration = Callable[["Database"], None]
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _LEASE_SYNC = "NORMAL"
 """The mode of lease commits (a step's lease with its ``step_started``, a run's lease, a lease
-renewed, a heartbeat): committed to the WAL without waiting for the disk. In WAL mode a power cut
-can only drop a suffix of the commits, and every later durable commit (the step's end, by any
-process) flushes the leases before it; what a power cut can take is thus the last leases, as if
-the machine had stopped just before taking them: the step runs again, which at-least-once steps
-allow. A process that crashes loses nothing: the commit is in the operating system's hands."""
+renewed, parking, a heartbeat): committed to the WAL without waiting for the disk. A process that
+crashes loses nothing: the commit is in the operating system's hands. In WAL mode a power cut (or
+an operating system crash) can only drop a suffix of the commits, since every later durable
+commit, by any process, flushes the ones before it; and it stops every process that uses the
+file, as WAL mode keeps them all on one machine. So no process outlives the loss holding a
+snapshot of a ``step_started`` that is gone (on PostgreSQL workers do: see its ``lease_steps``),
+and what the power cut takes is as if the machine had stopped just before those leases: the step
+runs again, which at-least-once steps allow."""
 _RELAXABLE = ("FULL", "EXTRA")
 _POLL_SECONDS = 0.05
 """How often ``wait_for_change`` looks at ``PRAGMA data_version`` where doorbells cannot be used."""
