@@ -192,7 +192,11 @@ def test_workers_survive_a_postgresql_restart_combined_with_sigkills(
         workers[1].send_signal(signal.SIGKILL)
         workers[1].wait(10)
         subprocess.run([*cluster, "start"], check=True)
-        workers[:2] = [_spawn(schema, tmp_path, log) for _ in range(2)]
+        fresh = [tmp_path / f"fresh-{i}" for i in range(2)]
+        workers[:2] = [_spawn(schema, tmp_path, log, ready=path) for path in fresh]
+        # Up before the end: one still starting when the runs are done would meet the SIGTERM
+        # below before its handler is set, and die of it (seen once, code -15).
+        _wait_for(lambda: all(path.exists() for path in fresh), 60, "the fresh workers to start")
 
         def done() -> bool:
             try:
