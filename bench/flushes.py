@@ -13,7 +13,6 @@ The starting process's own commits (one per run) are not counted.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import signal
@@ -25,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
 
-from common import fresh_database  # noqa: E402
+from common import bench_worker, fresh_database  # noqa: E402
 
 
 def main() -> None:
@@ -41,23 +40,8 @@ def main() -> None:
     from flow_cli.store import open_store
 
     with fresh_database("sqlite", "") as (url, scratch):
-        env = dict(os.environ, PYTHONPATH=str(HERE), FLOW_CONFIG=str(scratch / "flow.toml"))
-        env["FLOW_DB"] = url
-        (scratch / "flow.toml").write_text(
-            '[flow]\nruntimes = ["bench_workflows:runtime"]\nbuild_id = "bench-1"\n',
-            encoding="utf-8",
-        )
+        worker = bench_worker(url, scratch)
         engine = Engine(open_store(url), [bench_workflows.runtime])
-        flow = str(Path(sys.executable).parent / "flow")
-        worker = subprocess.Popen(
-            [flow, "worker"],
-            env=env,
-            cwd=scratch,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        assert worker.stderr is not None
-        worker.stderr.readline()  # the banner: the worker is up
         tracer = subprocess.Popen(
             ["strace", "-c", "-f", "-e", "trace=fsync,fdatasync", "-p", str(worker.pid)],
             stderr=subprocess.PIPE,
