@@ -1,8 +1,9 @@
 """The default store: one SQLite file shared by many threads and processes.
 
 Durability: the journal is WAL and ``synchronous=FULL`` by default, so an acknowledged event
-survives a power cut. ``synchronous="NORMAL"`` (``sqlite:///flow.db?synchronous=NORMAL``) is the
-documented speed trade-off: a power cut may lose the last commits, never consistency.
+survives a power cut; leases, and a step's ``step_started`` with its lease, do not wait for the
+disk (see ``_LEASE_SYNC``). ``synchronous="NORMAL"`` (``sqlite:///flow.db?synchronous=NORMAL``)
+is the documented speed trade-off: a power cut may lose the last commits, never consistency.
 
 Concurrency: each thread gets its own connection. Every write is one ``BEGIN IMMEDIATE``
 transaction, which takes the write lock up front: a writer that finds the lock taken waits in the
