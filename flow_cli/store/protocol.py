@@ -402,7 +402,8 @@ class StoreStats:
     """``EventConflict`` raised by ``commit``."""
     durable_commits: int = 0
     """Transactions that wait for the disk (in the store's durable mode): the ones that create
-    runs or commit decisions and step ends. What one step costs in fsyncs."""
+    runs or commit decisions and step ends, and on PostgreSQL a step's lease. What one step
+    costs in fsyncs."""
     index_commits: int = 0
     """Lease transactions that do not wait for the disk: a run's lease, a lease renewed,
     parking, heartbeats; on SQLite also a step's lease with its ``step_started``. A crash of the

@@ -457,8 +457,8 @@ class SQLiteStore(AppendViaCommit):
     def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back otherwise.
 
-        ``durable=False`` is for leases and other index-only writes (see ``_LEASE_SYNC``): the
-        commit does not wait for the disk when the store's mode would make it wait.
+        ``durable=False`` is for leases (see ``_LEASE_SYNC``, which says which writes those are):
+        the commit does not wait for the disk when the store's mode would make it wait.
         """
         conn = self._conn()
         relaxed = not durable and self.synchronous in _RELAXABLE
