@@ -471,26 +471,31 @@ class RunIdTaken(FlowError):
         self.run_id = run_id
 
 
-def start_scheduled(pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
-    """Lease to ``worker`` the first step the decisions in ``pending`` just scheduled, recording
-    its ``step_started`` in the same commit: the worker runs it without another transaction."""
+def startable_step(pending: Pending) -> str | None:
+    """The first step the decisions in ``pending`` just scheduled that can start now."""
     snap = pending.snapshot
     if snap.terminal:
         return None
-    for event in pending.events:
-        if isinstance(event, StepScheduled):
-            step = snap.steps[event.step_id]
-            if step.status is not StepStatus.SCHEDULED:
-                continue
-            until = pending.now + timedelta(seconds=lease_seconds)
-            started = StepStarted(
-                step_id=step.step_id, attempt=step.attempt, worker=worker, lease_until=until
-            )
-            pending.add([started])
-            return StepLease(
-                run_id=snap.run_id, step_id=step.step_id, attempt=step.attempt, lease_until=until
-            )
+    scheduled = [e.step_id for e in pending.events if isinstance(e, StepScheduled)]
+    for step_id in scheduled:
+        if snap.steps[step_id].status is StepStatus.SCHEDULED:
+            return step_id
     return None
+
+
+def start_scheduled(pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
+    """Lease to ``worker`` the first step the decisions in ``pending`` just scheduled, recording
+    its ``step_started`` in the same commit: the worker runs it without another transaction."""
+    step_id = startable_step(pending)
+    if step_id is None:
+        return None
+    step = pending.snapshot.steps[step_id]
+    until = pending.now + timedelta(seconds=lease_seconds)
+    started = StepStarted(step_id=step_id, attempt=step.attempt, worker=worker, lease_until=until)
+    pending.add([started])
+    return StepLease(
+        run_id=pending.snapshot.run_id, step_id=step_id, attempt=step.attempt, lease_until=until
+    )
 
 
 def _settled_at_once(pending: Pending, events: tuple[Event, ...]) -> bool:

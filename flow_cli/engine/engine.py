@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.observe import Observer
-from flow_cli.engine.streams import Streams, Write
+from flow_cli.engine.streams import Pending, Streams, Write
 from flow_cli.errors import (
     BuildNotHosted,
     ConfigError,
@@ -278,16 +278,26 @@ class Engine:
         first = self.decider.first_decisions(run, runtime, now) if self.eager_start else None
         if first is not None:
             pending, effects = first
+            created = self._hand_off(run, pending)
             try:
                 # Starts from several threads at once (a web server's) share commits.
                 starts = self._start_committer()
-                self.streams.commit_pending([pending], [run, *effects.creates], group=starts)
+                self.streams.commit_pending([pending], [created, *effects.creates], group=starts)
                 return True
             except (EventConflict, HookTokenInUse):
                 # The id is taken (the caller finds out by what), or a child's id or a hook's
                 # token the decision claims was taken meanwhile: a worker decides the run then.
                 pass
         return self.store.create_run(run, now) is not None
+
+    def _hand_off(self, run: NewRun, pending: Pending) -> NewRun:
+        """``run``, naming the step its first decisions in ``pending`` made ready, which the
+        store may hand to an idle worker in the same commit: that worker runs it without a
+        lease of its own (``EventStore.offer_worker``)."""
+        from flow_cli.engine.decider import startable_step
+
+        step_id = startable_step(pending)
+        return run if step_id is None else dataclasses.replace(run, hand_off=step_id)
 
     # -- facts from outside --------------------------------------------------------------------
 
@@ -461,6 +471,28 @@ class Engine:
             if lease.history is not None:
                 snapshot = self.streams.handed(lease.run_id, lease.history)
                 lease = dataclasses.replace(lease, history=None)  # not kept while it runs
+            handed.append((lease, snapshot))
+        return handed
+
+    def offer_idle(self, lease_seconds: float) -> None:
+        """Offer this engine's worker for hand-offs before it sleeps (a store that cannot
+        tell a worker of one ignores it)."""
+        self.store.offer_worker(self.worker_id, self.build_ids, lease_seconds)
+
+    def withdraw(self) -> None:
+        """Stop being offered for hand-offs (the worker stops)."""
+        self.store.withdraw_worker(self.worker_id)
+
+    def take_handed_steps(self) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
+        """The steps starts handed to this engine's worker (their ``step_started`` recorded
+        in the starts' commits), each with the snapshot to run it on, as
+        ``lease_steps_handed`` returns leases."""
+        handed = []
+        for lease in self.store.handed_steps(self.worker_id, self.streams.cached_sequence):
+            snapshot = None
+            if lease.history is not None:
+                snapshot = self.streams.handed(lease.run_id, lease.history)
+                lease = dataclasses.replace(lease, history=None)
             handed.append((lease, snapshot))
         return handed
 

@@ -33,6 +33,11 @@ so a worker with more of them in hand writes more steps per flush (W1 on SQLite:
 steps/s against 678-931 with 4 threads; docs/benchmarks.md)."""
 
 
+HANDOFF_QUIET = 0.02
+"""Seconds an idle worker that took handed steps waits at most for them to end before its
+own round trips (work then announced is heard at once after it)."""
+
+
 @dataclass(slots=True)
 class WorkerStats:
     runs_decided: int = 0
@@ -62,6 +67,8 @@ class Worker:
         self._stop = threading.Event()
         self._keeper = engine.lease_keeper(lease_seconds)
         self._step_done = threading.Event()
+        self._quiet = False
+        """The last pass took steps handed to an idle worker (``_idle`` lets them commit)."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -99,6 +106,7 @@ class Worker:
                         log.warning("%s", exc)
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
+            self._last_handoffs(pool, in_flight)
         finally:
             pool.shutdown(wait=True)  # finish the attempts in hand before exiting
             self._stop.set()
@@ -106,9 +114,35 @@ class Worker:
             self.engine.streams.group = None
         return self.stats
 
+    def _last_handoffs(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> None:
+        """Stopping: no start may hand this worker a step any more; the steps handed to it
+        already run before it exits (else each would wait for its lease to run out)."""
+        try:
+            self.engine.withdraw()
+            self._take_handed(pool, in_flight)
+        except StoreError as exc:
+            log.warning("%s", exc)
+
+    def _take_handed(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
+        """Run the steps starts handed to this worker (``Engine.take_handed_steps``), busy or
+        not: each is leased to it already, and only it will run it before that runs out."""
+        handed = self.engine.take_handed_steps()
+        for lease, snapshot in handed:
+            self._keeper.hold(lease)
+            in_flight.add(self._submit(pool, lease, snapshot))
+        if handed:
+            time.sleep(0)  # as for leased steps: let the step threads take the GIL now
+        return bool(handed)
+
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
         in_flight.difference_update({f for f in in_flight if f.done()})
+        idle = not in_flight
+        if self._take_handed(pool, in_flight) and idle:
+            # An idle worker woken for these: anything else is announced by the store (a wait
+            # returns at once for work heard meanwhile). Looking now would slow their commits.
+            self._quiet = True
+            return False
         if self.concurrency > len(in_flight) and not self._stop.is_set():
             # Ready steps first: when a commit elsewhere (a run started eagerly) wakes this
             # worker, its step starts before the look for due runs, which then overlaps the
@@ -191,6 +225,11 @@ class Worker:
         # A thread is free and the last pass leased all it found: what comes next is new work,
         # which the store announces (a commit elsewhere, a timer coming due). Our attempts'
         # ends commit too, and when they make work the store says so as well.
+        if self._quiet:
+            # Steps handed to an idle worker: its round trips before it sleeps (when work is
+            # next due, its offer) wait for them to end, briefly, not to slow their commits.
+            self._quiet = False
+            self._step_done.wait(HANDOFF_QUIET)
         self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due()
@@ -198,4 +237,6 @@ class Worker:
             seconds = (due - self.engine.clock.now()).total_seconds()
             timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
+            # A thread is free: a start may hand this worker its run's first step meanwhile.
+            self.engine.offer_idle(self.lease_seconds)
             self.engine.store.wait_for_change(timeout, work_only=True)

@@ -29,6 +29,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    NoHandoffs,
     ReadAfter,
     RunCount,
     RunFilter,
@@ -108,7 +109,7 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(AppendViaCommit):
+class MemoryStore(AppendViaCommit, NoHandoffs):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:

@@ -22,6 +22,7 @@ psycopg is needed only by those who use it. The tables and the statements on the
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import math
@@ -43,8 +44,9 @@ from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
-from flow_cli.model.events import EventEnvelope, StepStarted, event_from_data
+from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store import postgres_handoffs as handoffs
 from flow_cli.store import postgres_hints as hints
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.due import DueHints
@@ -90,6 +92,9 @@ _MAX_IDLE = 8
 _NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
 
 _NOTIFY = "SELECT pg_notify(%s, %s)"
+
+# What a notification announces to a waiting worker (``PostgresStore._heard``), in order.
+_NOTHING, _HANDOFF, _WORK = 0, 1, 2
 
 _NOTIFY_ENDED = "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload"
 
@@ -165,6 +170,16 @@ class PostgresStore(AppendViaCommit):
         self._steps_expected = False
         # Ready steps the notifications that ended the last wait named (``postgres_hints``).
         self._hints: list[hints.Hint] = []
+        # This process's worker as offered for hand-offs (``postgres_handoffs``): its id, its
+        # builds and lease length; when the listening connection last offered it (monotonic,
+        # ``None``: not offered there); the steps handed to it not yet taken.
+        self._offer: tuple[str, list[str], float] | None = None
+        self._offered_at: float | None = None
+        self._handed: list[handoffs.Handoff] = []
+        # Work a notification read outside a wait announced (``_drain``): the next wait
+        # returns at once, as it would have for it.
+        self._work_heard = False
+        self._forget_gone_at = 0.0
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
         # than at the first decision.
         try:
@@ -393,12 +408,16 @@ class PostgresStore(AppendViaCommit):
         # A run started with its first decision in the same group (``Engine.start``, a
         # continuation, a child) is inserted as the decision leaves it: one row version.
         decided: dict[str, list[EventEnvelope]] = {}
+        handing: set[str] = set()
+        """Created runs whose first step may be handed off: their statement notifies."""
         for group in groups:
             firsts = {w.run_id: w for w in group.writes if w.run_id in once}
             for run in group.creates:
                 write = firsts.get(run.run_id)
                 if write is not None and write.expected_sequence == 1:
                     decided[run.run_id] = tables.insert_decided_run(batch, run, write, group.now)
+                    if self._queue_hand_off(batch, run, write, group.now):
+                        handing.add(run.run_id)
                 else:
                     tables.insert_run(batch, run, group.now)
         for run_id in sorted(r for r in first if r in created and r not in decided):
@@ -430,15 +449,65 @@ class PostgresStore(AppendViaCommit):
                     row_done=write.run_id in once,
                 )
             results.append(envelopes)
-        if any(makes_work(g.writes, g.creates) for g in groups):
+        if any(
+            makes_work(
+                [w for w in g.writes if w.run_id not in handing],
+                [r for r in g.creates if r.run_id not in handing],
+            )
+            for g in groups
+        ):
             batch.execute(_NOTIFY, (NOTIFY_CHANNEL, self.schema))
-            named = hints.payload(self.schema, hints.ready_hints(groups, once, after))
+            named = hints.payload(self.schema, hints.ready_hints(groups, once - handing, after))
             if named is not None:  # a second notification: older listeners wait for the plain one
                 batch.execute(_NOTIFY, (NOTIFY_CHANNEL, named))
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
             batch.execute(_NOTIFY_ENDED, (ENDED_CHANNEL, ended))
         return results
+
+    def _queue_hand_off(self, batch: Batch, run: NewRun, write: StreamWrite, now: datetime) -> bool:
+        """Add to a commit that creates ``run`` with its first decisions (``write``) the hand-off
+        of its ``hand_off`` step to an idle worker (``postgres_handoffs``), which also notifies;
+        False when that step cannot be handed off (nothing was added)."""
+        step_id = run.hand_off
+        index = write.index
+        ready = [
+            name
+            for name, task in index.steps.items()
+            if task is not None and task.owner is None and task.available_at <= now
+        ]
+        # Only a run whose sole work is that step: its commit announces nothing else then
+        # (another ready step, a decision due), since the hand-off's notification replaces
+        # the commit's own.
+        if (
+            step_id is None
+            or ready != [step_id]
+            or index.decide_at is not None
+            or not handoffs.fits(self.schema, run.run_id, step_id)
+        ):
+            return False
+        task = index.steps[step_id]
+        assert task is not None
+        events = [RunStarted(spec=run.spec, seed=run.seed), *write.events]
+        build_id = run.spec.runtime_build_id
+        hint = hints.payload(
+            self.schema, [hints.Hint(run.run_id, step_id, task.attempt, len(events), build_id)]
+        )
+        batch.execute(
+            handoffs.HAND_OFF,
+            handoffs.params(
+                self.schema,
+                NOTIFY_CHANNEL,
+                build_id,
+                run.run_id,
+                step_id,
+                task.attempt,
+                events,
+                now,
+                hint,
+            ),
+        )
+        return True
 
     def _apply(
         self,
@@ -1000,23 +1069,29 @@ class PostgresStore(AppendViaCommit):
             if self._listener is None:
                 self._listener = self._connect(autocommit=True)
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                self._offered_at = None
+            if self._work_heard:
+                self._work_heard = False
+                return
+            self._offer_on_listener(self._listener)
             heard: list[hints.Hint] = []
-            woke = False
+            woke = _NOTHING
             while not woke:
                 remaining = max(deadline - monotonic(), 0.0)
                 # Each packet read whole (``stop_after``): a generator closed in the middle of
                 # one drops the notifications after the first, a commit's hints among them.
                 with closing(self._listener.notifies(timeout=remaining, stop_after=1)) as notes:
                     for note in notes:
-                        woke = self._heard(note.payload, heard) or woke
+                        woke = max(woke, self._heard(note.payload, heard))
                 if not woke and monotonic() >= deadline:
                     return
-            self._steps_expected = True
             # Commits often come in bursts: swallow what is already queued, so the next wait
             # does not return at once for a change the caller is about to look at anyway.
             with closing(self._listener.notifies(timeout=0)) as queued:
                 for note in queued:
-                    self._heard(note.payload, heard)
+                    woke = max(woke, self._heard(note.payload, heard))
+            if woke == _WORK:  # a hand-off alone leaves nothing for a lease to find
+                self._steps_expected = True
             # A worker waits only once its last pass found less than it had room for: it has
             # no backlog of older ready steps that the hinted ones would overtake.
             self._hints = heard
@@ -1031,16 +1106,111 @@ class PostgresStore(AppendViaCommit):
                 self._listener = None
             self._listen_lock.release()
 
-    def _heard(self, text: str, into: list[hints.Hint]) -> bool:
-        """Whether a notification's payload announces work in this schema; its hints, if
-        it has any, are added to ``into``."""
+    def _heard(self, text: str, into: list[hints.Hint]) -> int:
+        """What a notification's payload announces in this schema: ``_WORK`` (its hints, if
+        it has any, are added to ``into``), ``_HANDOFF`` (a step handed to this process's
+        worker, kept for ``handed_steps``) or ``_NOTHING`` (a step handed to another worker
+        among them)."""
         if text == self.schema:
-            return True
+            return _WORK
+        handoff = handoffs.parse(self.schema, text)
+        if handoff is not None:
+            if self._offer is None or handoff.worker_id != self._offer[0]:
+                return _NOTHING
+            self._handed.append(handoff)
+            self._offered_at = None  # the claim took the offer: make it again before sleeping
+            return _HANDOFF
         found = hints.parse(self.schema, text)
         if found is None:
-            return False
+            return _NOTHING
         into.extend(found)
-        return True
+        return _WORK
+
+    # -- hand-offs (postgres_handoffs) ---------------------------------------------------
+
+    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
+        """Offer this process's worker for hand-offs; the offer is made from the listening
+        connection, by the next ``wait_for_change`` (a start checks that connection is open
+        before it hands a step over)."""
+        offer = (worker_id, list(build_ids), float(lease_seconds))
+        if offer != self._offer:
+            self._offer, self._offered_at = offer, None
+
+    def _offer_on_listener(self, conn: Connection) -> None:
+        """Make the offer on ``conn`` unless made there lately and not claimed since; offers
+        of workers that died go in the same round trip."""
+        offer = self._offer
+        if offer is None or not offer[1]:
+            return
+        at = self._offered_at
+        if at is not None and monotonic() - at < handoffs.OFFER_REFRESH:
+            return
+        batch = Batch(conn, self._prepared_on(conn))
+        self._queue_offer(batch, offer)
+        batch.send()
+        self._offered_at = monotonic()
+
+    def _queue_offer(self, batch: Batch, offer: tuple[str, list[str], float]) -> None:
+        """Add the offer to ``batch``, and now and then the removal of dead workers' offers
+        (a look at every server process: not on every offer)."""
+        if monotonic() >= self._forget_gone_at:
+            batch.execute(handoffs.FORGET_GONE)
+            self._forget_gone_at = monotonic() + handoffs.OFFER_REFRESH
+        batch.execute(handoffs.OFFER, offer)
+
+    def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
+        """The steps handed to ``worker_id`` that notifications told of, each with its run's
+        history: the one the notification carried (a new run's, whole) or, when it did not fit,
+        one read here. A busy worker does not wait: notifications already queued are read here
+        first."""
+        if self._offer is None or self._offer[0] != worker_id:
+            return []
+        if self._listener is not None and self._listen_lock.acquire(blocking=False):
+            try:
+                if self._listener is not None:
+                    try:
+                        self._drain(self._listener)
+                    except psycopg.Error as exc:
+                        _close_quietly(self._listener)
+                        self._listener = None
+                        raise self._store_error(exc, lost=True) from exc
+            finally:
+                self._listen_lock.release()
+        handed, self._handed = self._handed, []
+        leases: list[StepLease] = []
+        unread: list[StepLease] = []
+        for h in handed:
+            lease = StepLease(
+                run_id=h.run_id, step_id=h.step_id, attempt=h.attempt, lease_until=h.lease_until
+            )
+            if h.history is not None and read_after(h.run_id) == 0:
+                leases.append(dataclasses.replace(lease, history=h.history))
+            else:
+                unread.append(lease)
+        if unread:
+            after = wanted_after((lease.run_id for lease in unread), read_after)
+            leases += with_histories(unread, self.read_histories(after))
+        return leases
+
+    def _drain(self, conn: Connection) -> None:
+        """Read the notifications queued on the listening connection ``conn`` (its lock held)
+        without waiting."""
+        heard: list[hints.Hint] = []
+        woke = _NOTHING
+        with closing(conn.notifies(timeout=0)) as queued:
+            for note in queued:
+                woke = max(woke, self._heard(note.payload, heard))
+        if woke == _WORK:
+            self._steps_expected = True
+            self._work_heard = True
+            self._hints.extend(heard)
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        """Take back the offer of ``worker_id`` (it stops)."""
+        if self._offer is not None and self._offer[0] == worker_id:
+            self._offer, self._offered_at = None, None
+        with self._reading() as conn:
+            conn.execute(handoffs.WITHDRAW, (worker_id,))
 
     def _wait_for_end(self, run_id: str, timeout: float) -> None:
         self._forget_inherited()

@@ -186,11 +186,28 @@ def _v4_failing_since(conn: Connection) -> None:
     )
 
 
+def _v5_idle_workers(conn: Connection) -> None:
+    # Idle workers offered for hand-offs (``postgres_handoffs``). Unlogged: an offer is not
+    # history, and one a crash of the server drops only means a start leaves its step ready.
+    conn.execute(
+        """
+        CREATE UNLOGGED TABLE idle_workers (
+            worker_id     text             PRIMARY KEY,
+            builds        text[]           NOT NULL,
+            lease_seconds double precision NOT NULL,
+            backend_pid   integer          NOT NULL,
+            offered_at    timestamptz      NOT NULL
+        )
+        """
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
     Migration(3, "workers registry, runs.patches", _v3_fleet),
     Migration(4, "runs.failing_since", _v4_failing_since),
+    Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

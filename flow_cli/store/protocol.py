@@ -87,6 +87,10 @@ class NewRun:
     seed: str
     decide_at: datetime | None
     """Normally now: a new run wants its first decision."""
+    hand_off: str | None = None
+    """A step its first decisions (committed with it) scheduled, ready now, that the store may
+    hand to an idle worker (``offer_worker``) in the same commit: recording its
+    ``step_started`` for that worker, and telling it. A store that cannot ignores this."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -580,6 +584,22 @@ class EventStore(Protocol):
         """
         ...
 
+    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
+        """Offer an idle worker (about to ``wait_for_change``) for hand-offs: until one is made
+        to it, a start of a run of these builds may hand the run's first step to it
+        (``NewRun.hand_off``). A store that cannot tell a worker of one ignores this (see
+        ``NoHandoffs``)."""
+        ...
+
+    def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
+        """The steps handed to ``worker_id`` since the last call, each with its run's history
+        after ``read_after``'s sequence (their ``step_started`` is recorded already)."""
+        ...
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        """Take back an offer (the worker stops)."""
+        ...
+
     def check_integrity(self) -> list[str]:
         """Check the stored data; one sentence per problem found, ``[]`` when all is well.
 
@@ -626,6 +646,20 @@ class AppendViaCommit:
             except RunNotFound:
                 continue
         return found
+
+
+class NoHandoffs:
+    """The hand-off methods of a store that has no way to tell a worker of one: no worker
+    is ever offered, so every start leaves its first step ready for a lease."""
+
+    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
+        return None
+
+    def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
+        return []
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        return None
 
 
 def wanted_after(run_ids: Iterable[str], read_after: ReadAfter) -> dict[str, int]:

@@ -62,6 +62,7 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
+    NoHandoffs,
     ReadAfter,
     RunCount,
     RunFilter,
@@ -316,7 +317,7 @@ def _guarded(
     return wrapper
 
 
-class SQLiteStore(AppendViaCommit):
+class SQLiteStore(AppendViaCommit, NoHandoffs):
     """The ``EventStore`` on one SQLite file.
 
     Args:

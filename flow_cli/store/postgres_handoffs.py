@@ -1,0 +1,177 @@
+"""Hand-offs: a start gives its run's first step straight to an idle worker.
+
+Without them, a run started in one process reaches a worker in three commits: the start, the
+worker's lease of the first step (``step_started``), and the step's end. The lease is a round
+trip to the database, with a flush, on the path of every new run, between a worker waking up
+and its step beginning.
+
+A worker about to sleep offers itself in ``idle_workers`` (an unlogged table: offers are not
+history, and a crash of the server may drop them), from the connection it listens on. The
+commit that creates a run with its first decisions (``NewRun.hand_off``) also claims one offer
+of the run's build (``HAND_OFF``: deleted as it is read, so two starts never claim the same one,
+and only while that worker's connection is still open, so a worker that died is not claimed),
+records the step's ``step_started`` for that worker, and notifies it, with the run's history in
+the payload when it fits. The worker runs the step at once: no lease, no read. With no offer to
+claim, the commit announces the ready step as any commit does, and a worker leases it.
+
+If the claimed worker dies before it runs the step, the step's lease runs out and another worker
+runs it, as after any crash mid-step. A worker offers itself again when it takes a hand-off (if
+it has a thread to spare) and whenever it is about to sleep and its offer may have gone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flow_cli.model.events import Event, EventEnvelope, StepStarted, event_from_data, event_json
+
+OFFER = (
+    "INSERT INTO idle_workers (worker_id, builds, lease_seconds, backend_pid, offered_at) "
+    "VALUES (%s, %s, %s, pg_backend_pid(), now()) "
+    "ON CONFLICT (worker_id) DO UPDATE SET builds = EXCLUDED.builds, "
+    "lease_seconds = EXCLUDED.lease_seconds, backend_pid = EXCLUDED.backend_pid, "
+    "offered_at = EXCLUDED.offered_at"
+)
+"""Offer the worker whose listening connection runs this."""
+
+FORGET_GONE = (
+    "DELETE FROM idle_workers i WHERE NOT EXISTS "
+    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid)"
+)
+"""Offers of workers whose connection closed (they died): sent with an offer now and then."""
+
+WITHDRAW = "DELETE FROM idle_workers WHERE worker_id = %s"
+
+HAND_OFF = (
+    "WITH claimed AS ("
+    " DELETE FROM idle_workers WHERE worker_id = ("
+    "  SELECT i.worker_id FROM idle_workers i WHERE %(build)s = ANY(i.builds)"
+    "  AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid)"
+    "  ORDER BY i.offered_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " RETURNING worker_id, %(now)s::timestamptz + lease_seconds * interval '1 second' AS until"
+    "), started AS ("
+    " INSERT INTO events (run_id, sequence, event_key, recorded_at, data)"
+    " SELECT %(run)s, %(sequence)s, 'step_started', %(now)s, jsonb_build_object("
+    "  'step_id', %(step)s::text, 'attempt', %(attempt)s::integer,"
+    "  'worker', c.worker_id, 'lease_until', c.until)"
+    " FROM claimed c RETURNING 1"
+    "), task AS ("
+    " UPDATE step_tasks SET lease_owner = c.worker_id, available_at = c.until FROM claimed c"
+    " WHERE step_tasks.run_id = %(run)s AND step_tasks.step_id = %(step)s RETURNING 1"
+    "), moved AS ("
+    " UPDATE runs SET last_sequence = %(sequence)s FROM claimed c"
+    " WHERE runs.run_id = %(run)s RETURNING 1"
+    ") "
+    "SELECT pg_notify(%(channel)s, CASE WHEN c.worker_id IS NULL THEN %(ready)s"
+    " ELSE %(head)s || json_build_array(c.worker_id, c.until, %(rest)s::json)::text END)"
+    " FROM (SELECT 1) AS one LEFT JOIN claimed c ON true "
+    "UNION ALL "
+    "SELECT pg_notify(%(channel)s, %(schema)s) WHERE NOT EXISTS (SELECT 1 FROM claimed)"
+)
+"""Claim the longest-idle offer of the run's build whose worker is still connected, start the
+step for it (the event, the step task, the run's sequence) and notify it; with no offer, notify
+the step as ready (its hint, and the plain notification older workers wait for)."""
+
+OFFER_REFRESH = 30.0
+"""Seconds after which a worker that has not been claimed offers itself again before it sleeps
+(a commit that claimed it and then failed, say on a taken run id, tells it nothing)."""
+
+MAX_PAYLOAD_BYTES = 7_900
+"""As for hints (``postgres_hints``): PostgreSQL refuses a notification of 8,000 bytes."""
+
+_ROOM = 512
+"""Bytes kept for what the database adds to a hand-off's payload: the worker id, the lease's
+end and the JSON around them."""
+
+_MARK = ">"
+"""Starts a hand-off's body, after the schema and the newline, where hints start with ``[``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A step handed to a worker, its ``step_started`` recorded; with the run's history up to
+    that event when the notification could carry it."""
+
+    worker_id: str
+    run_id: str
+    step_id: str
+    attempt: int
+    lease_until: datetime
+    history: tuple[EventEnvelope, ...] | None
+
+
+def params(
+    schema: str,
+    channel: str,
+    build_id: str,
+    run_id: str,
+    step_id: str,
+    attempt: int,
+    events: list[Event],
+    now: datetime,
+    ready: str | None,
+) -> dict[str, Any]:
+    """``HAND_OFF``'s parameters for a run whose first commit holds ``events`` (from
+    ``run_started`` on); ``ready``: the step's hint payload, for when no worker is claimed."""
+    head = f"{schema}\n{_MARK}"
+    history: list[list[Any]] | None = [[e.KEY, e.to_data()] for e in events]
+    rest = json.dumps([run_id, step_id, attempt, now.isoformat(), history])
+    if len(head.encode()) + len(rest.encode()) + _ROOM > MAX_PAYLOAD_BYTES:
+        # The worker reads the history itself then; ids alone always fit, or almost.
+        rest = json.dumps([run_id, step_id, attempt, now.isoformat(), None])
+    return {
+        "build": build_id,
+        "now": now,
+        "run": run_id,
+        "sequence": len(events) + 1,
+        "step": step_id,
+        "attempt": attempt,
+        "channel": channel,
+        "ready": ready if ready is not None else schema,
+        "head": head,
+        "rest": rest,
+        "schema": schema,
+    }
+
+
+def fits(schema: str, run_id: str, step_id: str) -> bool:
+    """Whether a hand-off of this step can be told at all (ids have no length limit)."""
+    return len(schema) + len(json.dumps([run_id, step_id]).encode()) + _ROOM <= MAX_PAYLOAD_BYTES
+
+
+def parse(schema: str, text: str) -> Handoff | None:
+    """The hand-off a payload for ``schema`` carries; ``None`` when it is not one."""
+    head, separator, body = text.partition("\n")
+    if not separator or head != schema or not body.startswith(_MARK):
+        return None
+    try:
+        worker_id, until, (run_id, step_id, attempt, at, events) = json.loads(body[len(_MARK) :])
+        lease_until = datetime.fromisoformat(until)
+        history = None
+        if events is not None:
+            now = datetime.fromisoformat(at)
+            started = StepStarted(
+                step_id=str(step_id),
+                attempt=int(attempt),
+                worker=str(worker_id),
+                lease_until=lease_until,
+            )
+            decoded = [event_from_data(key, data) for key, data in events] + [started]
+            history = tuple(
+                EventEnvelope(
+                    run_id=str(run_id),
+                    sequence=sequence,
+                    recorded_at=now,
+                    event=event,
+                    size=len(event_json(event).encode()),
+                )
+                for sequence, event in enumerate(decoded, start=1)
+            )
+        return Handoff(
+            str(worker_id), str(run_id), str(step_id), int(attempt), lease_until, history
+        )
+    except (ValueError, TypeError, KeyError):
+        return None

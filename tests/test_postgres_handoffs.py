@@ -1,0 +1,347 @@
+"""Hand-offs (``flow_cli.store.postgres_handoffs``): a start gives its run's first step to an
+idle worker in its own commit. The worker runs it without a lease or a read of its own, so a
+one-step run costs two commits, and nothing is lost when no worker can take it: a worker that
+is busy, gone or never offered leaves the step ready for an ordinary lease.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from flow_cli import Runtime
+from flow_cli.engine.engine import Engine
+from flow_cli.model.status import RunStatus, StepStatus
+
+pytestmark = pytest.mark.postgres
+
+psycopg = pytest.importorskip("psycopg")
+
+from flow_cli.store.postgres import PostgresStore  # noqa: E402
+
+shop = Runtime(build_id="shop-1")
+
+
+@shop.workflow("chain")
+def _chain(ctx):  # type: ignore[no-untyped-def]
+    x = ctx.input["x"]
+    for i in range(ctx.input["steps"]):
+        x = ctx.step(f"s{i}", "inc", x)
+    return ctx.complete(x)
+
+
+@shop.step("inc")
+def _inc(x, info):  # type: ignore[no-untyped-def]
+    return x + 1
+
+
+@shop.workflow("pair")
+def _pair(ctx):  # type: ignore[no-untyped-def]
+    members = [ctx.schedule_step(s, "inc", 1) for s in ("a", "b")]
+    if all(ctx.step_state(m.step_id) is StepStatus.COMPLETED for m in members):
+        return ctx.complete([ctx.step_output(m.step_id) for m in members])
+    return ctx.schedule_steps(members, batch_id="ab")
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Engine, Engine]]:
+    """A worker's engine, and a starting process's, on one schema."""
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    schema = f"flow_handoff_{uuid.uuid4().hex[:12]}"
+    worker = Engine(PostgresStore(url, schema=schema), [shop], worker_id="worker-a")
+    starter = Engine(PostgresStore(url, schema=schema), [shop], worker_id="starter")
+    try:
+        yield worker, starter
+    finally:
+        starter.close()
+        store = worker.store
+        assert isinstance(store, PostgresStore)
+        store.drop_schema()
+        worker.close()
+
+
+def _offered(worker: Engine) -> None:
+    """``worker`` idle: offered, and listening (the offer is made from that connection)."""
+    worker.offer_idle(30.0)
+    worker.store.wait_for_change(0, work_only=True)
+
+
+def _keys(engine: Engine, run_id: str) -> list[str]:
+    return [e.event_key for e in engine.history(run_id)]
+
+
+def test_a_start_hands_its_first_step_to_an_idle_worker(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    _offered(worker)
+    commits = starter.store.stats.durable_commits
+    starter.start("chain", {"steps": 1, "x": 1}, run_id="r1")
+    assert starter.store.stats.durable_commits - commits == 1
+    history = starter.history("r1")
+    assert [e.event_key for e in history] == ["run_started", "step_scheduled", "step_started"]
+    started = history[-1].event
+    assert started.worker == "worker-a"  # type: ignore[union-attr]
+    # All in the start's commit: one time for all three.
+    assert len({e.recorded_at for e in history}) == 1
+    record = starter.get_run("r1")
+    assert record is not None and record.last_sequence == 3
+
+    began = time.monotonic()
+    worker.store.wait_for_change(5, work_only=True)
+    assert time.monotonic() - began < 2.5
+    commits = worker.store.stats.durable_commits
+    ((lease, snapshot),) = worker.take_handed_steps()
+    assert (lease.run_id, lease.step_id, lease.attempt) == ("r1", "s0", 1)
+    assert lease.lease_until == started.lease_until  # type: ignore[union-attr]
+    assert snapshot is not None and snapshot.last_sequence == 3
+    assert snapshot.steps["s0"].status is StepStatus.RUNNING
+    worker.execute_step(lease, snapshot=snapshot)
+    # No lease and no read: the step's end with the run's completion is the one commit.
+    assert worker.store.stats.durable_commits - commits == 1
+    assert _keys(starter, "r1")[-2:] == ["step_completed", "run_completed"]
+    assert starter.snapshot("r1").outcome.result == 2  # type: ignore[union-attr]
+
+
+def test_the_history_a_hand_off_carries_is_the_one_stored(pair: tuple[Engine, Engine]) -> None:
+    # The notification's history (and its step_started, which the database writes) must be
+    # what a read returns, event for event, or the worker would run on a history that is not.
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 2, "x": {"deep": ["é", 1.5, None]}}, run_id="r1")
+    worker.store.wait_for_change(5, work_only=True)
+    (lease,) = worker.store.handed_steps("worker-a", lambda run_id: 0)
+    assert lease.history is not None
+    stored = worker.store.read_history("r1")
+    assert [(e.sequence, e.event, e.recorded_at) for e in lease.history] == [
+        (e.sequence, e.event, e.recorded_at) for e in stored
+    ]
+
+
+def test_a_history_too_long_to_carry_is_read(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0, "pad": "x" * 20_000}, run_id="big")
+    assert _keys(starter, "big")[-1] == "step_started"
+    worker.store.wait_for_change(5, work_only=True)
+    ((lease, snapshot),) = worker.take_handed_steps()
+    assert snapshot is not None and snapshot.spec.input["pad"] == "x" * 20_000  # type: ignore[index]
+    worker.execute_step(lease, snapshot=snapshot)
+    assert starter.get_run("big").status is RunStatus.COMPLETED  # type: ignore[union-attr]
+
+
+def test_an_offer_serves_one_start(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
+    assert _keys(starter, "r1")[-1] == "step_started"
+    # Not offered again yet: the second start leaves its step ready, and says so.
+    assert _keys(starter, "r2") == ["run_started", "step_scheduled"]
+    worker.store.wait_for_change(5, work_only=True)
+    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
+    leased = worker.lease_steps_handed(30.0, 10)
+    assert [lease.run_id for lease, _ in leased] == ["r2"]
+
+
+def test_a_worker_offers_itself_again_before_it_sleeps(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    worker.store.wait_for_change(5, work_only=True)
+    assert len(worker.take_handed_steps()) == 1
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
+    assert _keys(starter, "r2")[-1] == "step_started"
+
+
+def test_a_first_decision_with_two_ready_steps_hands_off_neither(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # The hand-off's notification stands in for the commit's own, which would announce both.
+    worker, starter = pair
+    _offered(worker)
+    starter.start("pair", {}, run_id="r1")
+    assert "step_started" not in _keys(starter, "r1")
+    worker.store.wait_for_change(5, work_only=True)
+    assert worker.take_handed_steps() == []
+    leased = worker.lease_steps_handed(30.0, 10)
+    assert sorted(lease.step_id for lease, _ in leased) == ["a", "b"]
+
+
+def test_a_worker_that_never_offered_gets_nothing_handed(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    worker.store.wait_for_change(0, work_only=True)  # listening, not offered
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
+    worker.store.wait_for_change(5, work_only=True)  # woken by the ready step's notification
+    assert worker.take_handed_steps() == []
+    assert [lease.run_id for lease, _ in worker.lease_steps_handed(30.0, 10)] == ["r1"]
+
+
+def test_a_withdrawn_worker_gets_nothing_handed(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    _offered(worker)
+    worker.withdraw()
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
+
+
+def test_the_offer_of_a_worker_whose_connection_died_is_not_claimed(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # A worker killed with SIGKILL leaves its offer behind; its connections close with it.
+    worker, starter = pair
+    _offered(worker)
+    store = worker.store
+    assert isinstance(store, PostgresStore)
+    listener = store._listener
+    assert listener is not None
+    pid = listener.info.backend_pid
+    with starter.store._reading() as conn:  # type: ignore[attr-defined]
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(100):  # the server process goes away a moment later
+            if conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                time.sleep(0.02)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
+
+
+def test_a_worker_of_another_build_gets_nothing_handed(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    worker.store.offer_worker("worker-a", ["other-build"], 30.0)
+    worker.store.wait_for_change(0, work_only=True)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
+
+
+def test_a_step_handed_to_a_worker_that_never_runs_it_is_run_once_its_lease_ends(
+    pair: tuple[Engine, Engine],
+) -> None:
+    worker, starter = pair
+    worker.offer_idle(0.5)  # a short lease, so that this test need not wait long
+    worker.store.wait_for_change(0, work_only=True)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1")[-1] == "step_started"
+    time.sleep(0.6)  # the worker died, say: its lease runs out
+    other = Engine(starter.store, [shop], worker_id="worker-b")
+    other.tick(until_idle=True)
+    assert starter.get_run("r1").status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    started = [e.event for e in starter.history("r1") if e.event_key == "step_started"]
+    assert [s.worker for s in started] == ["worker-a", "worker-b"]  # type: ignore[attr-defined]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _spawn_worker(url: str, schema: str, lease_seconds: float) -> subprocess.Popen[bytes]:
+    """A real worker process (``tests/worker_process.py``) hosting ``load_workflows``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "worker_process.py"),
+            url,
+            "load_workflows:runtime",
+            "--schema",
+            schema,
+            "--lease-seconds",
+            str(lease_seconds),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _offers(engine: Engine) -> list[str]:
+    with engine.store._reading() as conn:  # type: ignore[attr-defined]
+        return [row[0] for row in conn.execute("SELECT worker_id FROM idle_workers")]
+
+
+def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_offered_is_not_handed_the_next_run(tmp_path: Path) -> None:
+    # Real processes: worker A offers itself and is killed with SIGKILL (its offer stays
+    # behind); worker B offers itself; a run started then must reach B (or a lease), not wait
+    # for A's lease, which is made long here, to run out.
+    import load_workflows
+
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    schema = f"flow_handoff_{uuid.uuid4().hex[:12]}"
+    engine = Engine(PostgresStore(url, schema=schema), [load_workflows.runtime])
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        workers.append(_spawn_worker(url, schema, lease_seconds=120))
+        _until(lambda: len(_offers(engine)) == 1, 20, "worker A's offer")
+        (dead,) = _offers(engine)
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(10)
+        workers.append(_spawn_worker(url, schema, lease_seconds=120))
+        # (B's first offer also clears A's: its connection is gone.)
+        _until(lambda: any(w != dead for w in _offers(engine)), 20, "worker B's offer")
+        engine.start("five-steps", {}, run_id="after-kill")
+        _until(lambda: engine.get_run("after-kill").status.terminal, 30, "the run to end")
+        started = [e.event for e in engine.history("after-kill") if e.event_key == "step_started"]
+        assert started and all(s.worker != dead for s in started)  # type: ignore[attr-defined]
+        assert engine.get_run("after-kill").status is RunStatus.COMPLETED
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(30)
+        store = engine.store
+        assert isinstance(store, PostgresStore)
+        store.drop_schema()
+        engine.close()
+
+
+@pytest.mark.slow
+def test_a_worker_process_runs_what_starts_hand_it(tmp_path: Path) -> None:
+    import load_workflows
+
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    schema = f"flow_handoff_{uuid.uuid4().hex[:12]}"
+    engine = Engine(PostgresStore(url, schema=schema), [load_workflows.runtime])
+    worker = _spawn_worker(url, schema, lease_seconds=30)
+    try:
+        handed = 0
+        for i in range(5):
+            _until(lambda: len(_offers(engine)) == 1, 20, "the worker's offer")
+            engine.start("five-steps", {}, run_id=f"r{i}")
+            _until(lambda i=i: engine.get_run(f"r{i}").status.terminal, 30, "the run to end")
+            history = engine.history(f"r{i}")
+            assert history[-1].event_key == "run_completed"
+            # Handed off: the first step started in the start's own commit.
+            handed += history[2].event_key == "step_started" and (
+                history[2].recorded_at == history[0].recorded_at
+            )
+        assert handed == 5
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        # A worker that stops takes its offer back.
+        assert _offers(engine) == []
+        store = engine.store
+        assert isinstance(store, PostgresStore)
+        store.drop_schema()
+        engine.close()
