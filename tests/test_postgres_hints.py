@@ -7,6 +7,7 @@ the ordinary lease, never a wrong event.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from test_store_conformance import BUILD, create, idx, keys, signal
 
+from flow_cli.errors import EventConflict
 from flow_cli.model.clock import ManualClock
 from flow_cli.store.protocol import StepTask
 
@@ -168,3 +170,61 @@ def test_a_payload_round_trips_and_foreign_ones_are_ignored() -> None:
     assert postgres_hints.parse("other", text) is None
     assert postgres_hints.parse("flow", "flow") is None
     assert postgres_hints.parse("flow", "flow\nnot json") is None
+
+
+def _last_query_of(store: PostgresStore, pid: int) -> str:
+    with store._reading() as conn:
+        row = conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return "" if row is None else str(row[0])
+
+
+def test_a_commit_runs_on_the_listening_connection_when_nobody_waits_on_it(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    # Its server process woke for the last notification; a pooled one may have slept since
+    # this process last wrote (``PostgresStore._batch_on_listener``).
+    worker, other = pair
+    now = clock.now()
+    create(other, "r1", now)
+    worker.wait_for_change(0, work_only=True)
+    listener = worker._listener
+    assert listener is not None
+    worker.append_if_sequence("r1", 1, [signal(1)], idx(), now)
+    # The text shown is cut at track_activity_query_size: the run id is what is looked for.
+    assert "'r1'" in _last_query_of(worker, listener.info.backend_pid)
+    assert keys(worker, "r1")[-1] == (2, "signal_received")
+
+
+def test_a_stale_commit_on_the_listening_connection_is_a_conflict_and_listening_goes_on(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    create(other, "r1", now)
+    worker.wait_for_change(0, work_only=True)
+    other.append_if_sequence("r1", 1, [signal(1)], idx(), now)
+    with pytest.raises(EventConflict):
+        worker.append_if_sequence("r1", 1, [signal(2)], idx(), now)
+    assert worker._listener is not None
+    _ready_step(other, "r2", now)
+    began = time.monotonic()
+    worker.wait_for_change(5, work_only=True)
+    assert time.monotonic() - began < 2.5
+    assert _lease(worker, now) == ["r2/s"]
+
+
+def test_a_notification_that_arrives_during_a_commit_on_the_listener_is_kept(
+    pair: tuple[PostgresStore, PostgresStore], clock: ManualClock
+) -> None:
+    worker, other = pair
+    now = clock.now()
+    create(other, "r1", now)
+    worker.wait_for_change(0, work_only=True)
+    # Sent before the commit, so that it is read with the commit's answer: psycopg must keep
+    # it for the next wait (3.2.4 and later do), or the worker would sleep through the step.
+    _ready_step(other, "r2", now)
+    worker.append_if_sequence("r1", 1, [signal(1)], idx(), now)
+    began = time.monotonic()
+    worker.wait_for_change(5, work_only=True)
+    assert time.monotonic() - began < 2.5
+    assert _lease(worker, now) == ["r2/s"]

@@ -355,6 +355,13 @@ class PostgresStore(AppendViaCommit):
         """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
         transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
         ``GUARD_FAILURES``) and the batch was rolled back."""
+        if self._listener is not None and self._listen_lock.acquire(blocking=False):
+            try:
+                conn = self._listener
+                if conn is not None and self._listening(conn):
+                    return self._batch_on_listener(conn, fill)
+            finally:
+                self._listen_lock.release()
         try:
             with self._transaction() as conn:
                 # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
@@ -370,6 +377,52 @@ class PostgresStore(AppendViaCommit):
                     conn.autocommit = False
         except tables.GuardFailed:
             return None
+        return (result,)
+
+    def _listening(self, conn: Connection) -> bool:
+        """Whether the listening connection ``conn`` (its lock held) can take a statement now.
+
+        Nothing to read means it can (``_alive``). Something to read is notifications, kept here
+        as a wait keeps them, or the server closing it (a restart, a killed session): still
+        something to read after that, and the commit takes a pooled connection instead (the
+        next wait finds out which, and listens again if it must).
+        """
+        if conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            return False
+        if _alive(conn):
+            return True
+        try:
+            self._drain(conn)
+        except psycopg.Error:
+            _close_quietly(conn)
+            self._listener = None
+            return False
+        return _alive(conn)
+
+    def _batch_on_listener(self, conn: Connection, fill: Callable[[Batch], _T]) -> tuple[_T] | None:
+        """``_batch`` on the listening connection (its lock held), which nobody waits on now.
+
+        Its server process woke last when a notification came, while a pooled connection may
+        have sat idle since this process last wrote: on a machine that lets idle processes sleep
+        deeply, the first statement after a pause costs more there. A worker handed a step
+        (``postgres_handoffs``) commits its end so, on the connection that heard of it.
+        """
+        try:
+            batch = Batch(conn, self._prepared_on(conn))
+            try:
+                result = fill(batch)
+                batch.send()
+            except tables.GUARD_FAILURES:
+                return None
+        except psycopg.Error as exc:
+            lost = conn.broken or conn.closed
+            if lost:
+                _close_quietly(conn)
+                self._listener = None
+            raise self._store_error(exc, lost=lost) from exc
+        with self._lock:
+            self.stats.durable_commits += 1
+        self._due.wrote()
         return (result,)
 
     def _queue_guarded(
