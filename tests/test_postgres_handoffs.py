@@ -345,3 +345,25 @@ def test_a_worker_process_runs_what_starts_hand_it(tmp_path: Path) -> None:
         assert isinstance(store, PostgresStore)
         store.drop_schema()
         engine.close()
+
+
+def test_work_announced_with_a_hand_off_is_looked_for_after_it(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # A pass that takes handed steps only does not look for other work (it would slow their
+    # commits): the wait after it must then return at once for what came with the hand-off.
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="handed")
+    starter.start("pair", {}, run_id="ready")  # two ready steps: announced, not handed
+    worker.store.wait_for_change(5, work_only=True)
+    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["handed"]
+    began = time.monotonic()
+    worker.store.wait_for_change(5, work_only=True)
+    assert time.monotonic() - began < 1.0
+    leased = worker.lease_steps_handed(30.0, 10)
+    assert sorted(lease.step_id for lease, _ in leased) == ["a", "b"]
+    # Looked for: the next wait sleeps until something new comes.
+    began = time.monotonic()
+    worker.store.wait_for_change(0.5, work_only=True)
+    assert time.monotonic() - began >= 0.4

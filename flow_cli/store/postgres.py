@@ -176,8 +176,8 @@ class PostgresStore(AppendViaCommit):
         self._offer: tuple[str, list[str], float] | None = None
         self._offered_at: float | None = None
         self._handed: list[handoffs.Handoff] = []
-        # Work a notification read outside a wait announced (``_drain``): the next wait
-        # returns at once, as it would have for it.
+        # Work announced that no lease has looked for yet: a pass that took handed steps only
+        # does not look, and the wait after it returns at once for it. A lease clears it.
         self._work_heard = False
         self._forget_gone_at = 0.0
         # Open and migrate now, so that a wrong URL or a too-new schema fails at startup rather
@@ -861,6 +861,7 @@ class PostgresStore(AppendViaCommit):
         """
         if not build_ids or limit <= 0:
             return []
+        self._work_heard = False
         self._due.forget()
         writes = self._due.writes()
         params = _due_params(worker, build_ids, now, lease_until, limit)
@@ -1145,6 +1146,7 @@ class PostgresStore(AppendViaCommit):
                     woke = max(woke, self._heard(note.payload, heard))
             if woke == _WORK:  # a hand-off alone leaves nothing for a lease to find
                 self._steps_expected = True
+                self._work_heard = True
             # A worker waits only once its last pass found less than it had room for: it has
             # no backlog of older ready steps that the hinted ones would overtake.
             self._hints = heard
