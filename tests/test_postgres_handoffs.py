@@ -367,3 +367,17 @@ def test_work_announced_with_a_hand_off_is_looked_for_after_it(
     began = time.monotonic()
     worker.store.wait_for_change(0.5, work_only=True)
     assert time.monotonic() - began >= 0.4
+
+
+def test_a_step_handed_just_before_the_worker_withdraws_still_reaches_it(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # A worker stopping takes its offer back, then runs what was handed to it: a start that
+    # claimed the offer first must be among those, or its step would wait for its lease.
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    worker.withdraw()  # its notification not read yet
+    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
+    assert _keys(starter, "r2") == ["run_started", "step_scheduled"]

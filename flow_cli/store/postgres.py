@@ -174,6 +174,9 @@ class PostgresStore(AppendViaCommit):
         # builds and lease length; when the listening connection last offered it (monotonic,
         # ``None``: not offered there); the steps handed to it not yet taken.
         self._offer: tuple[str, list[str], float] | None = None
+        self._offerer: str | None = None
+        """The worker this process offered (kept after it withdraws: what was handed to it
+        before that still reaches it)."""
         self._offered_at: float | None = None
         self._handed: list[handoffs.Handoff] = []
         # Work announced that no lease has looked for yet: a pass that took handed steps only
@@ -1170,7 +1173,7 @@ class PostgresStore(AppendViaCommit):
             return _WORK
         handoff = handoffs.parse(self.schema, text)
         if handoff is not None:
-            if self._offer is None or handoff.worker_id != self._offer[0]:
+            if handoff.worker_id != self._offerer:
                 return _NOTHING
             self._handed.append(handoff)
             self._offered_at = None  # the claim took the offer: make it again before sleeping
@@ -1190,6 +1193,7 @@ class PostgresStore(AppendViaCommit):
         offer = (worker_id, list(build_ids), float(lease_seconds))
         if offer != self._offer:
             self._offer, self._offered_at = offer, None
+        self._offerer = worker_id
 
     def _offer_on_listener(self, conn: Connection) -> None:
         """Make the offer on ``conn`` unless made there lately and not claimed since; offers
@@ -1218,7 +1222,7 @@ class PostgresStore(AppendViaCommit):
         history: the one the notification carried (a new run's, whole) or, when it did not fit,
         one read here. A busy worker does not wait: notifications already queued are read here
         first."""
-        if self._offer is None or self._offer[0] != worker_id:
+        if self._offerer != worker_id:
             return []
         if self._listener is not None and self._listen_lock.acquire(blocking=False):
             try:
@@ -1261,9 +1265,26 @@ class PostgresStore(AppendViaCommit):
             self._hints.extend(heard)
 
     def withdraw_worker(self, worker_id: str) -> None:
-        """Take back the offer of ``worker_id`` (it stops)."""
+        """Take back the offer of ``worker_id`` (it stops). Done on the listening connection when
+        this thread can have it: a start that claimed the offer first has committed by the time
+        the offer is gone, and the server sends its notification on that connection before the
+        answer, so the next ``handed_steps`` sees that step (else it would wait for its lease to
+        run out)."""
         if self._offer is not None and self._offer[0] == worker_id:
             self._offer, self._offered_at = None, None
+        if self._listener is not None and self._listen_lock.acquire(blocking=False):
+            try:
+                conn = self._listener
+                if conn is not None and self._listening(conn):
+                    try:
+                        conn.execute(handoffs.WITHDRAW, (worker_id,))
+                        return
+                    except psycopg.Error as exc:
+                        _close_quietly(conn)
+                        self._listener = None
+                        raise self._store_error(exc, lost=True) from exc
+            finally:
+                self._listen_lock.release()
         with self._reading() as conn:
             conn.execute(handoffs.WITHDRAW, (worker_id,))
 
