@@ -1149,7 +1149,9 @@ class PostgresStore(AppendViaCommit):
                     woke = max(woke, self._heard(note.payload, heard))
             if woke == _WORK:  # a hand-off alone leaves nothing for a lease to find
                 self._steps_expected = True
-                self._work_heard = True
+                # With steps handed too, the pass takes those and does not look (see
+                # ``_work_heard``).
+                self._work_heard = bool(self._handed)
             # A worker waits only once its last pass found less than it had room for: it has
             # no backlog of older ready steps that the hinted ones would overtake.
             self._hints = heard
