@@ -1177,7 +1177,8 @@ class PostgresStore(AppendViaCommit):
         if handoff is not None:
             if handoff.worker_id != self._offerer:
                 return _NOTHING
-            self._handed.append(handoff)
+            with self._lock:  # a step thread's commit on the listener reads them too
+                self._handed.append(handoff)
             self._offered_at = None  # the claim took the offer: make it again before sleeping
             return _HANDOFF
         found = hints.parse(self.schema, text)
@@ -1237,7 +1238,8 @@ class PostgresStore(AppendViaCommit):
                         raise self._store_error(exc, lost=True) from exc
             finally:
                 self._listen_lock.release()
-        handed, self._handed = self._handed, []
+        with self._lock:
+            handed, self._handed = self._handed, []
         leases: list[StepLease] = []
         unread: list[StepLease] = []
         for h in handed:
