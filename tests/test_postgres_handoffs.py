@@ -275,76 +275,80 @@ def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-def test_a_worker_killed_while_offered_is_not_handed_the_next_run(tmp_path: Path) -> None:
-    # Real processes: worker A offers itself and is killed with SIGKILL (its offer stays
-    # behind); worker B offers itself; a run started then must reach B (or a lease), not wait
-    # for A's lease, which is made long here, to run out.
+@pytest.fixture
+def fleet() -> Iterator[tuple[Engine, Callable[[float], subprocess.Popen[bytes]]]]:
+    """An engine hosting ``load_workflows`` on a fresh schema, and a way to start real worker
+    processes on it (lease seconds given), stopped at the end."""
     import load_workflows
 
     url = os.environ.get("FLOW_TEST_POSTGRES")
     if not url:
         pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
     schema = f"flow_handoff_{uuid.uuid4().hex[:12]}"
-    engine = Engine(PostgresStore(url, schema=schema), [load_workflows.runtime])
+    store = PostgresStore(url, schema=schema)
+    engine = Engine(store, [load_workflows.runtime])
     workers: list[subprocess.Popen[bytes]] = []
+
+    def spawn(lease_seconds: float) -> subprocess.Popen[bytes]:
+        workers.append(_spawn_worker(url, schema, lease_seconds))
+        return workers[-1]
+
     try:
-        workers.append(_spawn_worker(url, schema, lease_seconds=120))
-        _until(lambda: len(_offers(engine)) == 1, 20, "worker A's offer")
-        (dead,) = _offers(engine)
-        workers[0].send_signal(signal.SIGKILL)
-        workers[0].wait(10)
-        workers.append(_spawn_worker(url, schema, lease_seconds=120))
-        # (B's first offer also clears A's: its connection is gone.)
-        _until(lambda: any(w != dead for w in _offers(engine)), 20, "worker B's offer")
-        engine.start("five-steps", {}, run_id="after-kill")
-        _until(lambda: engine.get_run("after-kill").status.terminal, 30, "the run to end")
-        started = [e.event for e in engine.history("after-kill") if e.event_key == "step_started"]
-        assert started and all(s.worker != dead for s in started)  # type: ignore[attr-defined]
-        assert engine.get_run("after-kill").status is RunStatus.COMPLETED
+        yield engine, spawn
     finally:
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(30)
-        store = engine.store
-        assert isinstance(store, PostgresStore)
         store.drop_schema()
         engine.close()
 
 
 @pytest.mark.slow
-def test_a_worker_process_runs_what_starts_hand_it(tmp_path: Path) -> None:
-    import load_workflows
+def test_a_worker_killed_while_offered_is_not_handed_the_next_run(
+    fleet: tuple[Engine, Callable[[float], subprocess.Popen[bytes]]],
+) -> None:
+    # Real processes: worker A offers itself and is killed with SIGKILL (its offer stays
+    # behind); worker B offers itself; a run started then must reach B (or a lease), not wait
+    # for A's lease, which is made long here, to run out.
+    engine, spawn = fleet
+    first = spawn(120)
+    _until(lambda: len(_offers(engine)) == 1, 20, "worker A's offer")
+    (dead,) = _offers(engine)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    spawn(120)
+    # (B's first offer also clears A's: its connection is gone.)
+    _until(lambda: any(w != dead for w in _offers(engine)), 20, "worker B's offer")
+    engine.start("five-steps", {}, run_id="after-kill")
+    _until(lambda: engine.get_run("after-kill").status.terminal, 30, "the run to end")
+    started = [e.event for e in engine.history("after-kill") if e.event_key == "step_started"]
+    assert started and all(s.worker != dead for s in started)  # type: ignore[attr-defined]
+    assert engine.get_run("after-kill").status is RunStatus.COMPLETED
 
-    url = os.environ.get("FLOW_TEST_POSTGRES")
-    if not url:
-        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
-    schema = f"flow_handoff_{uuid.uuid4().hex[:12]}"
-    engine = Engine(PostgresStore(url, schema=schema), [load_workflows.runtime])
-    worker = _spawn_worker(url, schema, lease_seconds=30)
-    try:
-        handed = 0
-        for i in range(5):
-            _until(lambda: len(_offers(engine)) == 1, 20, "the worker's offer")
-            engine.start("five-steps", {}, run_id=f"r{i}")
-            _until(lambda i=i: engine.get_run(f"r{i}").status.terminal, 30, "the run to end")
-            history = engine.history(f"r{i}")
-            assert history[-1].event_key == "run_completed"
-            # Handed off: the first step started in the start's own commit.
-            handed += history[2].event_key == "step_started" and (
-                history[2].recorded_at == history[0].recorded_at
-            )
-        assert handed == 5
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0
-        # A worker that stops takes its offer back.
-        assert _offers(engine) == []
-        store = engine.store
-        assert isinstance(store, PostgresStore)
-        store.drop_schema()
-        engine.close()
+
+@pytest.mark.slow
+def test_a_worker_process_runs_what_starts_hand_it(
+    fleet: tuple[Engine, Callable[[float], subprocess.Popen[bytes]]],
+) -> None:
+    engine, spawn = fleet
+    worker = spawn(30)
+    handed = 0
+    for i in range(5):
+        _until(lambda: len(_offers(engine)) == 1, 20, "the worker's offer")
+        engine.start("five-steps", {}, run_id=f"r{i}")
+        _until(lambda i=i: engine.get_run(f"r{i}").status.terminal, 30, "the run to end")
+        history = engine.history(f"r{i}")
+        assert history[-1].event_key == "run_completed"
+        # Handed off: the first step started in the start's own commit.
+        handed += history[2].event_key == "step_started" and (
+            history[2].recorded_at == history[0].recorded_at
+        )
+    assert handed == 5
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    # A worker that stops takes its offer back.
+    assert _offers(engine) == []
 
 
 def test_work_announced_with_a_hand_off_is_looked_for_after_it(

@@ -172,6 +172,14 @@ def test_a_payload_round_trips_and_foreign_ones_are_ignored() -> None:
     assert postgres_hints.parse("flow", "flow\nnot json") is None
 
 
+def _woken_at_once_then_leased(worker: PostgresStore, now: datetime) -> list[str]:
+    """What ``worker`` leases after a wait that must end at once: work was announced."""
+    began = time.monotonic()
+    worker.wait_for_change(5, work_only=True)
+    assert time.monotonic() - began < 2.5
+    return _lease(worker, now)
+
+
 def _last_query_of(store: PostgresStore, pid: int) -> str:
     with store._reading() as conn:
         row = conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
@@ -207,10 +215,7 @@ def test_a_stale_commit_on_the_listening_connection_is_a_conflict_and_listening_
         worker.append_if_sequence("r1", 1, [signal(2)], idx(), now)
     assert worker._listener is not None
     _ready_step(other, "r2", now)
-    began = time.monotonic()
-    worker.wait_for_change(5, work_only=True)
-    assert time.monotonic() - began < 2.5
-    assert _lease(worker, now) == ["r2/s"]
+    assert _woken_at_once_then_leased(worker, now) == ["r2/s"]
 
 
 def test_a_notification_that_arrives_during_a_commit_on_the_listener_is_kept(
@@ -224,7 +229,4 @@ def test_a_notification_that_arrives_during_a_commit_on_the_listener_is_kept(
     # it for the next wait (3.2.4 and later do), or the worker would sleep through the step.
     _ready_step(other, "r2", now)
     worker.append_if_sequence("r1", 1, [signal(1)], idx(), now)
-    began = time.monotonic()
-    worker.wait_for_change(5, work_only=True)
-    assert time.monotonic() - began < 2.5
-    assert _lease(worker, now) == ["r2/s"]
+    assert _woken_at_once_then_leased(worker, now) == ["r2/s"]
