@@ -15,8 +15,8 @@ the payload when it fits. The worker runs the step at once: no lease, no read. W
 claim, the commit announces the ready step as any commit does, and a worker leases it.
 
 If the claimed worker dies before it runs the step, the step's lease runs out and another worker
-runs it, as after any crash mid-step. A worker offers itself again when it takes a hand-off (if
-it has a thread to spare) and whenever it is about to sleep and its offer may have gone.
+runs it, as after any crash mid-step. A worker offers itself again whenever it is about to sleep
+with a thread free and its offer may have gone (claimed, or older than ``OFFER_REFRESH``).
 """
 
 from __future__ import annotations
