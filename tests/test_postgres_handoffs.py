@@ -215,6 +215,19 @@ def test_the_offer_of_a_worker_whose_connection_died_is_not_claimed(
     assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
 
 
+def test_an_offer_whose_server_process_id_was_reused_is_not_claimed(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # After a server restart a new session may get the pid an offer names: the offer also
+    # names when its session began, which the new one does not share.
+    worker, starter = pair
+    _offered(worker)
+    with starter.store._reading() as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE idle_workers SET backend_start = backend_start - interval '1 hour'")
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
+
+
 def test_a_worker_of_another_build_gets_nothing_handed(pair: tuple[Engine, Engine]) -> None:
     worker, starter = pair
     worker.store.offer_worker("worker-a", ["other-build"], 30.0)

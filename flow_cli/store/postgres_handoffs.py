@@ -29,18 +29,24 @@ from typing import Any
 from flow_cli.model.events import Event, EventEnvelope, StepStarted, event_from_data, event_json
 
 OFFER = (
-    "INSERT INTO idle_workers (worker_id, builds, lease_seconds, backend_pid, offered_at) "
-    "VALUES (%s, %s, %s, pg_backend_pid(), now()) "
-    "ON CONFLICT (worker_id) DO UPDATE SET builds = EXCLUDED.builds, "
-    "lease_seconds = EXCLUDED.lease_seconds, backend_pid = EXCLUDED.backend_pid, "
-    "offered_at = EXCLUDED.offered_at"
+    "INSERT INTO idle_workers"
+    " (worker_id, builds, lease_seconds, backend_pid, backend_start, offered_at)"
+    " SELECT %s, %s, %s, a.pid, a.backend_start, now()"
+    " FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()"
+    " ON CONFLICT (worker_id) DO UPDATE SET builds = EXCLUDED.builds,"
+    " lease_seconds = EXCLUDED.lease_seconds, backend_pid = EXCLUDED.backend_pid,"
+    " backend_start = EXCLUDED.backend_start, offered_at = EXCLUDED.offered_at"
 )
-"""Offer the worker whose listening connection runs this."""
+"""Offer the worker whose listening connection runs this. Its server process is named by its
+pid and its start time: a pid alone may be reused by another session after this one ends."""
 
-FORGET_GONE = (
-    "DELETE FROM idle_workers i WHERE NOT EXISTS "
-    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid)"
+_SAME_SESSION = (
+    "SELECT 1 FROM pg_stat_activity a"
+    " WHERE a.pid = i.backend_pid AND a.backend_start = i.backend_start"
 )
+"""Whether the session that made offer ``i`` is still connected."""
+
+FORGET_GONE = f"DELETE FROM idle_workers i WHERE NOT EXISTS ({_SAME_SESSION})"
 """Offers of workers whose connection closed (they died): sent with an offer now and then."""
 
 WITHDRAW = "DELETE FROM idle_workers WHERE worker_id = %s"
@@ -49,7 +55,7 @@ HAND_OFF = (
     "WITH claimed AS ("
     " DELETE FROM idle_workers WHERE worker_id = ("
     "  SELECT i.worker_id FROM idle_workers i WHERE %(build)s = ANY(i.builds)"
-    "  AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid)"
+    f"  AND EXISTS ({_SAME_SESSION})"
     "  ORDER BY i.offered_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
     " RETURNING worker_id, %(now)s::timestamptz + lease_seconds * interval '1 second' AS until"
     "), started AS ("

@@ -196,6 +196,7 @@ def _v5_idle_workers(conn: Connection) -> None:
             builds        text[]           NOT NULL,
             lease_seconds double precision NOT NULL,
             backend_pid   integer          NOT NULL,
+            backend_start timestamptz      NOT NULL,
             offered_at    timestamptz      NOT NULL
         )
         """
