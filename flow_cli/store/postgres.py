@@ -358,13 +358,9 @@ class PostgresStore(AppendViaCommit):
         """Send the statements ``fill`` adds as one ``Batch`` (one round trip, one durable
         transaction) and return what ``fill`` returned, or ``None`` when a check failed (see
         ``GUARD_FAILURES``) and the batch was rolled back."""
-        if self._listener is not None and self._listen_lock.acquire(blocking=False):
-            try:
-                conn = self._listener
-                if conn is not None and self._listening(conn):
-                    return self._batch_on_listener(conn, fill)
-            finally:
-                self._listen_lock.release()
+        with self._free_listener() as listener:
+            if listener is not None:
+                return self._batch_on_listener(listener, fill)
         try:
             with self._transaction() as conn:
                 # Autocommit: psycopg sends no BEGIN of its own; the batch is its own transaction.
@@ -382,12 +378,34 @@ class PostgresStore(AppendViaCommit):
             return None
         return (result,)
 
+    @contextmanager
+    def _free_listener(self) -> Iterator[Connection | None]:
+        """The listening connection, if no other thread has it and it can take a statement now
+        (``_listening``); else ``None``. A psycopg error on it becomes ``StoreError``, and one
+        that broke it lets it go (the next wait listens again)."""
+        if self._listener is None or not self._listen_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            listener = self._listener
+            conn = listener if listener is not None and self._listening(listener) else None
+            try:
+                yield conn
+            except psycopg.Error as exc:
+                lost = conn is None or conn.broken or conn.closed
+                if lost and conn is not None:
+                    _close_quietly(conn)
+                    self._listener = None
+                raise self._store_error(exc, lost=lost) from exc
+        finally:
+            self._listen_lock.release()
+
     def _listening(self, conn: Connection) -> bool:
         """Whether the listening connection ``conn`` (its lock held) can take a statement now.
 
         Nothing to read means it can (``_alive``). Something to read is notifications, kept here
         as a wait keeps them, or the server closing it (a restart, a killed session): still
-        something to read after that, and the commit takes a pooled connection instead (the
+        something to read after that, and the caller takes a pooled connection instead (the
         next wait finds out which, and listens again if it must).
         """
         if conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -403,26 +421,19 @@ class PostgresStore(AppendViaCommit):
         return _alive(conn)
 
     def _batch_on_listener(self, conn: Connection, fill: Callable[[Batch], _T]) -> tuple[_T] | None:
-        """``_batch`` on the listening connection (its lock held), which nobody waits on now.
+        """``_batch`` on the listening connection (``_free_listener``), which nobody waits on.
 
         Its server process woke last when a notification came, while a pooled connection may
         have sat idle since this process last wrote: on a machine that lets idle processes sleep
         deeply, the first statement after a pause costs more there. A worker handed a step
         (``postgres_handoffs``) commits its end so, on the connection that heard of it.
         """
+        batch = Batch(conn, self._prepared_on(conn))
         try:
-            batch = Batch(conn, self._prepared_on(conn))
-            try:
-                result = fill(batch)
-                batch.send()
-            except tables.GUARD_FAILURES:
-                return None
-        except psycopg.Error as exc:
-            lost = conn.broken or conn.closed
-            if lost:
-                _close_quietly(conn)
-                self._listener = None
-            raise self._store_error(exc, lost=lost) from exc
+            result = fill(batch)
+            batch.send()
+        except tables.GUARD_FAILURES:
+            return None
         with self._lock:
             self.stats.durable_commits += 1
         self._due.wrote()
@@ -464,8 +475,7 @@ class PostgresStore(AppendViaCommit):
         # A run started with its first decision in the same group (``Engine.start``, a
         # continuation, a child) is inserted as the decision leaves it: one row version.
         decided: dict[str, list[EventEnvelope]] = {}
-        handing: set[str] = set()
-        """Created runs whose first step may be handed off: their statement notifies."""
+        handing: set[str] = set()  # created runs whose hand-off statement notifies for them
         for group in groups:
             firsts = {w.run_id: w for w in group.writes if w.run_id in once}
             for run in group.creates:
@@ -1227,17 +1237,8 @@ class PostgresStore(AppendViaCommit):
         first."""
         if self._offerer != worker_id:
             return []
-        if self._listener is not None and self._listen_lock.acquire(blocking=False):
-            try:
-                if self._listener is not None:
-                    try:
-                        self._drain(self._listener)
-                    except psycopg.Error as exc:
-                        _close_quietly(self._listener)
-                        self._listener = None
-                        raise self._store_error(exc, lost=True) from exc
-            finally:
-                self._listen_lock.release()
+        with self._free_listener():
+            pass  # taking it reads what it has received, hand-offs among it
         with self._lock:
             handed, self._handed = self._handed, []
         leases: list[StepLease] = []
@@ -1276,19 +1277,10 @@ class PostgresStore(AppendViaCommit):
         run out)."""
         if self._offer is not None and self._offer[0] == worker_id:
             self._offer, self._offered_at = None, None
-        if self._listener is not None and self._listen_lock.acquire(blocking=False):
-            try:
-                conn = self._listener
-                if conn is not None and self._listening(conn):
-                    try:
-                        conn.execute(handoffs.WITHDRAW, (worker_id,))
-                        return
-                    except psycopg.Error as exc:
-                        _close_quietly(conn)
-                        self._listener = None
-                        raise self._store_error(exc, lost=True) from exc
-            finally:
-                self._listen_lock.release()
+        with self._free_listener() as listener:
+            if listener is not None:
+                listener.execute(handoffs.WITHDRAW, (worker_id,))
+                return
         with self._reading() as conn:
             conn.execute(handoffs.WITHDRAW, (worker_id,))
 
