@@ -71,7 +71,7 @@ def test_anything_else_happening_to_the_run_means_a_replay_from_the_top(
     canceller: list[Engine] = []
     engine = Engine(store, [_chain(calls, canceller)], clock=clock, worker_id="w")
     canceller.append(Engine(store, [_chain()], clock=clock, worker_id="operator"))
-    engine.start("chain", {"steps": 20}, run_id="r")
+    engine.start("chain", {"steps": STICKY_FROM + 12}, run_id="r")
     engine.tick(until_idle=True)
     # The cancellation came in while a step ran with a call kept: that call would not have
     # looked at ctx.cancel_requested again; the replay does, and the run stops after the step.

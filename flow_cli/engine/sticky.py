@@ -33,7 +33,7 @@ from flow_cli.runtime import Runtime
 
 MAX_CALLS = 64
 """Workflow calls kept waiting at once (each holds one parked thread)."""
-STICKY_FROM = 8
+STICKY_FROM = 16
 """Completed steps a run needs before its call is kept: replaying a shorter run from the top
 costs less than a thread and its hand-overs."""
 EVENTS_OF_ONE_STEP = 3
