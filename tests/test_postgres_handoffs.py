@@ -398,3 +398,40 @@ def test_a_step_handed_just_before_the_worker_withdraws_still_reaches_it(
     assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
     assert _keys(starter, "r2") == ["run_started", "step_scheduled"]
+
+
+def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # The round trips a worker makes before it sleeps (its offer, when work is next due) wait
+    # HANDOFF_AFTER past the end of the steps handed to it: the run's caller reads the end then.
+    import threading
+
+    from flow_cli.engine.worker import HANDOFF_AFTER, Worker
+
+    worker_engine, starter = pair
+    offers: list[float] = []
+    offer = worker_engine.offer_idle
+
+    def timed_offer(lease_seconds: float) -> None:
+        offers.append(time.time())  # the clock the events' times are read from
+        offer(lease_seconds)
+
+    worker_engine.offer_idle = timed_offer  # type: ignore[method-assign]
+    worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        _until(lambda: _offers(starter) == ["worker-a"], 10, "the worker's offer")
+        for i in range(3):
+            run_id = f"r{i}"
+            starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
+            _until(lambda: _offers(starter) == ["worker-a"], 10, "the next offer")
+            history = starter.history(run_id)
+            assert history[2].event.worker == "worker-a"  # type: ignore[union-attr]
+            assert history[-1].event_key == "run_completed"
+            ended = history[-1].recorded_at.timestamp()  # taken before that commit
+            assert min(t for t in offers if t > ended) - ended >= HANDOFF_AFTER
+    finally:
+        worker.stop()
+        thread.join(30)

@@ -37,6 +37,13 @@ HANDOFF_QUIET = 0.02
 """Seconds an idle worker that took handed steps waits at most for them to end before its
 own round trips (work then announced is heard at once after it)."""
 
+HANDOFF_AFTER = 0.005
+"""Seconds such a worker still waits once they ended. Whoever started the run is reading its
+end now, often on the same machine, and the worker's round trips before it sleeps (its offer,
+when work is next due) would compete with that read for the processor and the database; work
+announced meanwhile is heard right after. A start in that time finds no offer and its step is
+leased as usual."""
+
 
 @dataclass(slots=True)
 class WorkerStats:
@@ -229,7 +236,8 @@ class Worker:
             # Steps handed to an idle worker: its round trips before it sleeps (when work is
             # next due, its offer) wait for them to end, briefly, not to slow their commits.
             self._quiet = False
-            self._step_done.wait(HANDOFF_QUIET)
+            if self._step_done.wait(HANDOFF_QUIET):
+                self._stop.wait(HANDOFF_AFTER)
         self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due()
