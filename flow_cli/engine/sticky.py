@@ -35,8 +35,9 @@ MAX_CALLS = 64
 """Workflow calls kept waiting at once (each holds one parked thread)."""
 STICKY_FROM = 16
 """Completed steps a run needs before its call is kept: replaying a shorter run from the top
-costs less than a thread and its hand-overs (a worker draining runs of 10, 20, 40 and 80 steps
-on SQLite: kept calls paid off for the runs of 80 steps only; docs/benchmarks.md)."""
+costs less than a thread and its hand-overs (a worker draining runs of 10 to 80 steps on
+SQLite: from 16 steps rather than 8, runs of 10 to 40 steps went 6-15 % faster and runs of 80
+as fast; docs/benchmarks.md)."""
 EVENTS_OF_ONE_STEP = 3
 """``step_scheduled``, ``step_started`` and ``step_completed`` of the awaited step."""
 
