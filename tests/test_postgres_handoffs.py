@@ -7,6 +7,7 @@ is busy, gone or never offered leaves the step ready for an ordinary lease.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -398,6 +399,22 @@ def test_a_step_handed_just_before_the_worker_withdraws_still_reaches_it(
     assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
     assert _keys(starter, "r2") == ["run_started", "step_scheduled"]
+
+
+def test_a_hand_off_heard_during_a_statement_on_the_listener_still_reaches_the_worker(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # A notification that comes in while the worker runs a statement on its listening
+    # connection (its withdrawal, a step's end) is kept aside by psycopg, not left on the
+    # socket: taking the handed steps must read it there too. (Under load, a withdrawal raced
+    # the start's notification this way.)
+    worker, starter = pair
+    _offered(worker)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    listener = worker.store._listener  # type: ignore[attr-defined]
+    assert select.select([listener.fileno()], [], [], 5)[0]  # the notification is here
+    listener.execute("SELECT 1")  # read with the answer, and kept aside
+    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
 
 
 def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(

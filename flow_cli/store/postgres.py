@@ -1237,8 +1237,11 @@ class PostgresStore(AppendViaCommit):
         first."""
         if self._offerer != worker_id:
             return []
-        with self._free_listener():
-            pass  # taking it reads what it has received, hand-offs among it
+        with self._free_listener() as listener:
+            # Taking it reads what its socket holds; what came during a statement of ours on
+            # it (the withdrawal, a step's end) psycopg kept aside, and is read here.
+            if listener is not None:
+                self._drain(listener)
         with self._lock:
             handed, self._handed = self._handed, []
         leases: list[StepLease] = []
