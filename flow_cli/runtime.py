@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import STEP_NAME_ATTRIBUTE, Suspend, WorkflowContext
 from flow_cli.model.decision import Proposal
-from flow_cli.model.events import EventEnvelope
 from flow_cli.model.jsonval import JsonValue
-from flow_cli.model.snapshot import WorkflowRunSnapshot, project
-from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.snapshot import WorkflowRunSnapshot
 
 WorkflowFn = Callable[[WorkflowContext], RuntimeCommand]
 StepFn = Callable[[Any, "StepInfo"], Any]
@@ -35,17 +33,6 @@ class StepInfo:
     def idempotency_key(self, resource: str) -> str:
         """``"{run_id}:{step_id}:{resource}"``: send it with every external side effect."""
         return f"{self.run_id}:{self.step_id}:{resource}"
-
-
-class FlowRuntime(Protocol):
-    """Code that can decide runs of one build."""
-
-    build_id: str
-    patches: tuple[str, ...]
-
-    def run_workflow(
-        self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]
-    ) -> RuntimeCommand: ...
 
 
 class Runtime:
@@ -129,15 +116,6 @@ class Runtime:
                 "return exactly one ctx command (ctx.schedule_step, ctx.complete, ...)",
             )
         return Proposal(command)
-
-    def run_workflow(
-        self, spec: WorkflowSpec, input: JsonValue, history: Sequence[EventEnvelope]
-    ) -> RuntimeCommand:
-        """The ``FlowRuntime`` entry point: project ``history`` and decide."""
-        snapshot = project(history)
-        if snapshot.spec.workflow != spec.workflow:
-            raise WorkflowError(snapshot.run_id, "SpecMismatch", "history belongs to another spec")
-        return self.decide(snapshot)
 
     def run_step(self, name: str, input: JsonValue, info: StepInfo) -> Any:
         """Run step handler ``name``; a coroutine function is driven to completion."""

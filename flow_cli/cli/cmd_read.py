@@ -122,7 +122,7 @@ def history(
     With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
     one such object per line.
     """
-    from flow_cli.cli.render import TERMINAL_EVENTS
+    from flow_cli.model.events import TERMINAL_KEYS
 
     state = CliState.of(ctx)
     as_json = state.want_json(json_output)
@@ -144,7 +144,7 @@ def history(
             for event in events:
                 printer(event)
                 last = event["sequence"]
-                if event["event_key"] in TERMINAL_EVENTS:
+                if event["event_key"] in TERMINAL_KEYS:
                     if exit_status:
                         _exit_with_outcome(engine, run_id)
                     return

@@ -22,11 +22,11 @@ from rich.table import Table
 from rich.text import Text
 
 from flow_cli.cli.io import short_json, short_text
+from flow_cli.model.events import TERMINAL_KEYS
 from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import TickReport
-    from flow_cli.engine.replay import ReplayResult
     from flow_cli.store.protocol import RunRecord
 
 STATUS_STYLES = {
@@ -47,9 +47,6 @@ STEP_STYLES = {
     "failed": "bold red",
     "cancelled": "yellow",
 }
-TERMINAL_EVENTS = frozenset(
-    {"run_completed", "run_failed", "run_cancelled", "run_continued_as_new"}
-)
 PIPE_WIDTH = 400
 """Line width off a terminal (no ``COLUMNS``): wide enough that rows stay one line for grep."""
 
@@ -484,7 +481,7 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
 def _event_style(key: str) -> str:
     if key in ("run_failed", "decision_failed", "step_failed"):
         return "red"
-    if key in TERMINAL_EVENTS:
+    if key in TERMINAL_KEYS:
         return "bold green" if key == "run_completed" else "bold"
     return "cyan"
 
@@ -529,27 +526,6 @@ def tick_progress_text(report: TickReport) -> str:
 
 
 # -- flow replay-check -----------------------------------------------------------------------
-
-
-def replay_table(results: Sequence[ReplayResult]) -> RenderableType:
-    table = _table("divergences")
-    table.add_column("run", no_wrap=True)
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("identity", no_wrap=True)
-    table.add_column("field", no_wrap=True)
-    table.add_column("recorded", overflow="fold", style="green")
-    table.add_column("produced", overflow="fold", style="red")
-    for result in results:
-        for d in result.divergences:
-            table.add_row(
-                Text(escape_controls(d.run_id)),
-                str(d.sequence),
-                Text(escape_controls(d.identity)),
-                Text(escape_controls(d.field)),
-                Text(short_json(clean(d.recorded), 160)),
-                Text(short_json(clean(d.produced), 160)),
-            )
-    return table
 
 
 # -- flow upgrade ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_cli.errors import InputError
-from flow_cli.model.events import EventEnvelope
+from flow_cli.model.events import TERMINAL_KEYS, EventEnvelope
 
 if TYPE_CHECKING:
     from flow_cli.engine.replay import ReplayResult
@@ -39,8 +39,6 @@ REDACTED_TOKEN_PREFIX = "redacted:"
 """A redacted hook token is this prefix and the hook id."""
 SEED = "seed"
 TOKENS = "hook tokens"
-
-_TERMINAL_KEYS = frozenset({"run_completed", "run_failed", "run_cancelled", "run_continued_as_new"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +60,7 @@ def export_document(
     (see the module docstring).
     """
     events = [e.to_json() for e in history]
-    finished = bool(history) and history[-1].event.event_key() in _TERMINAL_KEYS
+    finished = bool(history) and history[-1].event.event_key() in TERMINAL_KEYS
     redact = not include_secrets and not finished
     if redact:
         events = [_redact(event) for event in events]

@@ -7,34 +7,13 @@ from datetime import datetime
 
 from flow_cli.model.events import (
     BuildUpgraded,
-    CancelRequested,
-    ChildCompleted,
     Event,
     HookCreated,
     HookResolved,
-    SignalReceived,
-    StepCompleted,
-    StepFailed,
-    WaitCompleted,
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.store.protocol import KEEP, HookEntry, Keep, RunIndex, StepTask, waiting_entry
-
-
-def is_wake(event: Event) -> bool:
-    """Whether this fact can change what the workflow decides next."""
-    if isinstance(event, StepFailed):
-        return event.exhausted
-    return isinstance(
-        event,
-        StepCompleted
-        | WaitCompleted
-        | SignalReceived
-        | HookResolved
-        | ChildCompleted
-        | CancelRequested,
-    )
 
 
 def step_task(step: StepState) -> StepTask | None:

@@ -16,6 +16,7 @@ from typing import Any
 from flow_cli.errors import NonDeterminismError
 from flow_cli.model.decision import Append, Decision, Failed, Idle, Park, Terminate, decide
 from flow_cli.model.events import (
+    TERMINAL_EVENTS,
     ChildAbandoned,
     ChildCancelled,
     ChildScheduled,
@@ -23,9 +24,7 @@ from flow_cli.model.events import (
     EventEnvelope,
     HookCreated,
     RunCancelled,
-    RunCompleted,
     RunContinuedAsNew,
-    RunFailed,
     RunStarted,
     SignalWaitStarted,
     StepCancelled,
@@ -38,7 +37,6 @@ from flow_cli.runtime import Runtime
 
 _NEW_IDENTITY = (StepScheduled, WaitStarted, SignalWaitStarted, HookCreated, ChildScheduled)
 _CLOSING = (StepCancelled, ChildCancelled, ChildAbandoned)
-_TERMINAL = (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,11 +151,11 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
 def _chunk(history: Sequence[EventEnvelope], start: int) -> list[EventEnvelope]:
     """The events of one recorded decision beginning at ``start`` (empty for a fact)."""
     first = history[start].event
-    if isinstance(first, (*_CLOSING, *_TERMINAL)):
+    if isinstance(first, (*_CLOSING, *TERMINAL_EVENTS)):
         end = start
         while end < len(history) and isinstance(history[end].event, _CLOSING):
             end += 1
-        if end < len(history) and isinstance(history[end].event, _TERMINAL):
+        if end < len(history) and isinstance(history[end].event, TERMINAL_EVENTS):
             return list(history[start : end + 1])
         return []  # closing events without a terminal one: not a decision
     if isinstance(first, StepScheduled | ChildScheduled) and first.batch_id is not None:

@@ -349,9 +349,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
-TERMINAL_KEYS = frozenset(
-    {RunCompleted.KEY, RunFailed.KEY, RunCancelled.KEY, RunContinuedAsNew.KEY}
-)
+TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew)
+"""The events that end a run: the one definition every layer reads."""
+
+TERMINAL_KEYS = frozenset(event.KEY for event in TERMINAL_EVENTS)
 
 
 def _converter(type_text: str) -> Callable[[Any], Any] | None:
