@@ -47,6 +47,15 @@ class RunAlreadyExists(FlowError):
         self.detail = detail
 
 
+class ForkIdTaken(RunAlreadyExists):
+    """``flow fork --id NEW`` names a run that exists (whatever its spec)."""
+
+    def __init__(self, run_id: str) -> None:
+        FlowError.__init__(self, f"Run {run_id!r} already exists; give the fork another --id.")
+        self.run_id = run_id
+        self.detail = "id"
+
+
 class RunFinished(FlowError):
     def __init__(self, run_id: str, status: str, action: str) -> None:
         super().__init__(f"Run {run_id!r} has already ended ({status}); cannot {action}.")

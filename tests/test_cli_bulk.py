@@ -143,7 +143,7 @@ def test_start_from_jsonl_is_idempotent(proj: TriageProject, tmp_path: Path) -> 
     first = proj.run("start", "--from-jsonl", str(feed))
     assert first.code == 1
     rows = lines(first.stdout)
-    assert rows[:2] == [["s1", "done", "created"], ["s2", "done", "created"]]
+    assert rows[:2] == [["s1", "done", "line 1: created"], ["s2", "done", "line 2: created"]]
     assert rows[2][:2] == ["s3", "failed"]
     feed.write_text(feed.read_text().splitlines()[0] + "\n" + feed.read_text().splitlines()[1])
     again = proj.invoke("start", "--from-jsonl", "-", "--json", stdin=feed.read_text())

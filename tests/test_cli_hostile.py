@@ -6,6 +6,7 @@ Each case is one ``error: ...`` line on stderr and the right exit code, never a 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,182 @@ def test_an_infinite_lease_is_refused_before_the_worker_starts(refusing: FlowPro
         "error: Invalid value for '--lease-seconds': Input should be less than or equal to "
         "86400 (see 'flow worker --help')\n",
     )
+
+
+# -- item 4: control and format characters in ids ----------------------------------------------
+
+REFUSED_IDS = {
+    "esc": "a\x1b[31mb",
+    "bel": "a\x07b",
+    "newline": "a\nb",
+    "rlo": "invoice-\u202etxt.exe",
+    "isolate": "a\u2066b",
+    "zwj": "a\u200db",
+    "bom": "\ufeffa",
+    "line separator": "a\u2028b",
+}
+
+
+def test_the_refused_characters_are_exactly_the_unicode_controls_and_formats() -> None:
+    import sys
+    import unicodedata
+
+    from flow_cli.model.names import CONTROL_CHARACTERS
+
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        category = unicodedata.category(char)
+        refused = CONTROL_CHARACTERS.match(char) is not None
+        if category in ("Cc", "Cf", "Zl", "Zp"):
+            assert refused, f"U+{code:04X} ({category}) is let through"
+        elif refused:  # assigned as Cf by a later Unicode than this Python's
+            assert category == "Cn", f"U+{code:04X} ({category}) is refused"
+
+
+def test_from_jsonl_refuses_control_and_format_characters_line_by_line(
+    project: FlowProject,
+) -> None:
+    feed = [{"run_id": run_id, "workflow": "two-step"} for run_id in REFUSED_IDS.values()]
+    feed.append({"run_id": "fine", "workflow": "two-step"})
+    text = "".join(json.dumps(line) + "\n" for line in feed)
+    result = project.invoke("start", "--from-jsonl", "-", stdin=text)
+    assert result.code == 1
+    shown = {
+        "esc": ("a\\x1b[31mb", "'a\\x1b[31mb'", "control character U+001B"),
+        "bel": ("a\\x07b", "'a\\x07b'", "control character U+0007"),
+        "newline": ("a\\x0ab", "'a\\nb'", "control character U+000A"),
+        "rlo": ("invoice-\\u202etxt.exe", "'invoice-\\u202etxt.exe'", "format character U+202E"),
+        "isolate": ("a\\u2066b", "'a\\u2066b'", "format character U+2066"),
+        "zwj": ("a\\u200db", "'a\\u200db'", "format character U+200D"),
+        "bom": ("\\ufeffa", "'\\ufeffa'", "format character U+FEFF"),
+        "line separator": ("a\\u2028b", "'a\\u2028b'", "format character U+2028"),
+    }
+    expected = [
+        f"{escaped}\tfailed\tline {number}: The run id {quoted} holds the {what}; use printable "
+        "text."
+        for number, (escaped, quoted, what) in enumerate(shown.values(), 1)
+    ]
+    expected.append(f"fine\tdone\tline {len(feed)}: created")
+    assert result.stdout.splitlines() == expected
+    assert result.stderr == "1 done, 0 skipped, 8 failed\n"
+    assert [row[0] for row in project.dump()] == ["fine"]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_IDS))
+def test_fork_id_with_control_or_format_characters_is_refused(
+    project: FlowProject, name: str
+) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    before = project.dump()
+    result = project.invoke("fork", "a", "--id", REFUSED_IDS[name])
+    assert (result.code, result.stdout) == (2, "")
+    line = result.error_line()
+    assert line.startswith("error: The run id '") and line.endswith("; use printable text.")
+    assert project.dump() == before
+
+
+def test_fork_onto_a_taken_id_is_one_clear_sentence(project: FlowProject) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    project.setup("start", "two-step", "--id", "b", "--input", "2")
+    result = project.invoke("fork", "a", "--id", "b")
+    assert (result.code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: Run 'b' already exists; give the fork another --id.\n",
+    )
+
+
+def test_engine_start_refuses_bidi_overrides() -> None:
+    from cli_workflows import runtime
+
+    from flow_cli.engine.engine import Engine
+    from flow_cli.errors import InputError
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.store.memory import MemoryStore
+
+    engine = Engine(MemoryStore(), [runtime], clock=ManualClock())
+    with pytest.raises(InputError, match="format character U\\+202E"):
+        engine.start("two-step", run_id="a\u202eb")
+    assert engine.store.get_run("a\u202eb") is None
+
+
+def _store_run(project: FlowProject, run_id: str) -> None:
+    """A run written before ids were checked (or by another tool)."""
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.model.spec import WorkflowSpec
+    from flow_cli.store.protocol import NewRun
+    from flow_cli.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(project.db)
+    spec = WorkflowSpec(workflow="two-step", input=None, runtime_build_id="cli-1")
+    store.create_run(
+        NewRun(run_id=run_id, spec=spec, seed="00", decide_at=None), ManualClock().now()
+    )
+    store.close()
+
+
+def test_bulk_result_lines_escape_stored_ids(project: FlowProject) -> None:
+    project.setup("start", "two-step", "--id", "plain")
+    _store_run(project, "x\x1b[2Jy")
+    _store_run(project, "p\u202eq")
+    result = project.invoke("cancel", "x\x1b[2Jy", "p\u202eq")
+    assert result.code == 0
+    assert result.stdout == (
+        "x\\x1b[2Jy\tdone\tcancellation requested\np\\u202eq\tdone\tcancellation requested\n"
+    )
+    dry = project.invoke("terminate", "x\x1b[2Jy", "--dry-run", "--status", "Pending")
+    assert dry.code == 2  # ids and filters, not both: the id is not echoed raw either
+    assert "\x1b" not in dry.stderr
+    as_json = project.invoke("cancel", "p\u202eq", "plain", "--jsonl")
+    assert "\u202e" not in as_json.stdout and "\\u202e" in as_json.stdout
+    assert json.loads(as_json.stdout.splitlines()[0])["run_id"] == "p\u202eq"
+
+
+def test_hook_list_escapes_tokens_and_ids(project: FlowProject) -> None:
+    token = "tok\x1b[31m\u202e"
+    project.setup("start", "callback", "--id", "cb", "--input", json.dumps({"token": token}))
+    project.setup("tick", "--until-idle")
+    listed = project.invoke("hook", "list")
+    assert listed.code == 0
+    assert "\x1b" not in listed.stdout and "\u202e" not in listed.stdout
+    assert "tok\\x1b[31m\\u202e" in listed.stdout
+    as_json = project.invoke("hook", "list", "--json")
+    assert "\u202e" not in as_json.stdout
+    assert as_json.json()[0]["token"] == token
+
+
+def test_replay_check_table_escapes_identities_fields_and_run_ids() -> None:
+    from flow_cli.cli import replay_report
+    from flow_cli.cli.render import console
+
+    group = replay_report.Group("step\x1b[2J", "na\u202eme", "a\x9b", "b\u2066", 1)
+    group.runs.append("run\x07\u202e")
+    con = console()
+    with con.capture() as captured:
+        con.print(replay_report.table([group]))
+    text = captured.get()
+    for raw in ("\x1b[2J", "\u202e", "\x9b", "\u2066", "\x07"):
+        assert raw not in text
+    assert "step\\x1b[2J" in text and "run\\x07\\u202e" in text
+
+
+def test_from_jsonl_lines_beyond_the_limits_fail_alone(project: FlowProject) -> None:
+    huge = '{"run_id": "huge", "workflow": "two-step", "input": ' + "9" * 5000 + "}"
+    deep = '{"run_id": "deep", "workflow": "two-step", "input": ' + "[" * 200 + "]" * 200 + "}"
+    deeper = '{"run_id": "x", "workflow": "two-step", "input": ' + "[" * 5000 + "]" * 5000 + "}"
+    fine = '{"run_id": "fine", "workflow": "two-step"}'
+    result = project.invoke(
+        "start", "--from-jsonl", "-", stdin=f"{huge}\n{deep}\n\n{deeper}\n{fine}\n"
+    )
+    assert result.code == 1
+    assert result.stdout.splitlines() == [
+        "huge\tfailed\tline 1: the line is refused: it holds an integer of 5,000 digits; Flow "
+        "accepts at most 1,000.",
+        "deep\tfailed\tline 2: the line is refused: it is nested more than 100 levels deep "
+        "(Flow's limit).",
+        "-\tfailed\tline 4: the line is refused: it is nested more than 100 levels deep "
+        "(Flow's limit).",
+        "fine\tdone\tline 5: created",
+    ]
+    assert result.stderr == "1 done, 0 skipped, 3 failed\n"
+    assert [row[0] for row in project.dump()] == ["fine"]
