@@ -7,6 +7,8 @@ Each case is one ``error: ...`` line on stderr and the right exit code, never a 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -341,3 +343,148 @@ def test_from_jsonl_lines_beyond_the_limits_fail_alone(project: FlowProject) -> 
     ]
     assert result.stderr == "1 done, 0 skipped, 3 failed\n"
     assert [row[0] for row in project.dump()] == ["fine"]
+
+
+# -- items 2 and 3: export file names and targets -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["x/y", "x__y", "x%2Fy", "a~b", ".", "..", ".hidden", "é/ü", "r" * 300, "é" * 200, "%" * 300],
+)
+def test_export_file_names_fit_and_read_back(run_id: str) -> None:
+    from urllib.parse import unquote
+
+    from flow_cli.cli.export_files import export_file_name
+
+    name = export_file_name(run_id)
+    assert len(name.encode("utf-8")) <= 255 and name.endswith(".json")
+    assert "/" not in name and not name.startswith(".")
+    if "~" not in name:
+        assert unquote(name.removesuffix(".json")) == run_id
+
+
+def test_export_file_names_never_collide() -> None:
+    from flow_cli.cli.export_files import export_file_name
+
+    ids = ["x/y", "x__y", "x%2Fy", "x%252Fy", "a~b", "a%7Eb", ".a", "%2Ea"]
+    ids += ["r" * 300, "r" * 301, "r" * 299 + "s", "r" * 250 + "%" * 50, "r" * 250 + "%" * 51]
+    names = [export_file_name(run_id) for run_id in ids]
+    assert len(set(names)) == len(names)
+
+
+def test_export_to_a_directory_keeps_every_history(project: FlowProject, tmp_path: Path) -> None:
+    long_id = "r" * 300
+    for run_id in ("x/y", "x__y", long_id):
+        project.setup("start", "two-step", "--id", run_id)
+    out = tmp_path / "out"
+    result = project.invoke("export", "x/y", "x__y", long_id, "-o", str(out))
+    assert result.code == 0, result.stderr
+    long_name = "r" * 217 + "~" + _sha(long_id) + ".json"
+    assert result.stdout == (
+        f"x/y\tdone\twrote {out}/x%2Fy.json\n"
+        f"x__y\tdone\twrote {out}/x__y.json\n"
+        f"{long_id}\tdone\twrote {out}/{long_name}\n"
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(["x%2Fy.json", "x__y.json", long_name])
+    ids = {json.loads((out / name).read_text())["run_id"] for name in os.listdir(out)}
+    assert ids == {"x/y", "x__y", long_id}
+    check = project.invoke("replay-check", "--file", str(out), "--build-id", "cli-1")
+    assert (check.code, check.stdout) == (
+        0,
+        "replay-check: 3 of 3 histories replay cleanly against build cli-1\n",
+    )
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def test_two_runs_never_share_one_file_of_an_export(
+    project: FlowProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on a case-insensitive disk, where Order.json and order.json are one file."""
+    from flow_cli.cli import export_files
+
+    project.setup("start", "two-step", "--id", "Order")
+    project.setup("start", "two-step", "--id", "order")
+    monkeypatch.setattr(export_files, "export_file_name", lambda run_id: "order.json")
+    out = tmp_path / "out"
+    result = project.invoke("export", "Order", "order", "-o", str(out))
+    assert result.code == 1
+    assert result.stdout == (
+        f"Order\tdone\twrote {out}/order.json\n"
+        f"order\tfailed\t{out}/order.json already holds the export of run 'Order'; not replaced\n"
+    )
+    assert json.loads((out / "order.json").read_text())["run_id"] == "Order"
+    again = project.invoke("export", "order", "-o", str(out / "order.json"))
+    assert again.code == 0  # a later export may rewrite the file
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_export_never_replaces_a_fifo_or_a_directory(
+    project: FlowProject, tmp_path: Path, kind: str
+) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    target = tmp_path / "target"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    result = project.invoke("export", "a", "-o", str(target))
+    what = "a FIFO" if kind == "fifo" else "a directory"
+    assert (result.code, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"error: -o {target} is {what}; export writes only regular files (or - for stdout).\n",
+    )
+    assert stat.S_ISFIFO(target.lstat().st_mode) if kind == "fifo" else target.is_dir()
+
+
+def test_export_never_replaces_a_device(project: FlowProject, tmp_path: Path) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    link = tmp_path / "null-link"
+    link.symlink_to("/dev/null")
+    # The link first: without the check an export replaces the link, not /dev/null, and the
+    # test stops there, before it could replace the machine's /dev/null (as root).
+    for target in (str(link), "/dev/null"):
+        result = project.invoke("export", "a", "-o", target)
+        assert link.is_symlink()
+        assert (result.code, result.stdout, result.stderr) == (
+            2,
+            "",
+            f"error: -o {target} is a device; export writes only regular files (or - for "
+            "stdout).\n",
+        )
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_export_to_a_directory_fails_a_run_whose_file_is_a_fifo(
+    project: FlowProject, tmp_path: Path
+) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    project.setup("start", "two-step", "--id", "b")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "a.json")
+    result = project.invoke("export", "a", "b", "-o", str(out))
+    assert result.code == 1
+    assert result.stdout == (
+        f"a\tfailed\t-o {out}/a.json is a FIFO; export writes only regular files (or - for "
+        "stdout).\n"
+        f"b\tdone\twrote {out}/b.json\n"
+    )
+    assert stat.S_ISFIFO((out / "a.json").lstat().st_mode)
+
+
+def test_export_to_stdout_and_to_a_regular_file(project: FlowProject, tmp_path: Path) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    to_stdout = project.invoke("export", "a", "-o", "-")
+    assert to_stdout.code == 0 and json.loads(to_stdout.stdout)["run_id"] == "a"
+    target = tmp_path / "a.json"
+    target.write_text("old")
+    result = project.invoke("export", "a", "-o", str(target))
+    assert (result.code, result.stderr) == (0, f"wrote 1 events of run a to {target}\n")
+    assert json.loads(target.read_text())["run_id"] == "a"

@@ -355,8 +355,10 @@ def export(
             "--output",
             "-o",
             metavar="FILE|DIR",
-            help="One run: write to FILE (- is stdout, the default). Many runs: the directory "
-            "to write RUN.json files into (/ in run ids becomes __).",
+            help="One run: write to FILE (- is stdout, the default; a FIFO, device or directory "
+            "is refused). Many runs: the directory to write RUN.json files into (run ids "
+            "percent-encoded: / becomes %2F; a name over 255 bytes is cut and ends in ~ and a "
+            "hash of the id).",
             show_default=False,
         ),
     ] = None,
@@ -411,28 +413,40 @@ def export(
         )
 
 
-def export_file_name(run_id: str) -> str:
-    return run_id.replace("/", "__") + ".json"
-
-
 def _export_each(
     engine: Engine, run_ids: list[str], directory: Path, include_secrets: bool = False
 ) -> Iterator[BulkResult]:
+    """Write each run's file; a file this export already wrote is never overwritten (two ids
+    the file system takes for one name, e.g. on a case-insensitive disk, fail the second)."""
+    from flow_cli.cli.export_files import export_file_name, write_file
     from flow_cli.engine.export import export_document
     from flow_cli.errors import FlowError
     from flow_cli.ops.bulk import BulkResult, Outcome
 
+    written: dict[tuple[int, int], str] = {}
     for run_id in run_ids:
         target = directory / export_file_name(run_id)
         try:
+            same = written.get(_identity(target))
+            if same is not None:
+                raise InputError(f"{target} already holds the export of run {same!r}; not replaced")
             document = export_document(
                 run_id, engine.history(run_id), include_secrets=include_secrets
             )
-            cmd_read._write_atomically(target, dumps(document) + "\n")
+            done = write_file(target, dumps(document) + "\n")
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))
             continue
+        written[(done.st_dev, done.st_ino)] = run_id
         yield BulkResult(run_id, Outcome.DONE, f"wrote {target}")
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (found.st_dev, found.st_ino)
 
 
 def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_json: bool) -> None:
