@@ -213,6 +213,19 @@ class StoreError(FlowError):
     """The database is missing, locked, unreachable or not a Flow database."""
 
 
+class DatabaseCorrupt(StoreError):
+    """Stored data cannot be read: a damaged page, text that is not UTF-8, an event or row that
+    does not decode. ``detail`` says what, without the raw bytes; ``flow check`` says what to do.
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(
+            f"Flow database {where} is corrupt: {detail}; run `flow check` for what to do."
+        )
+        self.where = where
+        self.detail = detail
+
+
 def _short(value: Any, limit: int = 120) -> str:
     import json
 

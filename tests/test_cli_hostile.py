@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -488,3 +489,89 @@ def test_export_to_stdout_and_to_a_regular_file(project: FlowProject, tmp_path: 
     result = project.invoke("export", "a", "-o", str(target))
     assert (result.code, result.stderr) == (0, f"wrote 1 events of run a to {target}\n")
     assert json.loads(target.read_text())["run_id"] == "a"
+
+
+# -- item 12: a corrupt database ------------------------------------------------------------
+
+CORRUPTIONS = {
+    "time": (
+        "UPDATE events SET recorded_at = 'garbage' WHERE run_id = 'a' AND sequence = 1",
+        "event 1 of run 'a' cannot be read (Invalid isoformat string: 'garbage'; or a newer "
+        "Flow wrote it)",
+        "run 'a': event 1 has no valid time (recorded_at)",
+    ),
+    "bytes": (
+        "UPDATE events SET data = CAST(x'7b1b5b324a9bff22' AS TEXT) WHERE run_id = 'a'",
+        "a value of column 'data' is not UTF-8 text",
+        "run 'a': event 1 holds text that is not UTF-8",
+    ),
+}
+
+
+def _corrupt_project(project: FlowProject, sql: str) -> None:
+    project.setup("start", "two-step", "--id", "a")
+    with sqlite3.connect(project.db) as conn:
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.parametrize(
+    "args", [("history", "a"), ("replay-check", "a", "--build-id", "cli-1"), ("show", "a")]
+)
+def test_a_corrupt_event_is_one_clean_sentence(
+    project: FlowProject, corruption: str, args: tuple[str, ...]
+) -> None:
+    sql, detail, _ = CORRUPTIONS[corruption]
+    _corrupt_project(project, sql)
+    result = project.invoke(*args)
+    assert (result.code, result.stdout, result.stderr) == (
+        1,
+        "",
+        f"error: Flow database {project.db} is corrupt: {detail}; run `flow check` for what "
+        "to do.\n",
+    )
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_flow_check_finds_the_rows_that_cannot_be_read(
+    project: FlowProject, corruption: str
+) -> None:
+    sql, _, problem = CORRUPTIONS[corruption]
+    _corrupt_project(project, sql)
+    result = project.invoke("check")
+    assert (result.code, result.stdout) == (1, problem + "\n")
+    assert "failed the integrity check (1 problem)" in result.stderr
+
+
+def test_a_corrupt_runs_row_is_one_clean_sentence(project: FlowProject) -> None:
+    _corrupt_project(project, "UPDATE runs SET status = 'Bogus' WHERE run_id = 'a'")
+    result = project.invoke("show", "a")
+    assert (result.code, result.stderr) == (
+        1,
+        f"error: Flow database {project.db} is corrupt: the runs row of 'a' cannot be read "
+        "('Bogus' is not a valid RunStatus); run `flow check` for what to do.\n",
+    )
+    check = project.invoke("check")
+    assert (check.code, check.stdout) == (
+        1,
+        "run 'a': its row in the runs index has an unknown status ('Bogus') or an invalid time\n",
+    )
+
+
+def test_a_damaged_page_is_one_clean_sentence(project: FlowProject) -> None:
+    for n in range(5):
+        project.setup("start", "two-step", "--id", f"r{n}", "--input", json.dumps("x" * 2000))
+    page = 4096
+    with project.db.open("r+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        for number in range(1, size // page):  # every page but the first (the header)
+            handle.seek(number * page + page - 700)
+            handle.write(b"\x1b[2J\x9b\xff\x07" * 140)
+    for args in (("history", "r1"), ("replay-check", "r1", "--build-id", "cli-1")):
+        result = project.invoke(*args)
+        assert (result.code, result.stdout, result.stderr) == (
+            1,
+            "",
+            f"error: Flow database {project.db} is corrupt: SQLite says 'database disk image "
+            "is malformed'; run `flow check` for what to do.\n",
+        )
