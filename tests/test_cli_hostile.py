@@ -575,3 +575,31 @@ def test_a_damaged_page_is_one_clean_sentence(project: FlowProject) -> None:
             f"error: Flow database {project.db} is corrupt: SQLite says 'database disk image "
             "is malformed'; run `flow check` for what to do.\n",
         )
+
+
+def test_a_child_id_with_format_characters_is_refused() -> None:
+    """A child's run id is ``{parent}/{child_id}``: workflow code cannot smuggle a bidi
+    override into a run id either."""
+    from cli_workflows import runtime
+
+    from flow_cli.engine.engine import Engine
+    from flow_cli.errors import InputError
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.model.context import WorkflowContext
+    from flow_cli.store.memory import MemoryStore
+
+    engine = Engine(MemoryStore(), [runtime], clock=ManualClock())
+    engine.start("two-step", run_id="p")
+    ctx = WorkflowContext(engine.snapshot("p"))
+    with pytest.raises(InputError, match="child id 'k\\\\u202ed' holds the format character"):
+        ctx.start_child("k\u202ed", "two-step")
+    assert ctx.start_child("kid", "two-step").child_id == "kid"
+
+
+def test_show_history_and_runs_escape_stored_bidi_overrides(project: FlowProject) -> None:
+    _store_run(project, "p\u202eq\u2066")
+    for args in (("runs",), ("show", "p\u202eq\u2066"), ("history", "p\u202eq\u2066")):
+        result = project.invoke(*args)
+        assert result.code == 0, (args, result.stderr)
+        assert "\u202e" not in result.stdout and "\u2066" not in result.stdout, args
+    assert "p\\u202eq\\u2066" in project.invoke("runs").stdout
