@@ -603,3 +603,22 @@ def test_show_history_and_runs_escape_stored_bidi_overrides(project: FlowProject
         assert result.code == 0, (args, result.stderr)
         assert "\u202e" not in result.stdout and "\u2066" not in result.stdout, args
     assert "p\\u202eq\\u2066" in project.invoke("runs").stdout
+
+
+def test_doctor_and_builds_escape_stored_ids(project: FlowProject) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from flow_cli.model.spec import WorkflowSpec
+    from flow_cli.store.protocol import NewRun
+    from flow_cli.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(project.db)
+    due = datetime.now(UTC) - timedelta(hours=1)
+    spec = WorkflowSpec(workflow="two-step", input=None, runtime_build_id="b\u202e\x1b[2J")
+    store.create_run(NewRun(run_id="p\u202eq", spec=spec, seed="00", decide_at=due), due)
+    store.close()
+    for args in (("doctor",), ("builds",)):
+        result = project.invoke(*args)
+        for raw in ("\u202e", "\x1b"):
+            assert raw not in result.stdout, args
+        assert "p\\u202eq" in result.stdout and "b\\u202e\\x1b[2J" in result.stdout, args
