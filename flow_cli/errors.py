@@ -47,6 +47,15 @@ class RunAlreadyExists(FlowError):
         self.detail = detail
 
 
+class ForkIdTaken(RunAlreadyExists):
+    """``flow fork --id NEW`` names a run that exists (whatever its spec)."""
+
+    def __init__(self, run_id: str) -> None:
+        FlowError.__init__(self, f"Run {run_id!r} already exists; give the fork another --id.")
+        self.run_id = run_id
+        self.detail = "id"
+
+
 class RunFinished(FlowError):
     def __init__(self, run_id: str, status: str, action: str) -> None:
         super().__init__(f"Run {run_id!r} has already ended ({status}); cannot {action}.")
@@ -202,6 +211,19 @@ class RunStillOpen(FlowError):
 
 class StoreError(FlowError):
     """The database is missing, locked, unreachable or not a Flow database."""
+
+
+class DatabaseCorrupt(StoreError):
+    """Stored data cannot be read: a damaged page, text that is not UTF-8, an event or row that
+    does not decode. ``detail`` says what, without the raw bytes; ``flow check`` says what to do.
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(
+            f"Flow database {where} is corrupt: {detail}; run `flow check` for what to do."
+        )
+        self.where = where
+        self.detail = detail
 
 
 def _short(value: Any, limit: int = 120) -> str:

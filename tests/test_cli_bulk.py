@@ -119,8 +119,8 @@ def test_bulk_export_writes_one_file_per_run(proj: TriageProject, tmp_path: Path
     out = tmp_path / "exports"
     result = proj.run("export", "--status", "Completed", "-o", str(out), "--yes")
     assert result.code == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["pa.json", "pa__kid.json"]
-    assert json.loads((out / "pa__kid.json").read_text())["run_id"] == "pa/kid"
+    assert sorted(p.name for p in out.iterdir()) == ["pa%2Fkid.json", "pa.json"]
+    assert json.loads((out / "pa%2Fkid.json").read_text())["run_id"] == "pa/kid"
     again = proj.invoke("export", "-", "-o", str(out), stdin="pa\n")
     assert again.code == 0 and again.stdout.startswith("pa\tdone\twrote ")
     no_dir = proj.invoke("export", "--status", "Completed", "--yes")
@@ -143,7 +143,7 @@ def test_start_from_jsonl_is_idempotent(proj: TriageProject, tmp_path: Path) -> 
     first = proj.run("start", "--from-jsonl", str(feed))
     assert first.code == 1
     rows = lines(first.stdout)
-    assert rows[:2] == [["s1", "done", "created"], ["s2", "done", "created"]]
+    assert rows[:2] == [["s1", "done", "line 1: created"], ["s2", "done", "line 2: created"]]
     assert rows[2][:2] == ["s3", "failed"]
     feed.write_text(feed.read_text().splitlines()[0] + "\n" + feed.read_text().splitlines()[1])
     again = proj.invoke("start", "--from-jsonl", "-", "--json", stdin=feed.read_text())

@@ -434,7 +434,7 @@ def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:
     store.create_run(new_run("r1"), NOW)
     with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE events SET event_key = 'from_the_future' WHERE run_id = 'r1'")
-    with pytest.raises(StoreError, match="cannot decode"):
+    with pytest.raises(StoreError, match=r"is corrupt: event 1 of run 'r1' cannot be read"):
         store.read_history("r1")
     store.close()
 

@@ -24,7 +24,7 @@ import typer
 from flow_cli.cli import cmd_facts, cmd_read
 from flow_cli.cli.cmd_triage import JsonlFlag
 from flow_cli.cli.filters import FilterArgs, with_filters
-from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg
+from flow_cli.cli.io import dumps, emit_json, note, out_row, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, SignalKey, complete_run_id
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
@@ -138,7 +138,7 @@ def act(
             elif jsonl:
                 emit_json(result.to_json(), compact=True)
             else:
-                out(f"{result.run_id}\t{result.outcome.value}\t{result.detail}")
+                out_row(result.run_id, result.outcome.value, result.detail)
             advance()
     if as_json and not jsonl:
         emit_json(collected)
@@ -163,7 +163,7 @@ def _print_dry_run(targets: Targets, as_json: bool, jsonl: bool) -> None:
         emit_json(rows)
     else:
         for row in rows:
-            out("\t".join(str(v) for v in row.values()))
+            out_row(*(str(v) for v in row.values()))
         note(f"dry run: {len(rows)} run{'s' if len(rows) != 1 else ''} would be acted on")
 
 
@@ -222,7 +222,7 @@ def cancel(
     text = reason or "cancelled by operator"
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
         if dry_run:
-            out(runs[0])
+            out_row(runs[0])
             return
         cmd_facts.cancel(ctx, runs[0], text, json_output)
         return
@@ -322,7 +322,7 @@ def signal_runs(
         runs = [run_id]
     if runs and runs != ["-"] and not filters.selects:
         if dry_run:
-            out(run_id)
+            out_row(run_id)
             return
         cmd_facts.signal_run(ctx, run_id, name, payload, json_output, key)
         return
@@ -355,8 +355,10 @@ def export(
             "--output",
             "-o",
             metavar="FILE|DIR",
-            help="One run: write to FILE (- is stdout, the default). Many runs: the directory "
-            "to write RUN.json files into (/ in run ids becomes __).",
+            help="One run: write to FILE (- is stdout, the default; a FIFO, device or directory "
+            "is refused). Many runs: the directory to write RUN.json files into (run ids "
+            "percent-encoded: / becomes %2F; a name over 255 bytes is cut and ends in ~ and a "
+            "hash of the id).",
             show_default=False,
         ),
     ] = None,
@@ -411,73 +413,40 @@ def export(
         )
 
 
-def export_file_name(run_id: str) -> str:
-    return run_id.replace("/", "__") + ".json"
-
-
 def _export_each(
     engine: Engine, run_ids: list[str], directory: Path, include_secrets: bool = False
 ) -> Iterator[BulkResult]:
+    """Write each run's file; a file this export already wrote is never overwritten (two ids
+    the file system takes for one name, e.g. on a case-insensitive disk, fail the second)."""
+    from flow_cli.cli.export_files import export_file_name, write_file
     from flow_cli.engine.export import export_document
     from flow_cli.errors import FlowError
     from flow_cli.ops.bulk import BulkResult, Outcome
 
+    written: dict[tuple[int, int], str] = {}
     for run_id in run_ids:
         target = directory / export_file_name(run_id)
         try:
+            same = written.get(_identity(target))
+            if same is not None:
+                raise InputError(f"{target} already holds the export of run {same!r}; not replaced")
             document = export_document(
                 run_id, engine.history(run_id), include_secrets=include_secrets
             )
-            cmd_read._write_atomically(target, dumps(document) + "\n")
+            done = write_file(target, dumps(document) + "\n")
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))
             continue
+        written[(done.st_dev, done.st_ino)] = run_id
         yield BulkResult(run_id, Outcome.DONE, f"wrote {target}")
 
 
-def start_from_jsonl(ctx: typer.Context, source: str, as_json: bool, jsonl: bool) -> None:
-    """``flow start --from-jsonl FILE|-``: one {"run_id", "workflow", "input", "build_id"?} a
-    line; idempotent."""
-    from flow_cli.ops.bulk import StartLine, start_runs
-
-    if source == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(source).expanduser().read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"--from-jsonl {source}: {exc.strerror or exc}.") from None
-    lines: list[StartLine] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise InputError(f"--from-jsonl line {number} is not JSON: {exc}.") from None
-        if not isinstance(data, dict) or not isinstance(data.get("workflow"), str):
-            raise InputError(f'--from-jsonl line {number}: needs at least a "workflow" string.')
-        run_id = data.get("run_id")
-        build_id = data.get("build_id")
-        if not isinstance(run_id, str) or not (build_id is None or isinstance(build_id, str)):
-            raise InputError(
-                f'--from-jsonl line {number}: "run_id" must be a string (it makes the start '
-                'idempotent) and "build_id", when given, a string.'
-            )
-        lines.append(StartLine(run_id, data["workflow"], data.get("input"), build_id))
-    state = CliState.of(ctx)
-    with state.open_engine(create=True, with_runtimes=True) as engine:
-        act(
-            state,
-            engine,
-            Targets([line.run_id for line in lines], False, {}),
-            verb="start",
-            dry_run=False,
-            yes=True,
-            as_json=as_json,
-            jsonl=jsonl,
-            results=lambda ids: start_runs(engine, lines),
-        )
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (found.st_dev, found.st_ino)
 
 
 def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_json: bool) -> None:

@@ -15,6 +15,8 @@ import typer
 
 from flow_cli.cli.io import emit_json, one_line, out
 from flow_cli.cli.options import (
+    MAX_CONCURRENCY,
+    MAX_PROCESSES,
     JsonFlag,
     LeaseSeconds,
     LogFormat,
@@ -135,7 +137,13 @@ def worker(
     ctx: typer.Context,
     concurrency: Annotated[
         int,
-        typer.Option("--concurrency", metavar="N", min=1, help="Step attempts run at once."),
+        typer.Option(
+            "--concurrency",
+            metavar="N",
+            min=1,
+            max=MAX_CONCURRENCY,
+            help=f"Step attempts run at once (at most {MAX_CONCURRENCY}).",
+        ),
     ] = 32,  # Worker's DEFAULT_CONCURRENCY, not imported: the CLI starts without the engine
     processes: Annotated[
         int,
@@ -143,6 +151,7 @@ def worker(
             "--processes",
             metavar="N",
             min=1,
+            max=MAX_PROCESSES,
             help="Worker processes to run, each with its step threads (one per core uses them "
             "all; with --metrics-port P they serve P, P+1, ...).",
         ),

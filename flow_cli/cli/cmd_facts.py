@@ -14,7 +14,7 @@ from flow_cli.cli.io import emit_json, note, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
-from flow_cli.model.names import check_name
+from flow_cli.model.names import check_name, check_run_id, escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -90,7 +90,7 @@ def start(
     if from_jsonl is not None:
         if workflow is not None or run_id is not None or input is not None:
             raise InputError("--from-jsonl takes workflow, id and input from its lines; drop them.")
-        from flow_cli.cli.cmd_bulk import start_from_jsonl
+        from flow_cli.cli.jsonl_starts import start_from_jsonl
 
         start_from_jsonl(ctx, from_jsonl, state.want_json(json_output), jsonl)
         return
@@ -100,7 +100,7 @@ def start(
         raise InputError("--id is empty; give the run id, or leave --id out for a generated one.")
     check_name(workflow, "workflow name")
     if run_id is not None:
-        check_name(run_id, "run id")
+        check_run_id(run_id)
     value = parse_json_arg(input, "--input")
     state.check_startable(workflow, build_id)
     with state.open_engine(create=True, with_runtimes=True) as engine:
@@ -108,7 +108,7 @@ def start(
     if state.want_json(json_output):
         emit_json({"run_id": result.run_id, "created": result.created})
     else:
-        out(result.run_id)
+        out(escape_controls(result.run_id))
 
 
 def signal_run(
@@ -137,7 +137,7 @@ def signal_run(
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
     else:
-        out(f"signal {name!r} delivered to run {run_id} (event {sequence})")
+        out(f"signal {name!r} delivered to run {escape_controls(run_id)} (event {sequence})")
 
 
 @hook_app.command("resolve")
@@ -181,7 +181,7 @@ def hook_resolve(
     if state.want_json(json_output):
         emit_json({"run_id": owner, "hook_id": hook_id, "token": token})
     else:
-        out(f"hook {hook_id!r} of run {owner} resolved")
+        out(f"hook {hook_id!r} of run {escape_controls(owner)} resolved")
 
 
 def cancel(
@@ -205,9 +205,9 @@ def cancel(
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "requested": requested})
     elif requested:
-        out(f"cancellation of run {run_id} requested")
+        out(f"cancellation of run {escape_controls(run_id)} requested")
     else:
-        out(f"cancellation of run {run_id} was already requested")
+        out(f"cancellation of run {escape_controls(run_id)} was already requested")
 
 
 def _follow(engine: Engine, run_id: str) -> str:

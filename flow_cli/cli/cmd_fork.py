@@ -12,6 +12,7 @@ from flow_cli.cli.io import emit_json, note, one_line, out, parse_json_arg, shor
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
+from flow_cli.model.names import escape_controls
 
 
 def fork(
@@ -91,7 +92,7 @@ def fork(
     if state.want_json(json_output):
         emit_json(forked.to_json())
     else:
-        out(forked.run_id)
+        out(escape_controls(forked.run_id))
         origin, sequence = forked.forked_from
         note(
             f"forked run {origin} (up to event {sequence}, {forked.copied} events copied) "

@@ -6,9 +6,7 @@ never import the runtimes, so they work on any machine that can reach the databa
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -205,31 +203,18 @@ def export(
     not finished, the seed and hook tokens are left out unless --include-secrets is given: a
     token resolves a hook. replay-check does not compare the tokens of such a file.
     """
+    from flow_cli.cli.export_files import check_target, write_file
     from flow_cli.engine.export import export_document
 
+    to_stdout = output is None or str(output) == "-"  # "-" is stdout, as "--input -" is stdin
+    if output is not None and not to_stdout:
+        check_target(output.expanduser(), str(output))  # before the database is read
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         document = export_document(run_id, engine.history(run_id), include_secrets=include_secrets)
     text = dumps(document) + "\n"
-    if output is None or str(output) == "-":  # "-" is stdout, as "--input -" is stdin
+    if output is None or to_stdout:
         sys.stdout.write(text)
         return
-    _write_atomically(output, text)
+    write_file(output, text)
     note(f"wrote {len(document['events'])} events of run {run_id} to {output}")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so a failure leaves no half file."""
-    target = path.expanduser()
-    directory = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}.") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, target)
-    except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}.") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -28,9 +29,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|[smhdw])")
 
+MAX_DURATION = timedelta(days=36525)
+"""The longest duration an option takes (100 years): far beyond any real wait or age, and far
+inside what dates, timeouts and the databases can hold (an age subtracted from now stays a
+valid date; a timeout stays below ``threading.TIMEOUT_MAX``)."""
+MAX_LIMIT = 1_000_000_000
+"""The largest ``--limit``: more rows than any listing can print, and a 64-bit integer in SQL."""
+
+
+class _TooLong(InputError):
+    """A duration beyond ``MAX_DURATION``: said as such, also where a time was expected."""
+
 
 def parse_duration(text: str, option: str) -> timedelta:
-    """``90s``, ``15m``, ``2h``, ``3d``, ``1w``, ``1h30m`` or a bare number of seconds."""
+    """``90s``, ``15m``, ``2h``, ``3d``, ``1w``, ``1h30m`` or a bare number of seconds, at most
+    ``MAX_DURATION``. Raises ``InputError`` with one sentence (``nan``, ``inf``, ``1e22s``)."""
     value = text.strip().lower()
     try:
         seconds = float(value)
@@ -41,8 +54,16 @@ def parse_duration(text: str, option: str) -> timedelta:
                 f"{option} {text!r} is not a duration; write e.g. 90s, 15m, 2h, 3d or 1h30m."
             ) from None
         seconds = sum(float(n) * (0.001 if u == "ms" else _UNITS[u]) for n, u in parts)
+    if math.isnan(seconds):
+        raise InputError(
+            f"{option} {text!r} is not a duration; write e.g. 90s, 15m, 2h, 3d or 1h30m."
+        )
     if seconds < 0:
         raise InputError(f"{option} {text!r} is negative; give a duration such as 2h.")
+    if seconds > MAX_DURATION.total_seconds():  # inf, 1e22s, 999999999999d
+        raise _TooLong(
+            f"{option} {text!r} is too long; give at most {MAX_DURATION.days}d (100 years)."
+        )
     return timedelta(seconds=seconds)
 
 
@@ -54,12 +75,19 @@ def parse_time(text: str, option: str, now: datetime) -> datetime:
     except ValueError:
         try:
             return now - parse_duration(value, option)
+        except _TooLong:
+            raise
         except InputError:
             raise InputError(
                 f"{option} {text!r} is neither an ISO 8601 time (2026-12-01T09:00:00Z) nor an "
                 "age such as 2h or 3d."
             ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before the first representable time
+        raise InputError(
+            f"{option} {text!r} is out of range; give a time between the years 1 and 9999."
+        ) from None
 
 
 def parse_statuses(values: list[str]) -> tuple[RunStatus, ...]:
@@ -240,7 +268,13 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
     "limit": (
         Annotated[
             int | None,
-            typer.Option("--limit", metavar="N", min=1, help="At most N runs (newest first)."),
+            typer.Option(
+                "--limit",
+                metavar="N",
+                min=1,
+                max=MAX_LIMIT,
+                help="At most N runs (newest first).",
+            ),
         ],
         None,
     ),

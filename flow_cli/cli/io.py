@@ -13,7 +13,7 @@ from typing import Any
 
 from flow_cli.errors import InputError
 from flow_cli.model.jsonval import MAX_DEPTH, JsonLimitError, check_limits, parse_int
-from flow_cli.model.names import escape_controls
+from flow_cli.model.names import escape_controls, escape_json_controls
 
 
 def parse_json_arg(value: str | None, option: str) -> Any:
@@ -80,10 +80,16 @@ def check_arguments(args: Sequence[str]) -> None:
 
 
 def dumps(value: Any, *, compact: bool = False) -> str:
-    """JSON text for stdout: indented documents, or one compact line for NDJSON."""
+    """JSON text for stdout: indented documents, or one compact line for NDJSON.
+
+    Control and format characters inside strings are ``\\uNNNN`` escapes (the same value for
+    a parser), so a document on a terminal cannot drive it.
+    """
     if compact:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    else:
+        text = json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    return escape_json_controls(text)
 
 
 def emit_json(value: Any, *, compact: bool = False) -> None:
@@ -93,9 +99,14 @@ def emit_json(value: Any, *, compact: bool = False) -> None:
 
 
 def out(line: str) -> None:
-    """A plain line of data on stdout."""
+    """A plain line of data on stdout (the caller escapes what it quotes from stored data)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def out_row(*fields: str) -> None:
+    """A tab-separated line of data on stdout, control characters in each field escaped."""
+    out("\t".join(escape_controls(field) for field in fields))
 
 
 def note(line: str) -> None:
@@ -116,7 +127,7 @@ def one_line(text: str) -> str:
 def short_json(value: Any, limit: int = 80) -> str:
     """Compact JSON text of ``value``, cut to ``limit`` characters with an ellipsis."""
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        text = dumps(value, compact=True)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"

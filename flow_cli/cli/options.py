@@ -28,6 +28,13 @@ def complete_run_id(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 COMPLETION_LIMIT = 200
+MAX_LEASE_SECONDS = 86400.0
+"""The longest ``--lease-seconds`` (a day): a longer lease only delays recovery from a dead
+process, and ``inf`` or ``1e300`` are no time at all."""
+MAX_CONCURRENCY = 1024
+"""The most step threads one worker process runs (``--concurrency``)."""
+MAX_PROCESSES = 256
+"""The most worker processes ``flow worker --processes`` starts."""
 RunArg = Annotated[
     str,
     typer.Argument(
@@ -39,9 +46,10 @@ LeaseSeconds = Annotated[
     typer.Option(
         "--lease-seconds",
         min=0.1,
+        max=MAX_LEASE_SECONDS,
         metavar="S",
         help="How long a leased run or step attempt stays reserved for this process; a process "
-        "that dies releases its leases after S seconds.",
+        "that dies releases its leases after S seconds (at most 86400, a day).",
     ),
 ]
 SignalKey = Annotated[

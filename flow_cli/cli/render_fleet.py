@@ -13,6 +13,7 @@ from rich.text import Text
 
 from flow_cli.cli.io import short_json, short_text
 from flow_cli.cli.render import when
+from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.ops.builds import BuildReport
@@ -40,10 +41,10 @@ def workers_table(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     for row in rows:
         live = bool(row["live"])
         table.add_row(
-            Text(str(row["worker_id"])),
-            Text(str(row["host"])),
+            Text(escape_controls(str(row["worker_id"]))),
+            Text(escape_controls(str(row["host"]))),
             str(row["pid"]),
-            Text(", ".join(row["builds"])),
+            Text(escape_controls(", ".join(row["builds"]))),
             when(row["started_at"]),
             when(row["heartbeat_at"]),
             Text("live", style="green") if live else Text("gone", style="dim"),
@@ -93,8 +94,8 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
             for diagnosis in by_cause.get(cause, [])[:samples]:
                 shown.add_row(
                     Text(cause),
-                    Text(diagnosis.run_id),
-                    Text(diagnosis.build_id),
+                    Text(escape_controls(diagnosis.run_id)),
+                    Text(escape_controls(diagnosis.build_id)),
                     when(diagnosis.since),
                     Text(short_text(diagnosis.detail, 120)),
                 )
@@ -146,12 +147,12 @@ def builds_table(reports: Sequence[BuildReport]) -> RenderableType:
     table.add_column("retirable", no_wrap=True, min_width=9)
     for report in reports:
         table.add_row(
-            Text(report.build_id),
+            Text(escape_controls(report.build_id)),
             Text(_open_text(report.open)),
-            Text(report.oldest_open_run or "-"),
+            Text(escape_controls(report.oldest_open_run or "-")),
             since_text(report.oldest_open_at),
             Text(str(len(report.workers))) if report.workers else Text("none", style="dim"),
-            Text(", ".join(report.patches) or "-"),
+            Text(escape_controls(", ".join(report.patches)) or "-"),
             Text("yes", style="green") if report.retirable else Text("no"),
         )
     retirable = sum(1 for r in reports if r.retirable)

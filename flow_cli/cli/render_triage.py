@@ -11,6 +11,7 @@ from rich.text import Text
 
 from flow_cli.cli.io import short_json
 from flow_cli.cli.render import _table, console, status_text
+from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.store.protocol import HookListing, RunCount
@@ -36,7 +37,7 @@ def count_table(counted: RunCount, by: str | None) -> RenderableType:
     table.add_column(by.replace("_", " "), overflow="fold")
     table.add_column("runs", justify="right", no_wrap=True)
     for key, n in counted.groups.items():
-        table.add_row(status_text(key) if by == "status" else Text(key), str(n))
+        table.add_row(status_text(key) if by == "status" else Text(escape_controls(key)), str(n))
     return Group(table, Text(f"{counted.total} in total", style="dim"))
 
 
@@ -50,9 +51,9 @@ def hooks_table(hooks: Sequence[HookListing], now: datetime) -> RenderableType:
     table.add_column("metadata", overflow="fold")
     for hook in hooks:
         table.add_row(
-            Text(hook.run_id),
-            Text(hook.hook_id),
-            Text(hook.token),
+            Text(escape_controls(hook.run_id)),
+            Text(escape_controls(hook.hook_id)),
+            Text(escape_controls(hook.token)),
             Text("resolved", style="green") if hook.resolved else Text("open", style="yellow"),
             age(hook.created_at, now),
             Text(short_json(hook.metadata, 60)),

@@ -133,6 +133,7 @@ def table(groups: Sequence[Group]) -> RenderableType:
     from rich.text import Text
 
     from flow_cli.cli.render import _table
+    from flow_cli.model.names import escape_controls
 
     grid = _table("divergences")
     grid.add_column("runs", justify="right", no_wrap=True)
@@ -145,11 +146,11 @@ def table(groups: Sequence[Group]) -> RenderableType:
         recorded, produced = g.sides()
         grid.add_row(
             str(len(g.runs)),
-            Text(g.identity),
-            Text(g.field),
-            Text(recorded),
-            Text(produced),
-            Text(samples(g.runs)),
+            Text(escape_controls(g.identity)),
+            Text(escape_controls(g.field)),
+            Text(escape_controls(recorded)),
+            Text(escape_controls(produced)),
+            Text(escape_controls(samples(g.runs))),
         )
     return grid
 

@@ -43,7 +43,7 @@ from flow_cli.model.events import (
     SignalReceived,
 )
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, canonical, normalise
-from flow_cli.model.names import check_name
+from flow_cli.model.names import check_name, check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
@@ -237,11 +237,11 @@ class Engine:
         """
         check_name(workflow, "workflow name")
         if run_id is not None:
-            _check_run_id(run_id)
+            check_run_id(run_id)
         runtime = self.runtime_for(workflow, build_id)
         value = _json_input(input, "run input")
         run_id = run_id or f"{workflow}-{uuid.uuid4().hex[:12]}"
-        _check_run_id(run_id)
+        check_run_id(run_id)
         spec = WorkflowSpec(
             workflow=workflow,
             input=value,
@@ -598,12 +598,6 @@ def _json_input(value: JsonValue, what: str) -> JsonValue:
         raise InputError(f"the {what} is refused: it is nested too deeply.") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"the {what} is not a JSON value: {exc}") from None
-
-
-def _check_run_id(run_id: str) -> None:
-    if not run_id or run_id.strip() != run_id:
-        raise InputError(f"run id {run_id!r} must be non-empty text without surrounding spaces")
-    check_name(run_id, "run id")
 
 
 __all__ = ["Engine", "StartResult", "TickReport"]

@@ -30,6 +30,7 @@ from flow_cli.model.commands import (
     WaitUntil,
 )
 from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
 from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
@@ -266,6 +267,7 @@ class WorkflowContext:
         cancellation: CancellationPolicy = "cancel",
     ) -> StartChild:
         """Start a child run ``{run_id}/{child_id}``; the parent resumes when it ends."""
+        check_name(child_id, "child id")  # it becomes part of a run id
         if cancellation not in ("cancel", "abandon"):
             raise InputError("child cancellation must be 'cancel' or 'abandon'")
         return StartChild(

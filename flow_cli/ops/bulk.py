@@ -25,6 +25,7 @@ from flow_cli.engine.streams import Write
 from flow_cli.errors import EventConflict, FlowError, InputError
 from flow_cli.model.events import CancelRequested, Event, SignalReceived
 from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.names import check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.store.protocol import NewRun
@@ -225,8 +226,7 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
         value = normalise(line.input)
     except (TypeError, ValueError) as exc:
         raise InputError(f"the run input is not a JSON value: {exc}") from None
-    if not line.run_id or line.run_id.strip() != line.run_id:
-        raise InputError(f"run id {line.run_id!r} must be non-empty text without spaces around")
+    check_run_id(line.run_id)
     spec = WorkflowSpec(
         workflow=line.workflow,
         input=value,

@@ -34,7 +34,7 @@ from flow_cli.engine.engine import Engine
 from flow_cli.engine.indexing import index_for
 from flow_cli.engine.replay import Divergence, replay_history
 from flow_cli.engine.streams import simulate
-from flow_cli.errors import FlowError, InputError, RunAlreadyExists
+from flow_cli.errors import FlowError, ForkIdTaken, InputError
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -50,6 +50,7 @@ from flow_cli.model.events import (
     StepScheduled,
 )
 from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.names import check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import NewRun, StreamWrite
 
@@ -101,7 +102,7 @@ def fork_run(
     from_step: str | None = None,
 ) -> Forked:
     """Create the fork. Raises ``RunNotFound``, ``InputError``, ``BuildNotHosted``,
-    ``RunAlreadyExists`` and ``ForkDiverges``."""
+    ``ForkIdTaken`` and ``ForkDiverges``."""
     history = engine.history(run_id)
     original = history[0].event
     assert isinstance(original, RunStarted)
@@ -116,8 +117,7 @@ def fork_run(
             raise InputError(f"the fork's input is not a JSON value: {exc}") from None
     copied, cut = _prefix(history, from_step)
     fork_id = new_id or f"{run_id}-fork-{uuid.uuid4().hex[:6]}"
-    if not fork_id or fork_id.strip() != fork_id:
-        raise InputError(f"run id {fork_id!r} must be non-empty text without spaces around")
+    check_run_id(fork_id)
     new_spec = replace(
         spec,
         input=value,
@@ -212,7 +212,7 @@ def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: 
     if len(envelopes) == 1:
         run = replace(run, decide_at=engine.clock.now())
     if engine.store.create_run(run, first.recorded_at) is None:
-        raise RunAlreadyExists(fork_id, "id (pick another --id)")
+        raise ForkIdTaken(fork_id)
     snap = WorkflowRunSnapshot.start(first)
     groups = [list(g) for _, g in itertools.groupby(envelopes[1:], key=lambda e: e.recorded_at)]
     for number, group in enumerate(groups, start=1):

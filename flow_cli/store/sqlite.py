@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from flow_cli.errors import (
     ConfigError,
+    DatabaseCorrupt,
     EventConflict,
     FlowError,
     HookTokenInUse,
@@ -48,6 +49,7 @@ from flow_cli.model.events import (
     event_json,
 )
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store import damage
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.due import DueHints
 from flow_cli.store.integrity import structural_problems
@@ -80,6 +82,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.sqlite_decoding import decoding_problems
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -313,6 +316,8 @@ def _guarded(
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
             raise self._store_error(exc) from exc
+        except damage.Unreadable as exc:
+            raise DatabaseCorrupt(str(self.path), str(exc)) from exc
 
     return wrapper
 
@@ -543,7 +548,10 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         if "not a database" in text:
             return StoreError(f"{self.path} is not a Flow database (not an SQLite file).")
         if "malformed" in text:
-            return StoreError(f"Flow database {self.path} is corrupt ({text}).")
+            return DatabaseCorrupt(str(self.path), f"SQLite says {text!r}")
+        corrupt = damage.not_utf8(str(self.path), text)
+        if corrupt is not None:
+            return corrupt
         if self.read_only and "readonly" in text:
             return StoreError(
                 f"Flow database {self.path} was opened read-only; this command cannot write."
@@ -973,7 +981,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             .fetchall()
         )
         found: dict[str, list[EventEnvelope]] = {}
-        run_id = ""
+        run_id, seq = "", None
         try:
             for run_id, seq, key, at, data in rows:
                 history = found.setdefault(run_id, [])
@@ -989,9 +997,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                     )
                 )
         except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(
-                f"Run {run_id!r} in {self.path} has an event this Flow cannot decode ({exc!r})."
-            ) from exc
+            raise damage.unreadable_event(str(self.path), run_id, seq, exc) from exc
         return found
 
     @_guarded
@@ -1458,6 +1464,9 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             "run {0!r}: event {1} does not hold valid JSON",
         )
         try:
+            found = decoding_problems(conn)  # first: the checks below read run ids as text
+            if found:
+                return found
             return structural_problems(query, [json_check])
         except sqlite3.DatabaseError as exc:
             return [f"SQLite failed while reading Flow's tables: {exc}"]
@@ -1494,16 +1503,21 @@ _RUN_SELECT = (
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        workflow=row[1],
-        status=RunStatus(row[2]),
-        build_id=row[3],
-        parent_run_id=row[4],
-        created_at=_dt(row[5]),
-        updated_at=_dt(row[6]),
-        last_sequence=row[7],
-        decide_at=_dt_or_none(row[8]),
-        failing=row[9],
-        waiting_on=row[10],
-    )
+    try:
+        return RunRecord(
+            run_id=row[0],
+            workflow=row[1],
+            status=RunStatus(row[2]),
+            build_id=row[3],
+            parent_run_id=row[4],
+            created_at=_dt(row[5]),
+            updated_at=_dt(row[6]),
+            last_sequence=row[7],
+            decide_at=_dt_or_none(row[8]),
+            failing=row[9],
+            waiting_on=row[10],
+        )
+    except (TypeError, ValueError) as exc:
+        raise damage.Unreadable(
+            f"the runs row of {row[0]!r} cannot be read ({damage.reason(exc)})"
+        ) from exc
