@@ -13,7 +13,6 @@ import pytest
 from test_store_conformance import BUILD, create, idx, new_run, signal
 
 import flow_cli.store.sqlite as sqlite_module
-from flow_cli.engine.indexing import index_for, waiting_on
 from flow_cli.errors import RunNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import (
@@ -30,6 +29,7 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import project
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
+from flow_cli.store.index import index_for, waiting_on
 from flow_cli.store.protocol import EventStore, HookEntry, RunFilter, RunIndex
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 

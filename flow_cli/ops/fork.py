@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.indexing import index_for
 from flow_cli.engine.replay import Divergence, replay_history
 from flow_cli.engine.streams import simulate
 from flow_cli.errors import FlowError, InputError, RunAlreadyExists
@@ -51,6 +50,7 @@ from flow_cli.model.events import (
 )
 from flow_cli.model.jsonval import JsonValue, normalise
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
+from flow_cli.store.index import index_for
 from flow_cli.store.protocol import NewRun, StreamWrite
 
 _SKIPPED = (DecisionFailed, DecisionRecovered, CancelRequested, BuildUpgraded)

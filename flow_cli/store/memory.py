@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
+from flow_cli.store.index import row_changes
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -230,41 +231,34 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
         )
 
     def _apply_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
+        changes = row_changes(index)
         run = self._runs[run_id]
-        run.status = index.status
+        run.status = changes.status
         run.updated_at = at
-        if index.build_id is not KEEP:
-            run.build_id = index.build_id
+        if changes.build_id is not KEEP:
+            run.build_id = changes.build_id
             for (task_run, _), held in self._tasks.items():
                 if task_run == run_id:
-                    held.build_id = index.build_id
-        if index.status.terminal:
-            run.decide_at, run.lease_owner = None, None
-        elif index.decide_at is not KEEP:
-            run.decide_at = None if index.decide_at is None else _utc(index.decide_at)
+                    held.build_id = changes.build_id
+        if changes.decide_at is not KEEP:
+            run.decide_at = None if changes.decide_at is None else _utc(changes.decide_at)
             run.lease_owner = None
-        if index.failing is not KEEP:
-            if index.failing is None:
-                run.failing_since = None
-            elif run.failing is None:
-                run.failing_since = at
-            run.failing = index.failing
-        if index.status.terminal:
-            run.waiting_on = None
-        elif index.waiting_on is not KEEP:
-            run.waiting_on = index.waiting_on
-        for step_id, task in index.steps.items():
+        if changes.failing is not KEEP:
+            run.failing_since = changes.failing_since(run.failing, run.failing_since, at)
+            run.failing = changes.failing
+        if changes.waiting_on is not KEEP:
+            run.waiting_on = changes.waiting_on
+        if changes.drop_tasks:
+            for key in [k for k in self._tasks if k[0] == run_id]:
+                del self._tasks[key]
+        for step_id, task in changes.tasks.items():
             if task is None:
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
                     run.build_id, task.attempt, _utc(task.available_at), task.owner
                 )
-        if index.status.terminal:
-            # Defensive: the engine sends the deletes too, but a finished run must hold no work.
-            for key in [k for k in self._tasks if k[0] == run_id]:
-                del self._tasks[key]
-        for hook in index.hooks:
+        for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
                 token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
             )

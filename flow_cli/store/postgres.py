@@ -50,6 +50,7 @@ from flow_cli.store import postgres_handoffs as handoffs
 from flow_cli.store import postgres_hints as hints
 from flow_cli.store import postgres_schema as tables
 from flow_cli.store.due import DueHints
+from flow_cli.store.index import row_changes
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.locations import redact
 from flow_cli.store.postgres_batch import Batch, Connection, Prepared
@@ -460,7 +461,7 @@ class PostgresStore(AppendViaCommit):
             if run_id in once:
                 write, now = writes[run_id]
                 sets, params = tables.index_update(
-                    tables.LockedRun(after[run_id], None), write.index, now
+                    tables.LockedRun(after[run_id], None), row_changes(write.index), now
                 )
                 batch.execute(
                     tables.run_update(sets, guarded=True), [*params, run_id, first[run_id]]
@@ -510,7 +511,7 @@ class PostgresStore(AppendViaCommit):
                     batch,
                     target,
                     write.run_id,
-                    write.index,
+                    row_changes(write.index),
                     group.now,
                     row_done=write.run_id in once,
                 )
@@ -619,7 +620,7 @@ class PostgresStore(AppendViaCommit):
                     )
                 )
                 target.last_sequence += len(write.events)
-                tables.apply_index(conn, target, write.run_id, write.index, now)
+                tables.apply_index(conn, target, write.run_id, row_changes(write.index), now)
             if makes_work(writes, creates):
                 self._notify(conn)
             ended = self._ended(writes)

@@ -25,18 +25,19 @@ from psycopg.types.json import Json
 from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
+from flow_cli.store.index import RowChanges, decided_row, row_changes
 from flow_cli.store.postgres_batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
     HookEntry,
     NewRun,
     RunFilter,
-    RunIndex,
     RunRecord,
     StepTask,
     StreamWrite,
-    waiting_needle,
 )
+from flow_cli.store.sql import Dialect, run_sets
+from flow_cli.store.sql import run_filter as shared_run_filter
 
 _LOCK_CLASS = 0x466C6F77
 """First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
@@ -567,6 +568,18 @@ _INSERT_DECIDED_RUN = (
 )
 
 
+POSTGRES = Dialect(
+    param="%s",
+    text_param="%s::text",
+    time_param="%s::timestamptz",
+    time=lambda value: value,
+    named=lambda name: f"%({name})s",
+    position="strpos",
+    build_key="build_id",
+)
+"""psycopg sends times as they are; a parameter that may be NULL needs its type spelled."""
+
+
 def insert_decided_run(
     conn: Statements, run: NewRun, write: StreamWrite, now: datetime
 ) -> list[EventEnvelope]:
@@ -575,34 +588,31 @@ def insert_decided_run(
     step tasks and hooks. Written so, the row has one version where ``insert_run`` and the
     decision's update make two (each with an entry in every index of the table). Returns the
     decision's envelopes."""
-    spec, index = run.spec, write.index
-    terminal = index.status.terminal
-    build_id = spec.runtime_build_id if index.build_id is KEEP else index.build_id
-    decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
-    failing = None if index.failing is KEEP else index.failing
-    waiting_on = None if terminal or index.waiting_on is KEEP else index.waiting_on
+    spec = run.spec
+    changes = row_changes(write.index)
+    row = decided_row(run, changes)
     events = [RunStarted(spec=spec, seed=run.seed), *write.events]
     conn.execute(
         _INSERT_DECIDED_RUN,
         (
             run.run_id,
             spec.workflow,
-            index.status.value,
-            build_id,
+            row.status.value,
+            row.build_id,
             spec.parent_run_id,
             now,
             now,
             len(events),
-            None if terminal else decide_at,
+            row.decide_at,
             json.dumps(list(spec.patches)),
-            failing,
-            None if failing is None else now,
-            waiting_on,
+            row.failing,
+            row.failing_since(now),
+            row.waiting_on,
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
     envelopes = insert_events(conn, run.run_id, 0, events, now, data)
-    apply_index(conn, LockedRun(len(events), build_id), run.run_id, index, now, row_done=True)
+    apply_index(conn, LockedRun(len(events), row.build_id), run.run_id, changes, now, row_done=True)
     return envelopes[1:]
 
 
@@ -645,41 +655,18 @@ def run_update(sets: tuple[str, ...], *, guarded: bool = False) -> str:
 
 
 def index_update(
-    run: LockedRun, index: RunIndex, now: datetime
+    run: LockedRun, changes: RowChanges, now: datetime
 ) -> tuple[tuple[str, ...], list[Any]]:
     """The runs row's new values after an append (``run`` is current): ``SET`` items and their
     parameters, for ``run_update``."""
-    sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
-    params: list[Any] = [index.status.value, now, run.last_sequence]
-    if index.status.terminal:
-        # A finished run is never decided again and holds no step work.
-        sets.append("decide_at = NULL, lease_owner = NULL")
-    elif index.decide_at is not KEEP:
-        sets.append("decide_at = %s, lease_owner = NULL")
-        params.append(index.decide_at)
-    if index.failing is not KEEP:
-        # SET reads the row as it was: the time is kept while the run goes on failing.
-        sets.append(
-            "failing = %s, failing_since = CASE WHEN %s::text IS NULL THEN NULL "
-            "WHEN failing IS NULL THEN %s::timestamptz ELSE failing_since END"
-        )
-        params.extend([index.failing, index.failing, now])
-    if index.status.terminal:
-        sets.append("waiting_on = NULL")
-    elif index.waiting_on is not KEEP:
-        sets.append("waiting_on = %s")
-        params.append(index.waiting_on)
-    if index.build_id is not KEEP:
-        sets.append("build_id = %s")
-        params.append(index.build_id)
-    return tuple(sets), params
+    return run_sets(changes, POSTGRES, now, run.last_sequence)
 
 
 def apply_index(
     conn: Statements,
     run: LockedRun,
     run_id: str,
-    index: RunIndex,
+    changes: RowChanges,
     now: datetime,
     *,
     row_done: bool = False,
@@ -690,21 +677,21 @@ def apply_index(
     tasks and hooks are left. In a ``Batch`` a hook token owned by another hook fails the batch
     (no answer is read) instead of raising ``HookTokenInUse``.
     """
-    if index.build_id is not KEEP:
+    if changes.build_id is not KEEP:
         # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
-        run.build_id = index.build_id
+        run.build_id = changes.build_id
         conn.execute(
-            "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
+            "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (changes.build_id, run_id)
         )
     if not row_done:
-        sets, params = index_update(run, index, now)
+        sets, params = index_update(run, changes, now)
         params.append(run_id)
         conn.execute(run_update(sets), params)
-    if index.status.terminal:
+    if changes.drop_tasks:
         conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
-    else:
-        _apply_steps(conn, run_id, run.build_id, index.steps)
-    for hook in index.hooks:
+    elif changes.tasks:
+        _apply_steps(conn, run_id, run.build_id, changes.tasks)
+    for hook in changes.hooks:
         _upsert_hook(conn, run_id, hook, now)
 
 
@@ -797,36 +784,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
 
 def run_filter(where: RunFilter) -> tuple[sql.Composable, dict[str, Any]]:
     """The ``WHERE`` condition of a filter (cursor and limit aside) and its parameters."""
-    conditions: list[str] = ["TRUE"]
-    params: dict[str, Any] = {}
-    if where.statuses:
-        conditions.append("status = ANY(%(statuses)s)")
-        params["statuses"] = [status.value for status in where.statuses]
-    if where.workflow is not None:
-        conditions.append("workflow = %(workflow)s")
-        params["workflow"] = where.workflow
-    if where.build_id is not None:
-        conditions.append("build_id = %(build_id)s")
-        params["build_id"] = where.build_id
-    if where.since is not None:
-        conditions.append("created_at >= %(since)s")
-        params["since"] = where.since
-    if where.until is not None:
-        conditions.append("created_at < %(until)s")
-        params["until"] = where.until
-    if where.failing:
-        conditions.append("failing IS NOT NULL")
-    if where.waiting_on is not None:
-        conditions.append(
-            "waiting_on IS NOT NULL AND strpos(' ' || waiting_on || ' ', %(needle)s) > 0"
-        )
-        params["needle"] = waiting_needle(where.waiting_on)
-    if where.idle_since is not None:
-        conditions.append("updated_at <= %(idle_since)s")
-        params["idle_since"] = where.idle_since
-    if where.top_level:
-        conditions.append("parent_run_id IS NULL")
-    return sql.SQL(" AND ".join(conditions)), params
+    conditions, params = shared_run_filter(where, POSTGRES)
+    return sql.SQL(" AND ".join(["TRUE", *conditions])), params
 
 
 def utc(value: datetime) -> datetime:

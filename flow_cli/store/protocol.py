@@ -4,7 +4,7 @@ A store holds two things: the append-only event streams (the truth) and a few du
 derived from them (the runs table, ready step attempts, hook tokens) that let workers and the
 scheduler find work without reading histories. Index rows are written in the same transaction as
 the events they follow from, so they can never disagree with history for long; they are
-computed by the engine (``flow_cli.engine.indexing``), never by the store.
+planned and resolved in ``flow_cli.store.index``, never by a store on its own.
 """
 
 from __future__ import annotations

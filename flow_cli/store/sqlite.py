@@ -50,6 +50,7 @@ from flow_cli.model.events import (
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.due import DueHints
+from flow_cli.store.index import RowChanges, decided_row, row_changes
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -66,7 +67,6 @@ from flow_cli.store.protocol import (
     ReadAfter,
     RunCount,
     RunFilter,
-    RunIndex,
     RunRecord,
     RunState,
     StepLease,
@@ -76,10 +76,10 @@ from flow_cli.store.protocol import (
     assemble_states,
     build_usages,
     makes_work,
-    waiting_needle,
     wanted_after,
     with_histories,
 )
+from flow_cli.store.sql import Dialect, run_filter, run_sets
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -257,6 +257,17 @@ def _ts(value: datetime) -> str:
 
 def _ts_or_none(value: datetime | None) -> str | None:
     return None if value is None else _ts(value)
+
+
+SQLITE = Dialect(
+    param="?",
+    text_param="?",
+    time_param="?",
+    time=_ts,
+    named=lambda name: f":{name}",
+    position="instr",
+    build_key=_BUILD_KEY,
+)
 
 
 def _dt(text: str) -> datetime:
@@ -693,11 +704,10 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         """Insert the run as its first decision (``write``, at sequence 1) leaves it: the row
         in its final state, ``run_started`` and the decision's events, its step tasks and
         hooks. An existing run id is a conflict, as for ``_create``."""
-        spec, index = run.spec, write.index
-        terminal = index.status.terminal
+        spec = run.spec
+        changes = row_changes(write.index)
+        row = decided_row(run, changes)
         events = [*_encode([RunStarted(spec=spec, seed=run.seed)]), *rows]
-        decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
-        failing = None if index.failing is KEEP else index.failing
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
             "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
@@ -705,17 +715,17 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             (
                 run.run_id,
                 spec.workflow,
-                index.status.value,
-                spec.runtime_build_id if index.build_id is KEEP else index.build_id,
+                row.status.value,
+                row.build_id,
                 spec.parent_run_id,
                 stamp,
                 stamp,
                 len(events),
-                None if terminal else _ts_or_none(decide_at),
+                _ts_or_none(row.decide_at),
                 json.dumps(list(spec.patches)),
-                failing,
-                None if failing is None else stamp,
-                None if terminal or index.waiting_on is KEEP else index.waiting_on,
+                row.failing,
+                None if row.failing is None else stamp,
+                row.waiting_on,
             ),
         ).rowcount
         if not inserted:
@@ -724,7 +734,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             ).fetchone()
             raise EventConflict(run.run_id, 0, found[0] if found else 0)
         _insert_events(conn, run.run_id, 0, events, stamp)
-        self._apply_index(conn, run.run_id, index, stamp)
+        self._apply_index(conn, run.run_id, changes, stamp)
 
     def _apply_write(
         self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
@@ -736,29 +746,9 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         writes the index, with no read before it (each statement is a round trip through the
         GIL for a busy worker). A write that lost its race changes nothing; only then is the
         row read, to tell a conflict from a missing run."""
-        run_id, expected, index = write.run_id, write.expected_sequence, write.index
-        sets = ["status = ?", "updated_at = ?", "last_sequence = ?"]
-        params: list[Any] = [index.status.value, stamp, expected + len(rows)]
-        if index.status.terminal:
-            sets.append("decide_at = NULL, lease_owner = NULL")
-        elif index.decide_at is not KEEP:
-            sets.append("decide_at = ?, lease_owner = NULL")
-            params.append(_ts_or_none(index.decide_at))
-        if index.failing is not KEEP:
-            # SET reads the row as it was: the time is kept while the run goes on failing.
-            sets.append(
-                "failing = ?, failing_since = CASE WHEN ? IS NULL THEN NULL "
-                "WHEN failing IS NULL THEN ? ELSE failing_since END"
-            )
-            params.extend([index.failing, index.failing, stamp])
-        if index.status.terminal:
-            sets.append("waiting_on = NULL")
-        elif index.waiting_on is not KEEP:
-            sets.append("waiting_on = ?")
-            params.append(index.waiting_on)
-        if index.build_id is not KEEP:
-            sets.append("build_id = ?")
-            params.append(index.build_id)
+        run_id, expected = write.run_id, write.expected_sequence
+        changes = row_changes(write.index)
+        sets, params = run_sets(changes, SQLITE, stamp, expected + len(rows))
         moved = conn.execute(
             f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
             [*params, run_id, expected],
@@ -773,36 +763,34 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         # A conflict the primary key catches here: the caller rolls the update above back
         # with the rest of the group or transaction.
         _insert_events(conn, run_id, expected, rows, stamp)
-        self._apply_index(conn, run_id, index, stamp)
+        self._apply_index(conn, run_id, changes, stamp)
 
     def _apply_index(
-        self, conn: sqlite3.Connection, run_id: str, index: RunIndex, stamp: str
+        self, conn: sqlite3.Connection, run_id: str, changes: RowChanges, stamp: str
     ) -> None:
         """A write's step tasks and hooks (the run's row is written already)."""
-        if index.build_id is not KEEP:
+        if changes.build_id is not KEEP:
             conn.execute(
-                "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (index.build_id, run_id)
+                "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (changes.build_id, run_id)
             )
-        if index.steps and not index.status.terminal:  # a finished run's tasks all go below
-            for step_id, task in index.steps.items():
-                if task is None:
-                    conn.execute(
-                        "DELETE FROM step_tasks WHERE run_id = ? AND step_id = ?",
-                        (run_id, step_id),
-                    )
-                    continue
-                # A task carries its run's build id (as re-pinned by the update above).
-                conn.execute(
-                    "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                    "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
-                    "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
-                    "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
-                    (run_id, step_id, task.attempt, _ts(task.available_at), task.owner, run_id),
-                )
-        if index.status.terminal:
-            # Defensive: the engine sends the deletes too, but a finished run must hold no work.
+        if changes.drop_tasks:
             conn.execute("DELETE FROM step_tasks WHERE run_id = ?", (run_id,))
-        for hook in index.hooks:
+        for step_id, task in changes.tasks.items():
+            if task is None:
+                conn.execute(
+                    "DELETE FROM step_tasks WHERE run_id = ? AND step_id = ?",
+                    (run_id, step_id),
+                )
+                continue
+            # A task carries its run's build id (as re-pinned by the update above).
+            conn.execute(
+                "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+                "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
+                "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
+                (run_id, step_id, task.attempt, _ts(task.available_at), task.owner, run_id),
+            )
+        for hook in changes.hooks:
             owner = conn.execute(
                 "SELECT run_id, hook_id FROM hooks WHERE token = ?", (hook.token,)
             ).fetchone()
@@ -1021,50 +1009,22 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         rows = self._conn().execute(sql, [*params, -1 if limit is None else limit]).fetchall()
         return [_record(row) for row in rows]
 
-    def _where(self, where: RunFilter) -> tuple[list[str], list[Any]]:
-        """SQL conditions and parameters of a filter (cursor and limit aside)."""
-        sql: list[str] = []
-        params: list[Any] = []
-        if where.statuses:
-            sql.append(f"status IN ({', '.join('?' * len(where.statuses))})")
-            params.extend(status.value for status in where.statuses)
-        for column, value in (("workflow", where.workflow), (_BUILD_KEY, where.build_id)):
-            if value is not None:
-                sql.append(f"{column} = ?")
-                params.append(value)
-        if where.since is not None:
-            sql.append("created_at >= ?")
-            params.append(_ts(where.since))
-        if where.until is not None:
-            sql.append("created_at < ?")
-            params.append(_ts(where.until))
-        if where.failing:
-            sql.append("failing IS NOT NULL")
-        if where.waiting_on is not None:
-            sql.append("waiting_on IS NOT NULL AND instr(' ' || waiting_on || ' ', ?) > 0")
-            params.append(waiting_needle(where.waiting_on))
-        if where.idle_since is not None:
-            sql.append("updated_at <= ?")
-            params.append(_ts(where.idle_since))
-        if where.top_level:
-            sql.append("parent_run_id IS NULL")
-        return sql, params
-
-    def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, list[Any]]:
-        """``WHERE ... ORDER BY ... LIMIT ?`` of a filter with its cursor, newest first."""
-        sql, params = self._where(where)
+    def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, dict[str, Any]]:
+        """``WHERE ... ORDER BY ... LIMIT`` of a filter with its cursor, newest first."""
+        conditions, params = run_filter(where, SQLITE)
         if where.after is not None:
             cursor = conn.execute(
                 "SELECT created_at, rowid FROM runs WHERE run_id = ?", (where.after,)
             ).fetchone()
             if cursor is None:
                 raise RunNotFound(where.after)
-            sql.append("(created_at < ? OR (created_at = ? AND rowid < ?))")
-            params.extend([cursor[0], cursor[0], cursor[1]])
-        query = (f" WHERE {' AND '.join(sql)}" if sql else "") + (
-            " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+            conditions.append("(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))")
+            params.update(c_at=cursor[0], c_order=cursor[1])
+        params["limit"] = -1 if where.limit is None else where.limit
+        query = (f" WHERE {' AND '.join(conditions)}" if conditions else "") + (
+            " ORDER BY created_at DESC, rowid DESC LIMIT :limit"
         )
-        return query, [*params, -1 if where.limit is None else where.limit]
+        return query, params
 
     @_guarded
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
@@ -1126,8 +1086,8 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
     @_guarded
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""
-        sql, params = self._where(where)
-        condition = f" WHERE {' AND '.join(sql)}" if sql else ""
+        conditions, params = run_filter(where, SQLITE)
+        condition = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         conn = self._conn()
         if by is None:
             total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
