@@ -588,7 +588,7 @@ class PostgresStore(AppendViaCommit):
         gains those of the runs this group creates or that were not locked yet)."""
         for run in creates:
             if tables.insert_run(conn, run, now) is None:
-                raise EventConflict(run.run_id, 0, tables.last_sequence(conn, run.run_id))
+                tables.lost_race(run.run_id, 0, tables.last_sequence(conn, run.run_id))
         missing = [write.run_id for write in writes if write.run_id not in locked]
         if missing:
             locked.update(tables.lock_runs(conn, missing))
@@ -600,7 +600,7 @@ class PostgresStore(AppendViaCommit):
             # A second write to the same run in this commit continues from the first.
             current = expected.get(write.run_id, target.last_sequence)
             if current != write.expected_sequence:
-                raise EventConflict(write.run_id, write.expected_sequence, current)
+                tables.lost_race(write.run_id, write.expected_sequence, current)
             expected[write.run_id] = current + len(write.events)
         results = []
         # Everything past the sequence check is sent as one pipeline: no waiting for each

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import psycopg
 from psycopg import sql
@@ -616,17 +616,23 @@ def insert_decided_run(
     return envelopes[1:]
 
 
+def lost_race(run_id: str, expected: int, actual: int | None) -> NoReturn:
+    """The one place the PostgreSQL store raises ``EventConflict``: a stale sequence found on
+    the locked run row, a run id that exists, or the primary key's unique violation."""
+    raise EventConflict(run_id, expected, actual)
+
+
 @contextmanager
 def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterator[None]:
-    """The one place where PostgreSQL's unique violation becomes ``EventConflict``.
+    """PostgreSQL's unique violation as ``EventConflict``.
 
     ``commit`` normally reports a stale sequence from the locked run row first; this catches a
     writer that got past that check, which ``PRIMARY KEY (run_id, sequence)`` still stops.
     """
     try:
         yield
-    except psycopg.errors.UniqueViolation as exc:
-        raise EventConflict(run_id, expected_sequence, None) from exc
+    except psycopg.errors.UniqueViolation:
+        lost_race(run_id, expected_sequence, None)
 
 
 _RUN_UPDATES: dict[tuple[tuple[str, ...], bool], str] = {}

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 from flow_cli.errors import (
     ConfigError,
@@ -298,7 +298,23 @@ def _insert_events(
             [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
         )
     except sqlite3.IntegrityError:
-        raise EventConflict(run_id, expected, expected) from None
+        _lost_race(conn, run_id, expected, actual=expected)
+
+
+def _lost_race(
+    conn: sqlite3.Connection, run_id: str, expected: int, *, actual: int | None = None
+) -> NoReturn:
+    """The one place a lost race becomes ``EventConflict`` (``RunNotFound`` when a write
+    after ``expected`` > 0 finds no run): the sequence a guarded statement did not find, or
+    an event the primary key refused. ``actual`` defaults to the run's stored sequence."""
+    if actual is None:
+        found = conn.execute(
+            "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if found is None and expected > 0:
+            raise RunNotFound(run_id)
+        actual = found[0] if found else 0
+    raise EventConflict(run_id, expected, actual) from None
 
 
 def _encode(events: Sequence[Event]) -> list[tuple[str, str]]:
@@ -685,10 +701,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             if not must_create:
                 return False
             # Creating is appending after sequence 0: an existing run id is a conflict.
-            found = conn.execute(
-                "SELECT last_sequence FROM runs WHERE run_id = ?", (run.run_id,)
-            ).fetchone()
-            raise EventConflict(run.run_id, 0, found[0] if found else 0)
+            _lost_race(conn, run.run_id, 0)
         # The row was inserted at sequence 1 with its run_started: no read, no second write.
         _insert_events(conn, run.run_id, 0, _encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
         return True
@@ -729,18 +742,14 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             ),
         ).rowcount
         if not inserted:
-            found = conn.execute(
-                "SELECT last_sequence FROM runs WHERE run_id = ?", (run.run_id,)
-            ).fetchone()
-            raise EventConflict(run.run_id, 0, found[0] if found else 0)
+            _lost_race(conn, run.run_id, 0)
         _insert_events(conn, run.run_id, 0, events, stamp)
         self._apply_index(conn, run.run_id, changes, stamp)
 
     def _apply_write(
         self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
     ) -> None:
-        """Append the write's events after its expected sequence and write its index changes:
-        the one place a lost race becomes ``EventConflict``.
+        """Append the write's events after its expected sequence and write its index changes.
 
         The run's row moves first, in one update guarded by the expected sequence that also
         writes the index, with no read before it (each statement is a round trip through the
@@ -754,12 +763,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             [*params, run_id, expected],
         ).rowcount
         if not moved:
-            found = conn.execute(
-                "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            if found is None:
-                raise RunNotFound(run_id)
-            raise EventConflict(run_id, expected, found[0])
+            _lost_race(conn, run_id, expected)
         # A conflict the primary key catches here: the caller rolls the update above back
         # with the rest of the group or transaction.
         _insert_events(conn, run_id, expected, rows, stamp)
