@@ -343,6 +343,36 @@ def test_commit_creates_runs_in_the_same_transaction(store: EventStore, clock: M
     assert store.commit([], [], later) == []
 
 
+def test_a_run_created_with_writes_at_their_own_times_in_one_commit(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """What ``flow fork`` does: the copy's run and every group of its events, each at the time
+    it was recorded, in one transaction; a stale write among them leaves no run at all."""
+    start = clock.now()
+    times = [start + timedelta(seconds=n) for n in (1, 2, 3)]
+
+    def writes(run_id: str, stale: bool = False) -> list[StreamWrite]:
+        return [
+            StreamWrite(
+                run_id=run_id,
+                expected_sequence=n + (5 if stale and n == 2 else 1),
+                events=[signal(n)],
+                index=idx(),
+                recorded_at=at,
+            )
+            for n, at in enumerate(times, start=0)
+        ]
+
+    done = store.commit(writes("copy"), [new_run("copy")], start)
+    assert [[e.recorded_at for e in envelopes] for envelopes in done] == [[t] for t in times]
+    history = store.read_history("copy")
+    assert [e.recorded_at for e in history] == [start, *times]
+    assert [e.sequence for e in history] == [1, 2, 3, 4]
+    with pytest.raises(EventConflict):
+        store.commit(writes("broken", stale=True), [new_run("broken")], start)
+    assert store.get_run("broken") is None
+
+
 def test_commit_with_existing_run_id_conflicts_and_writes_nothing(
     store: EventStore, clock: ManualClock
 ) -> None:

@@ -33,7 +33,7 @@ from datetime import datetime
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay import Divergence, replay_history
 from flow_cli.engine.streams import simulate
-from flow_cli.errors import FlowError, InputError, RunAlreadyExists
+from flow_cli.errors import FlowError, InputError
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -201,20 +201,21 @@ def _prefix(
 
 
 def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: str) -> None:
-    """Create the run, then append the copied events, each group at its recorded time.
+    """Create the run with the copied events, each group at its recorded time, in one
+    transaction: a fork interrupted at any point leaves no run or the whole copy.
 
     Hooks the copied events created were resolved in the original run and their tokens belong
     to it, so the fork's index does not claim them.
     """
     first = envelopes[0]
-    assert isinstance(first.event, RunStarted)
+    if not isinstance(first.event, RunStarted):
+        raise TypeError("a fork's history starts with run_started")
     run = NewRun(run_id=fork_id, spec=first.event.spec, seed=seed, decide_at=None)
     if len(envelopes) == 1:
         run = replace(run, decide_at=engine.clock.now())
-    if engine.store.create_run(run, first.recorded_at) is None:
-        raise RunAlreadyExists(fork_id, "id (pick another --id)")
     snap = WorkflowRunSnapshot.start(first)
     groups = [list(g) for _, g in itertools.groupby(envelopes[1:], key=lambda e: e.recorded_at)]
+    writes: list[StreamWrite] = []
     for number, group in enumerate(groups, start=1):
         at: datetime = group[0].recorded_at
         events: list[Event] = [e.event for e in group]
@@ -224,16 +225,14 @@ def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: 
             index_for(after, events, decide_at=engine.clock.now() if last else None),
             hooks=(),
         )
-        engine.store.commit(
-            [
-                StreamWrite(
-                    run_id=fork_id,
-                    expected_sequence=snap.last_sequence,
-                    events=events,
-                    index=index,
-                )
-            ],
-            [],
-            at,
+        writes.append(
+            StreamWrite(
+                run_id=fork_id,
+                expected_sequence=snap.last_sequence,
+                events=events,
+                index=index,
+                recorded_at=at,
+            )
         )
         snap = after
+    engine.create_with_history(run, writes, first.recorded_at)

@@ -30,7 +30,6 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
-    NoHandoffs,
     ReadAfter,
     RunCount,
     RunFilter,
@@ -110,7 +109,7 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(AppendViaCommit, NoHandoffs):
+class MemoryStore(AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
@@ -148,7 +147,9 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
     ) -> list[list[EventEnvelope]]:
         """Apply the creations, then the writes, atomically (see ``EventStore``)."""
         at = _utc(now)
-        encoded = [_encode(w.events, at) for w in writes]  # bad JSON fails before any change
+        times = [at if w.recorded_at is None else _utc(w.recorded_at) for w in writes]
+        # Bad JSON fails before any change.
+        encoded = [_encode(w.events, t) for w, t in zip(writes, times, strict=True)]
         with self._lock:
             try:
                 self._validate(writes, creates)
@@ -163,10 +164,10 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             self._touched()
         return [
             [
-                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=at, event=e)
+                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=t, event=e)
                 for seq, e in enumerate(w.events, w.expected_sequence + 1)
             ]
-            for w in writes
+            for w, t in zip(writes, times, strict=True)
         ]
 
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:

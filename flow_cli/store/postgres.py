@@ -264,9 +264,10 @@ class PostgresStore(AppendViaCommit):
         sequence is stale, ``HookTokenInUse`` if a new hook token is taken, and ``RunNotFound``
         if a written run does not exist.
         """
-        done = self._commit_guarded([CommitGroup(writes=writes, creates=creates, now=now)])
-        if done is not None:
-            return done[0]
+        if all(w.recorded_at is None for w in writes):  # the batch stamps one time
+            done = self._commit_guarded([CommitGroup(writes=writes, creates=creates, now=now)])
+            if done is not None:
+                return done[0]
         try:
             with self._transaction() as conn:
                 return self._apply(conn, writes, creates, now, {})
@@ -285,7 +286,8 @@ class PostgresStore(AppendViaCommit):
         """
         if not groups:
             return []
-        if self._commit_guarded(groups) is not None:
+        stamped = any(w.recorded_at is not None for g in groups for w in g.writes)
+        if not stamped and self._commit_guarded(groups) is not None:  # it stamps group.now
             return [None] * len(groups)
         if len(groups) == 1:
             (group,) = groups
@@ -614,13 +616,14 @@ class PostgresStore(AppendViaCommit):
         ):
             for write in writes:
                 target = locked[write.run_id]
+                at = now if write.recorded_at is None else write.recorded_at
                 results.append(
                     tables.insert_events(
-                        conn, write.run_id, target.last_sequence, write.events, now, write.data
+                        conn, write.run_id, target.last_sequence, write.events, at, write.data
                     )
                 )
                 target.last_sequence += len(write.events)
-                tables.apply_index(conn, target, write.run_id, row_changes(write.index), now)
+                tables.apply_index(conn, target, write.run_id, row_changes(write.index), at)
             if makes_work(writes, creates):
                 self._notify(conn)
             ended = self._ended(writes)

@@ -63,7 +63,6 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
-    NoHandoffs,
     ReadAfter,
     RunCount,
     RunFilter,
@@ -344,7 +343,7 @@ def _guarded(
     return wrapper
 
 
-class SQLiteStore(AppendViaCommit, NoHandoffs):
+class SQLiteStore(AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -901,6 +900,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 if write.run_id in created
                 and write.expected_sequence == 1
                 and counts[write.run_id] == 1
+                and write.recorded_at is None
             }
         for run in creates:
             first = firsts.get(run.run_id)
@@ -910,7 +910,8 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 self._create_decided(conn, run, *first, stamp)
         for write, rows in zip(writes, encoded, strict=True):
             if write.run_id not in firsts:
-                self._apply_write(conn, write, rows, stamp)
+                at = stamp if write.recorded_at is None else _ts(write.recorded_at)
+                self._apply_write(conn, write, rows, at)
 
     @_guarded
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -1441,10 +1442,15 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
 
 
 def _envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvelope]]:
-    recorded_at = _dt(stamp)
+    now = _dt(stamp)
     return [
         [
-            EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=recorded_at, event=e)
+            EventEnvelope(
+                run_id=w.run_id,
+                sequence=seq,
+                recorded_at=now if w.recorded_at is None else _dt(_ts(w.recorded_at)),
+                event=e,
+            )
             for seq, e in enumerate(w.events, w.expected_sequence + 1)
         ]
         for w in writes
