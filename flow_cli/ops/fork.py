@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import Divergence, replay_history
+from flow_cli.engine.replay import replay_history
 from flow_cli.engine.streams import simulate
-from flow_cli.errors import FlowError, InputError
+from flow_cli.errors import ForkDiverges, InputError
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -57,24 +57,6 @@ _SKIPPED = (DecisionFailed, DecisionRecovered, CancelRequested, BuildUpgraded)
 """Events never copied: they are not decisions nor facts a decision depended on."""
 
 _KEEP_INPUT = object()
-
-
-class ForkDiverges(FlowError):
-    """The fork's history would not replay on its build (exit 3, like replay-check)."""
-
-    def __init__(self, run_id: str, divergences: Sequence[Divergence]) -> None:
-        first = divergences[0] if divergences else None
-        where = (
-            f": {first.identity} {first.field} was {first.recorded!r}, now {first.produced!r}"
-            if first is not None
-            else ""
-        )
-        super().__init__(
-            f"Fork of run {run_id!r} refused: the copied history does not replay on its build "
-            f"({len(divergences)} divergence{'s' if len(divergences) != 1 else ''}{where}); "
-            "fork from an earlier step, without --input, or onto a build that replays it."
-        )
-        self.divergences = tuple(divergences)
 
 
 @dataclass(frozen=True, slots=True)
