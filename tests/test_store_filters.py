@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_store_conformance import BUILD, create, idx, new_run, signal
 
-import flow_cli.store.sqlite as sqlite_module
+import flow_cli.store.sqlite.schema as schema_module
 from flow_cli.errors import RunNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import (
@@ -218,7 +218,7 @@ def test_sqlite_version_1_database_is_upgraded_with_hook_rows(
 ) -> None:
     path = tmp_path / "flow.db"
     with monkeypatch.context() as patch:
-        patch.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
+        patch.setattr(schema_module, "MIGRATIONS", MIGRATIONS[:1])
         old = SQLiteStore(path)
         old.close()
     # What a version 1 Flow wrote for a run with a hook: events, a runs row, a hooks row
