@@ -24,8 +24,8 @@ pytestmark = pytest.mark.postgres
 
 psycopg = pytest.importorskip("psycopg")
 
-from flow_cli.store.postgres import hints as postgres_hints  # noqa: E402
 from flow_cli.store.postgres import PostgresStore  # noqa: E402
+from flow_cli.store.postgres import hints as postgres_hints  # noqa: E402
 
 
 @pytest.fixture

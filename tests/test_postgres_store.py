@@ -36,9 +36,9 @@ from flow_cli.model.events import (  # noqa: E402
 from flow_cli.model.retry import RetryPolicy  # noqa: E402
 from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
+from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
 from flow_cli.store.postgres import schema as postgres_schema  # noqa: E402
 from flow_cli.store.postgres import tables as postgres_tables  # noqa: E402
-from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
 from flow_cli.store.protocol import (  # noqa: E402
     CommitGroup,
     HookEntry,
