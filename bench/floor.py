@@ -12,7 +12,7 @@ cost; what this measures is the machine's.
     .venv/bin/python bench/workloads.py W3,W3floor      (the ratio is printed after them)
 
 ``FLOOR_WORKER_COMMITS=1`` drops the lease's commit (two commits on the path, not three): the
-floor of a PostgreSQL run whose start hands its step to an idle worker (``postgres_handoffs``),
+floor of a PostgreSQL run whose start hands its step to an idle worker (``postgres.handoffs``),
 which takes no lease.
 """
 

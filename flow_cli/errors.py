@@ -9,6 +9,8 @@
     ├── EventConflict            append_if_sequence saw a stale expected sequence
     ├── NonDeterminismError      a command re-issued a recorded identity with other parameters
     ├── WorkflowError            workflow code raised or returned something that is not a command
+    ├── RunIdTaken               a child's or successor's derived run id belongs to another run
+    ├── ForkDiverges             a fork's copied history does not replay on its build
     ├── HookNotFound             no hook was ever created with that token
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
@@ -24,7 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flow_cli.engine.replay import Divergence
 
 
 class FlowError(Exception):
@@ -234,3 +239,33 @@ def _short(value: Any, limit: int = 120) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RunIdTaken(FlowError):
+    """A run id the engine derives for a child or a successor belongs to another run."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"Run id {run_id!r}, which the engine derives for a child or a continuation, "
+            "already belongs to another run; choose another child id, or start this run "
+            "under another id."
+        )
+        self.run_id = run_id
+
+
+class ForkDiverges(FlowError):
+    """The fork's history would not replay on its build (exit 3, like replay-check)."""
+
+    def __init__(self, run_id: str, divergences: Sequence[Divergence]) -> None:
+        first = divergences[0] if divergences else None
+        where = (
+            f": {first.identity} {first.field} was {first.recorded!r}, now {first.produced!r}"
+            if first is not None
+            else ""
+        )
+        super().__init__(
+            f"Fork of run {run_id!r} refused: the copied history does not replay on its build "
+            f"({len(divergences)} divergence{'s' if len(divergences) != 1 else ''}{where}); "
+            "fork from an earlier step, without --input, or onto a build that replays it."
+        )
+        self.divergences = tuple(divergences)

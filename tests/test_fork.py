@@ -11,11 +11,11 @@ from engine_workflows import make_engine
 
 from flow_cli import Runtime, StepInfo, WorkflowContext
 from flow_cli.engine.engine import Engine
-from flow_cli.errors import InputError
+from flow_cli.errors import ForkDiverges, InputError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.events import StepScheduled
-from flow_cli.ops.fork import ForkDiverges, fork_run
+from flow_cli.ops.fork import fork_run
 from flow_cli.store.protocol import EventStore
 from workflows_example import orders
 

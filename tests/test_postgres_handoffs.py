@@ -1,4 +1,4 @@
-"""Hand-offs (``flow_cli.store.postgres_handoffs``): a start gives its run's first step to an
+"""Hand-offs (``flow_cli.store.postgres.handoffs``): a start gives its run's first step to an
 idle worker in its own commit. The worker runs it without a lease or a read of its own, so a
 one-step run costs two commits, and nothing is lost when no worker can take it: a worker that
 is busy, gone or never offered leaves the step ready for an ordinary lease.

@@ -1,4 +1,4 @@
-"""Ready-step hints (``flow_cli.store.postgres_hints``): a commit's notification names the steps
+"""Ready-step hints (``flow_cli.store.postgres.hints``): a commit's notification names the steps
 it made ready, and an idle worker it wakes leases them in one round trip. A hint is only ever a
 shortcut: one that went stale (the step taken, the run moved on, a build not hosted here) costs
 the ordinary lease, never a wrong event.
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.postgres
 
 psycopg = pytest.importorskip("psycopg")
 
-from flow_cli.store import postgres_hints  # noqa: E402
 from flow_cli.store.postgres import PostgresStore  # noqa: E402
+from flow_cli.store.postgres import hints as postgres_hints  # noqa: E402
 
 
 @pytest.fixture

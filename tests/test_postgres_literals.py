@@ -20,7 +20,7 @@ pytestmark = pytest.mark.postgres
 
 psycopg = pytest.importorskip("psycopg")
 
-from flow_cli.store.postgres_batch import Batch, Prepared  # noqa: E402
+from flow_cli.store.postgres.batch import Batch, Prepared  # noqa: E402
 
 PG = os.environ.get("FLOW_TEST_POSTGRES")
 _PREPARED: dict[int, Prepared] = {}

@@ -36,8 +36,9 @@ from flow_cli.model.events import (  # noqa: E402
 from flow_cli.model.retry import RetryPolicy  # noqa: E402
 from flow_cli.model.spec import WorkflowSpec  # noqa: E402
 from flow_cli.model.status import RunStatus  # noqa: E402
-from flow_cli.store import postgres_schema  # noqa: E402
 from flow_cli.store.postgres import PostgresStore, redact_url  # noqa: E402
+from flow_cli.store.postgres import schema as postgres_schema  # noqa: E402
+from flow_cli.store.postgres import tables as postgres_tables  # noqa: E402
 from flow_cli.store.protocol import (  # noqa: E402
     CommitGroup,
     HookEntry,
@@ -884,10 +885,10 @@ def test_due_work_queries_use_the_due_time_indexes(
         conn.execute("ANALYZE step_tasks")
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
         for query, index in (
-            (postgres_schema.LEASE_RUNS, "runs_decide_at"),
-            (postgres_schema.ANY_READY_STEP, "step_tasks_available_at"),
-            (postgres_schema.LOCK_READY, "step_tasks_available_at"),
-            (postgres_schema.NEXT_DUE, "runs_decide_at"),
+            (postgres_tables.LEASE_RUNS, "runs_decide_at"),
+            (postgres_tables.ANY_READY_STEP, "step_tasks_available_at"),
+            (postgres_tables.LOCK_READY, "step_tasks_available_at"),
+            (postgres_tables.NEXT_DUE, "runs_decide_at"),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
             used = {node.get("Index Name") for node in _plan_nodes(plan)}

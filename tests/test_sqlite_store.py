@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Database
 
-import flow_cli.store.sqlite as sqlite_module
+import flow_cli.store.sqlite.connection as connection_module
+import flow_cli.store.sqlite.schema as schema_module
 from flow_cli.errors import ConfigError, EventConflict, StoreError
 from flow_cli.model.events import SignalReceived
 from flow_cli.model.spec import WorkflowSpec
@@ -172,7 +173,7 @@ def test_older_schema_is_upgraded_in_place_keeping_events(
     old.close()
     assert meta_version(db_path) == str(LATEST)
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, _v2_add_note)])
+    monkeypatch.setattr(schema_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, _v2_add_note)])
     upgraded = SQLiteStore(db_path)
     assert meta_version(db_path) == str(LATEST + 1)
     assert upgraded.read_history("r1") == before
@@ -194,7 +195,7 @@ def test_a_failing_migration_changes_nothing(
         db.create_table("half_done", {"x": int})
         db.execute("INSERT INTO no_such_table VALUES (1)")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, broken)])
+    monkeypatch.setattr(schema_module, "MIGRATIONS", [*MIGRATIONS, (LATEST + 1, broken)])
     with pytest.raises(StoreError):
         SQLiteStore(db_path)
     assert meta_version(db_path) == str(LATEST)
@@ -328,8 +329,8 @@ def test_a_writer_waiting_for_the_lock_wakes_when_the_holder_rings(
 ) -> None:
     """Every commit rings the doorbells: a waiting writer tries again at once, not only
     after its pause (made five seconds here)."""
-    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_FIRST", 5.0)
-    monkeypatch.setattr(sqlite_module, "_LOCK_PAUSE_MAX", 5.0)
+    monkeypatch.setattr(connection_module, "_LOCK_PAUSE_FIRST", 5.0)
+    monkeypatch.setattr(connection_module, "_LOCK_PAUSE_MAX", 5.0)
     store = SQLiteStore(db_path)
     other = SQLiteStore(db_path)  # as another process would: its own connection and doorbell
     with other._write():

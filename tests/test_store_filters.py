@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from test_store_conformance import BUILD, create, idx, new_run, signal
 
-import flow_cli.store.sqlite as sqlite_module
-from flow_cli.engine.indexing import index_for, waiting_on
+import flow_cli.store.sqlite.schema as schema_module
 from flow_cli.errors import RunNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import (
@@ -30,6 +29,7 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import project
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
+from flow_cli.store.index import index_for, waiting_on
 from flow_cli.store.protocol import EventStore, HookEntry, RunFilter, RunIndex
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 
@@ -218,7 +218,7 @@ def test_sqlite_version_1_database_is_upgraded_with_hook_rows(
 ) -> None:
     path = tmp_path / "flow.db"
     with monkeypatch.context() as patch:
-        patch.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
+        patch.setattr(schema_module, "MIGRATIONS", MIGRATIONS[:1])
         old = SQLiteStore(path)
         old.close()
     # What a version 1 Flow wrote for a run with a hook: events, a runs row, a hooks row

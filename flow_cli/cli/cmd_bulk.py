@@ -97,7 +97,7 @@ def select(engine: Engine, runs: list[str], filters: FilterArgs) -> Targets:
             "say which runs: give RUN ids, - to read them from stdin, or filters such as "
             "--status, --workflow, --failing (see --help)."
         )
-    records = engine.store.find_runs(filters.to_filter())
+    records = engine.find_runs(filters.to_filter())
     return Targets([r.run_id for r in records], True, {r.run_id: r for r in records})
 
 

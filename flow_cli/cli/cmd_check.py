@@ -43,7 +43,7 @@ def check(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     advice = ADVICE_POSTGRES if backend is Backend.POSTGRES else ADVICE_SQLITE
     try:
         with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-            problems = engine.store.check_integrity()
+            problems = engine.check_integrity()
     except StoreError as exc:
         if "No Flow database" in str(exc):
             raise

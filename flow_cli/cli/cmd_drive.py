@@ -254,9 +254,9 @@ def _check_metrics_extra() -> None:
 
 
 def _serve_metrics(engine: Engine, port: int) -> tuple[Observer, WSGIServer]:
-    from flow_cli.engine.metrics import MetricsObserver, serve
+    from flow_cli.engine.metrics import serve
 
-    metrics = MetricsObserver(engine.store)
+    metrics = engine.metrics_observer()
     try:
         return metrics, serve(metrics, port)
     except OSError as error:

@@ -30,7 +30,7 @@ def workers(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag 
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        found = engine.store.list_workers()
+        found = engine.list_workers()
         now = engine.clock.now()
     rows: list[dict[str, Any]] = [
         {
@@ -106,7 +106,7 @@ def doctor(
     from flow_cli.ops.doctor import diagnose
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        report = diagnose(engine.store, where, engine.clock.now(), grace)
+        report = diagnose(engine, where, engine.clock.now(), grace)
     if state.want_json(json_output):
         emit_json(report.to_json())
     else:
@@ -132,7 +132,7 @@ def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag =
     from flow_cli.ops.builds import build_reports
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        reports = build_reports(engine.store, engine.clock.now(), configured)
+        reports = build_reports(engine, engine.clock.now(), configured)
     if jsonl or state.want_json(json_output):
         emit_rows([r.to_json() for r in reports], jsonl)
         return

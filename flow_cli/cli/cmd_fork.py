@@ -64,7 +64,8 @@ def fork(
     the code would not make again is refused (exit 3) with the divergences. The original run is
     never changed. --json: {"run_id", "forked_from"}.
     """
-    from flow_cli.ops.fork import ForkDiverges, fork_run
+    from flow_cli.errors import ForkDiverges
+    from flow_cli.ops.fork import fork_run
 
     if new_id == "":
         raise InputError("--id is empty; give the new run id, or leave --id out.")

@@ -146,7 +146,7 @@ def history(
                     if exit_status:
                         _exit_with_outcome(engine, run_id)
                     return
-            engine.store.wait_for_change(FOLLOW_POLL_SECONDS)
+            engine.wait_for_change(FOLLOW_POLL_SECONDS)
             events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
 
 

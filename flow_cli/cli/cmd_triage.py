@@ -16,7 +16,6 @@ from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import emit_json
 from flow_cli.cli.options import JsonFlag, complete_run_id
 from flow_cli.cli.state import CliState
-from flow_cli.errors import RunNotFound
 
 if TYPE_CHECKING:
     from flow_cli.store.protocol import HookListing, RunRecord
@@ -67,7 +66,7 @@ def runs(
     state = CliState.of(ctx)
     where = filters.to_filter()
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        records = engine.store.find_runs(where)
+        records = engine.find_runs(where)
     if jsonl or state.want_json(json_output):
         emit_rows([run_json(r) for r in records], jsonl)
         return
@@ -105,7 +104,7 @@ def count(
     state = CliState.of(ctx)
     where = filters.to_filter()
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        counted = engine.store.count_runs(where, None if by is None else by.value)
+        counted = engine.count_runs(where, None if by is None else by.value)
     if state.want_json(json_output):
         emit_json({"total": counted.total, "groups": dict(counted.groups)})
         return
@@ -152,9 +151,7 @@ def hook_list(
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        if run_id is not None and engine.store.get_run(run_id) is None:
-            raise RunNotFound(run_id)
-        hooks = engine.store.list_hooks(run_id, open_only)
+        hooks = engine.list_hooks(run_id, open_only)
     if jsonl or state.want_json(json_output):
         emit_rows([hook_json(h) for h in hooks], jsonl)
         return

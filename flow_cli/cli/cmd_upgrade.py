@@ -92,7 +92,7 @@ def upgrade(
         )
         unknown: list[str] | None = None
         if ids is None and not (report.upgraded or report.refused or report.skipped):
-            builds = sorted(u.build_id for u in engine.store.build_usage())
+            builds = sorted(u.build_id for u in engine.build_usage())
             unknown = None if from_build in builds else builds
     if state.want_json(json_output):
         emit_json(report.to_json())

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from flow_cli.engine.sticky import StickyCalls, StickyCode
 from flow_cli.engine.streams import Pending, Streams, stored_size
-from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
+from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunIdTaken, RunNotFound
 from flow_cli.model.clock import Clock
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
 from flow_cli.model.decision import (
@@ -457,18 +457,6 @@ class Decider:
         write.add([ChildCompleted(child_id=child_id, child_run_id=snap.run_id, outcome=outcome)])
         write.decide_at = now
         return write
-
-
-class RunIdTaken(FlowError):
-    """A run id the engine derives for a child or a successor belongs to another run."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"Run id {run_id!r}, which the engine derives for a child or a continuation, "
-            "already belongs to another run; choose another child id, or start this run "
-            "under another id."
-        )
-        self.run_id = run_id
 
 
 def startable_step(pending: Pending) -> str | None:

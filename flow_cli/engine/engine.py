@@ -47,11 +47,25 @@ from flow_cli.model.names import check_name, check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import EventStore, NewRun, RunRecord, StepLease
+from flow_cli.store.protocol import (
+    BuildUsage,
+    EventStore,
+    HandOffs,
+    HookListing,
+    NewRun,
+    RunCount,
+    RunFilter,
+    RunRecord,
+    RunState,
+    StepLease,
+    StreamWrite,
+    WorkerInfo,
+)
 
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.leases import LeaseKeeper
+    from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.steps import StepExecutor, StepOutcome
     from flow_cli.runtime import Runtime
 
@@ -99,6 +113,8 @@ class Engine:
         eager_start: bool = True,
     ) -> None:
         self.store = store
+        self.handoffs: HandOffs | None = store if isinstance(store, HandOffs) else None
+        """The store's hand-offs, when it can make them (PostgreSQL)."""
         self.eager_start = eager_start
         """``start`` decides a new run at once and commits its first decisions with its
         creation, so the first step is ready for a worker without a decision round first."""
@@ -423,6 +439,10 @@ class Engine:
             raise RunNotFound(run_id)
         return record
 
+    def find_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or None when no such run exists."""
+        return self.store.get_run(run_id)
+
     def list_runs(
         self,
         *,
@@ -431,6 +451,73 @@ class Engine:
         limit: int | None = None,
     ) -> list[RunRecord]:
         return self.store.list_runs(status=status, workflow=workflow, limit=limit)
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where`` (the command line's FILTERS), newest first."""
+        return self.store.find_runs(where)
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column) if given."""
+        return self.store.count_runs(where, by)
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their leases and step tasks (what ``flow doctor`` reads)."""
+        return self.store.run_states(where)
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run (``RunNotFound`` if it does not exist) or of every run."""
+        if run_id is not None and self.store.get_run(run_id) is None:
+            raise RunNotFound(run_id)
+        return self.store.list_hooks(run_id, open_only)
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id some run is pinned to, with its open runs."""
+        return self.store.build_usage()
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """The workers registered in the database, live or gone."""
+        return self.store.list_workers()
+
+    def check_integrity(self) -> list[str]:
+        """What is wrong with the database's structure and indexes; empty when intact."""
+        return self.store.check_integrity()
+
+    def wait_for_change(self, timeout: float, *, ending: str | None = None) -> None:
+        """Block until something is committed (or ``ending``'s run ends), at most ``timeout``
+        seconds: how readers follow a run without polling the database in a loop."""
+        self.store.wait_for_change(timeout, ending=ending)
+
+    def commit_facts(
+        self,
+        writes: Sequence[Write],
+        creates: Sequence[NewRun] = (),
+        *,
+        now: datetime | None = None,
+    ) -> list[WorkflowRunSnapshot]:
+        """Commit facts for many runs in one transaction (bulk verbs, upgrade, fork): every
+        write is checked against the sequence its snapshot saw, and nothing is written if one
+        is stale (``EventConflict``). Returns the snapshots after the writes."""
+        return self.streams.commit(writes, self.clock.now() if now is None else now, creates)
+
+    def create_with_history(
+        self, run: NewRun, writes: Sequence[StreamWrite], created_at: datetime
+    ) -> bool:
+        """Create ``run`` (its ``run_started`` recorded at ``created_at``) and append ``writes``
+        (each at its own ``recorded_at``) in one transaction: a copy of a history (``flow
+        fork``) is all there or not at all. False, writing nothing, if the run id is taken."""
+        try:
+            self.store.commit(writes, [run], created_at)
+        except EventConflict as exc:
+            if exc.run_id == run.run_id and exc.expected_sequence == 0:
+                return False
+            raise
+        return True
+
+    def metrics_observer(self) -> MetricsObserver:
+        """A Prometheus observer whose gauges read this engine's store (extra ``metrics``)."""
+        from flow_cli.engine.metrics import MetricsObserver
+
+        return MetricsObserver(self.store)
 
     # -- driving runs --------------------------------------------------------------------------
 
@@ -477,18 +564,22 @@ class Engine:
     def offer_idle(self, lease_seconds: float) -> None:
         """Offer this engine's worker for hand-offs before it sleeps (a store that cannot
         tell a worker of one ignores it)."""
-        self.store.offer_worker(self.worker_id, self.build_ids, lease_seconds)
+        if self.handoffs is not None:
+            self.handoffs.offer_worker(self.worker_id, self.build_ids, lease_seconds)
 
     def withdraw(self) -> None:
         """Stop being offered for hand-offs (the worker stops)."""
-        self.store.withdraw_worker(self.worker_id)
+        if self.handoffs is not None:
+            self.handoffs.withdraw_worker(self.worker_id)
 
     def take_handed_steps(self) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
         """The steps starts handed to this engine's worker (their ``step_started`` recorded
         in the starts' commits), each with the snapshot to run it on, as
         ``lease_steps_handed`` returns leases."""
+        if self.handoffs is None:
+            return []
         handed = []
-        for lease in self.store.handed_steps(self.worker_id, self.streams.cached_sequence):
+        for lease in self.handoffs.handed_steps(self.worker_id, self.streams.cached_sequence):
             snapshot = None
             if lease.history is not None:
                 snapshot = self.streams.handed(lease.run_id, lease.history)

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from flow_cli.engine.group_commit import GroupCommitter
-from flow_cli.engine.indexing import index_for
 from flow_cli.engine.observe import NOTHING, Observer, notify_committed
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, event_json
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
+from flow_cli.store.index import index_for
 from flow_cli.store.protocol import KEEP, CommitGroup, EventStore, Keep, NewRun, StreamWrite
 
 DEFAULT_CACHE_BYTES = 4 * 1024 * 1024

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import BuildUsage, WorkerInfo
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,8 +50,16 @@ class BuildReport:
         }
 
 
+class BuildReads(Protocol):
+    """What ``build_reports`` reads: an ``Engine`` (or a store, in tests)."""
+
+    def build_usage(self) -> list[BuildUsage]: ...
+
+    def list_workers(self) -> list[WorkerInfo]: ...
+
+
 def build_reports(
-    store: EventStore, now: datetime, configured: Iterable[str] = ()
+    store: BuildReads, now: datetime, configured: Iterable[str] = ()
 ) -> list[BuildReport]:
     """Every known build id, sorted, with its open runs and live hosts."""
     usage = {u.build_id: u for u in store.build_usage()}

@@ -1,7 +1,7 @@
 """Acting on many runs in one process: cancel, terminate, signal, start, with batched commits.
 
 Facts for many runs (``cancel_requested``, ``signal_received``, new runs) are committed
-``batch_size`` runs per transaction through ``engine.streams.commit`` with one ``Write`` per run.
+``batch_size`` runs per transaction through ``Engine.commit_facts`` with one ``Write`` per run.
 If a batch loses a race (``EventConflict``: some run moved meanwhile), its runs are redone one by
 one through the engine's own retrying entry points, so a busy run never fails the others.
 Termination goes run by run through ``Engine.terminate``: its commit may also touch children and
@@ -101,7 +101,7 @@ def _facts(
             results[run_id] = result
         if writes:
             try:
-                engine.streams.commit(writes, engine.clock.now())
+                engine.commit_facts(writes)
             except EventConflict:
                 for run_id in planned:
                     results[run_id] = one_by_one(run_id)
@@ -203,11 +203,11 @@ def start_runs(
                 results[index] = BulkResult(line.run_id, Outcome.FAILED, str(exc))
         ids = [run.run_id for run in creates.values()]
         fresh = len(set(ids)) == len(ids) and not any(
-            engine.store.get_run(run_id) is not None for run_id in ids
+            engine.find_run(run_id) is not None for run_id in ids
         )
         if creates and fresh:
             try:
-                engine.streams.commit([], now, list(creates.values()))
+                engine.commit_facts([], list(creates.values()), now=now)
             except EventConflict:
                 fresh = False
             else:

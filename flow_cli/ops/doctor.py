@@ -33,9 +33,10 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import EventStore, RunFilter, RunState, TaskState, WorkerInfo
+from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
 
 CAUSES = (
     "decision-failing",
@@ -154,8 +155,16 @@ class DoctorReport:
         }
 
 
+class FleetReads(Protocol):
+    """What ``diagnose`` reads: an ``Engine`` (or a store, in tests)."""
+
+    def list_workers(self) -> list[WorkerInfo]: ...
+
+    def run_states(self, where: RunFilter) -> list[RunState]: ...
+
+
 def diagnose(
-    store: EventStore,
+    store: FleetReads,
     where: RunFilter,
     now: datetime,
     overdue_after: timedelta = OVERDUE_AFTER,

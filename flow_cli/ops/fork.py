@@ -31,10 +31,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.indexing import index_for
-from flow_cli.engine.replay import Divergence, replay_history
+from flow_cli.engine.replay import replay_history
 from flow_cli.engine.streams import simulate
-from flow_cli.errors import FlowError, ForkIdTaken, InputError
+from flow_cli.errors import ForkDiverges, ForkIdTaken, InputError
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -52,30 +51,13 @@ from flow_cli.model.events import (
 from flow_cli.model.jsonval import JsonValue, normalise
 from flow_cli.model.names import check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
+from flow_cli.store.index import index_for
 from flow_cli.store.protocol import NewRun, StreamWrite
 
 _SKIPPED = (DecisionFailed, DecisionRecovered, CancelRequested, BuildUpgraded)
 """Events never copied: they are not decisions nor facts a decision depended on."""
 
 _KEEP_INPUT = object()
-
-
-class ForkDiverges(FlowError):
-    """The fork's history would not replay on its build (exit 3, like replay-check)."""
-
-    def __init__(self, run_id: str, divergences: Sequence[Divergence]) -> None:
-        first = divergences[0] if divergences else None
-        where = (
-            f": {first.identity} {first.field} was {first.recorded!r}, now {first.produced!r}"
-            if first is not None
-            else ""
-        )
-        super().__init__(
-            f"Fork of run {run_id!r} refused: the copied history does not replay on its build "
-            f"({len(divergences)} divergence{'s' if len(divergences) != 1 else ''}{where}); "
-            "fork from an earlier step, without --input, or onto a build that replays it."
-        )
-        self.divergences = tuple(divergences)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,20 +183,21 @@ def _prefix(
 
 
 def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: str) -> None:
-    """Create the run, then append the copied events, each group at its recorded time.
+    """Create the run with the copied events, each group at its recorded time, in one
+    transaction: a fork interrupted at any point leaves no run or the whole copy.
 
     Hooks the copied events created were resolved in the original run and their tokens belong
     to it, so the fork's index does not claim them.
     """
     first = envelopes[0]
-    assert isinstance(first.event, RunStarted)
+    if not isinstance(first.event, RunStarted):
+        raise TypeError("a fork's history starts with run_started")
     run = NewRun(run_id=fork_id, spec=first.event.spec, seed=seed, decide_at=None)
     if len(envelopes) == 1:
         run = replace(run, decide_at=engine.clock.now())
-    if engine.store.create_run(run, first.recorded_at) is None:
-        raise ForkIdTaken(fork_id)
     snap = WorkflowRunSnapshot.start(first)
     groups = [list(g) for _, g in itertools.groupby(envelopes[1:], key=lambda e: e.recorded_at)]
+    writes: list[StreamWrite] = []
     for number, group in enumerate(groups, start=1):
         at: datetime = group[0].recorded_at
         events: list[Event] = [e.event for e in group]
@@ -224,16 +207,15 @@ def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: 
             index_for(after, events, decide_at=engine.clock.now() if last else None),
             hooks=(),
         )
-        engine.store.commit(
-            [
-                StreamWrite(
-                    run_id=fork_id,
-                    expected_sequence=snap.last_sequence,
-                    events=events,
-                    index=index,
-                )
-            ],
-            [],
-            at,
+        writes.append(
+            StreamWrite(
+                run_id=fork_id,
+                expected_sequence=snap.last_sequence,
+                events=events,
+                index=index,
+                recorded_at=at,
+            )
         )
         snap = after
+    if not engine.create_with_history(run, writes, first.recorded_at):
+        raise ForkIdTaken(fork_id)

@@ -177,7 +177,7 @@ def _targets(
     if run_ids is not None:  # named runs, maybe none (an empty stdin): never every run of B1
         ids = list(dict.fromkeys(run_ids))
         for run_id in ids:
-            if engine.store.get_run(run_id) is None:
+            if engine.find_run(run_id) is None:
                 raise RunNotFound(run_id)
         return ids
     where = where or RunFilter()
@@ -192,7 +192,7 @@ def _targets(
             "--status names only ended runs, and runs that ended are never upgraded; "
             "select Pending, Running, Suspended or Cancelling runs."
         )
-    records = engine.store.find_runs(replace(where, build_id=from_build, statuses=statuses))
+    records = engine.find_runs(replace(where, build_id=from_build, statuses=statuses))
     return [r.run_id for r in records]
 
 
@@ -223,7 +223,7 @@ def _upgrade_one(
             # On the sequence just checked: a run that moved meanwhile is checked again. Due
             # now, so that a worker of the new build looks at it at once (a run stuck on a
             # failed decision gets the fixed code's answer without waiting for its back-off).
-            engine.streams.commit([Write(snap, [event], decide_at=now)], now)
+            engine.commit_facts([Write(snap, [event], decide_at=now)], now=now)
         except EventConflict:
             continue
         return run_id, attempt

@@ -60,6 +60,6 @@ def wait_for_outcome(
             if due is not None:
                 pause = min(pause, max((due - engine.clock.now()).total_seconds(), 0.0))
             # Work to drive wakes it; the run mostly ends in this process's own tick.
-            engine.store.wait_for_change(pause)
+            engine.wait_for_change(pause)
         else:
-            engine.store.wait_for_change(pause, ending=waited.run_id)
+            engine.wait_for_change(pause, ending=waited.run_id)

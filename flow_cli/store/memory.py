@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
+from flow_cli.store.index import row_changes
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -29,7 +30,6 @@ from flow_cli.store.protocol import (
     HookListing,
     HookRecord,
     NewRun,
-    NoHandoffs,
     ReadAfter,
     RunCount,
     RunFilter,
@@ -109,7 +109,7 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(AppendViaCommit, NoHandoffs):
+class MemoryStore(AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
@@ -147,7 +147,9 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
     ) -> list[list[EventEnvelope]]:
         """Apply the creations, then the writes, atomically (see ``EventStore``)."""
         at = _utc(now)
-        encoded = [_encode(w.events, at) for w in writes]  # bad JSON fails before any change
+        times = [at if w.recorded_at is None else _utc(w.recorded_at) for w in writes]
+        # Bad JSON fails before any change.
+        encoded = [_encode(w.events, t) for w, t in zip(writes, times, strict=True)]
         with self._lock:
             try:
                 self._validate(writes, creates)
@@ -162,10 +164,10 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             self._touched()
         return [
             [
-                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=at, event=e)
+                EventEnvelope(run_id=w.run_id, sequence=seq, recorded_at=t, event=e)
                 for seq, e in enumerate(w.events, w.expected_sequence + 1)
             ]
-            for w in writes
+            for w, t in zip(writes, times, strict=True)
         ]
 
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
@@ -230,41 +232,34 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
         )
 
     def _apply_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
+        changes = row_changes(index)
         run = self._runs[run_id]
-        run.status = index.status
+        run.status = changes.status
         run.updated_at = at
-        if index.build_id is not KEEP:
-            run.build_id = index.build_id
+        if changes.build_id is not KEEP:
+            run.build_id = changes.build_id
             for (task_run, _), held in self._tasks.items():
                 if task_run == run_id:
-                    held.build_id = index.build_id
-        if index.status.terminal:
-            run.decide_at, run.lease_owner = None, None
-        elif index.decide_at is not KEEP:
-            run.decide_at = None if index.decide_at is None else _utc(index.decide_at)
+                    held.build_id = changes.build_id
+        if changes.decide_at is not KEEP:
+            run.decide_at = None if changes.decide_at is None else _utc(changes.decide_at)
             run.lease_owner = None
-        if index.failing is not KEEP:
-            if index.failing is None:
-                run.failing_since = None
-            elif run.failing is None:
-                run.failing_since = at
-            run.failing = index.failing
-        if index.status.terminal:
-            run.waiting_on = None
-        elif index.waiting_on is not KEEP:
-            run.waiting_on = index.waiting_on
-        for step_id, task in index.steps.items():
+        if changes.failing is not KEEP:
+            run.failing_since = changes.failing_since(run.failing, run.failing_since, at)
+            run.failing = changes.failing
+        if changes.waiting_on is not KEEP:
+            run.waiting_on = changes.waiting_on
+        if changes.drop_tasks:
+            for key in [k for k in self._tasks if k[0] == run_id]:
+                del self._tasks[key]
+        for step_id, task in changes.tasks.items():
             if task is None:
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
                     run.build_id, task.attempt, _utc(task.available_at), task.owner
                 )
-        if index.status.terminal:
-            # Defensive: the engine sends the deletes too, but a finished run must hold no work.
-            for key in [k for k in self._tasks if k[0] == run_id]:
-                del self._tasks[key]
-        for hook in index.hooks:
+        for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
                 token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
             )

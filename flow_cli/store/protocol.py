@@ -4,7 +4,7 @@ A store holds two things: the append-only event streams (the truth) and a few du
 derived from them (the runs table, ready step attempts, hook tokens) that let workers and the
 scheduler find work without reading histories. Index rows are written in the same transaction as
 the events they follow from, so they can never disagree with history for long; they are
-computed by the engine (``flow_cli.engine.indexing``), never by the store.
+planned and resolved in ``flow_cli.store.index``, never by a store on its own.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
@@ -104,6 +104,9 @@ class StreamWrite:
     data: Sequence[str] | None = None
     """The events' stored JSON (``event_json``), when the writer has it already (it measured
     them for its cache): a store may write it instead of encoding each event again."""
+    recorded_at: datetime | None = None
+    """The events' recorded time when it is not the commit's: a fork copies a history at the
+    times it was recorded, several writes of one run in one commit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -414,13 +417,11 @@ class StoreStats:
     machine may take the last of them, as if they had not happened yet (docs/operations.md)."""
 
 
-class EventStore(Protocol):
-    """The storage contract. ``MemoryStore`` is the reference implementation.
+class EventLog(Protocol):
+    """The append-only event streams: the truth every other role derives from.
 
     Every method is one transaction. Times are passed in (the engine's clock), never read here.
     """
-
-    stats: StoreStats
 
     def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
         """Create the run with ``run_started`` at sequence 1.
@@ -471,39 +472,10 @@ class EventStore(Protocol):
         """
         ...
 
-    def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first."""
-        ...
-
-    def find_runs(self, where: RunFilter) -> list[RunRecord]:
-        """Runs matching ``where``, newest first, served by the runs indexes."""
-        ...
-
-    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where`` (``limit``/``after`` ignored), per ``by`` column."""
-        ...
-
-    def run_states(self, where: RunFilter) -> list[RunState]:
-        """Runs matching ``where`` with their lease and step tasks, newest first, read in one
-        statement from the runs and step task indexes (never from histories)."""
-        ...
-
-    def build_usage(self) -> list[BuildUsage]:
-        """Every build id some run is pinned to, by build id, with its open runs."""
-        ...
-
-    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
-        """Hooks of one run or of all runs, oldest first; ``open_only``: not yet resolved, of a
-        run that has not ended."""
-        ...
+class Scheduler(Protocol):
+    """What workers use to find work: leases on runs and step attempts, the next due time, and
+    a wait that ends when work may have arrived."""
 
     def lease_runs(
         self,
@@ -547,11 +519,76 @@ class EventStore(Protocol):
         """Extend a step lease this worker still holds."""
         ...
 
-    def find_hook(self, token: str) -> HookRecord | None: ...
-
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` for these builds."""
         ...
+
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
+        """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
+
+        With ``ending``, the wait is for that run's end instead (``flow result --wait``), which
+        schedules no work; whether work still wakes it is up to the store. ``work_only`` (a
+        worker's wait): commits that make no work (``makes_work``), such as a step started by
+        the worker committing it or a run's end, need not wake it, where a store would
+        otherwise wake for them. A store may return early for other reasons too, so the caller
+        looks again at what it waits for.
+        """
+        ...
+
+
+class RunQueries(Protocol):
+    """Reads of the run index for operators: runs, counts, hooks, builds, the integrity check."""
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first."""
+        ...
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first, served by the runs indexes."""
+        ...
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where`` (``limit``/``after`` ignored), per ``by`` column."""
+        ...
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first, read in one
+        statement from the runs and step task indexes (never from histories)."""
+        ...
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id some run is pinned to, by build id, with its open runs."""
+        ...
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or of all runs, oldest first; ``open_only``: not yet resolved, of a
+        run that has not ended."""
+        ...
+
+    def find_hook(self, token: str) -> HookRecord | None: ...
+
+    def check_integrity(self) -> list[str]:
+        """Check the stored data; one sentence per problem found, ``[]`` when all is well.
+
+        The backend's own check (SQLite ``PRAGMA integrity_check``) plus Flow's structural
+        ones: gapless histories starting with ``run_started``, ``runs.last_sequence`` equal to
+        the last event's number, no event, step task or hook without its run. Read-only.
+        """
+        ...
+
+
+class WorkerRegistry(Protocol):
+    """The workers registered in the database, live or gone."""
 
     def register_worker(self, worker: WorkerInfo) -> None:
         """Record a starting worker (replacing a row with the same id) and forget workers
@@ -570,25 +607,17 @@ class EventStore(Protocol):
         """Every registered worker, live or gone, most recently started first."""
         ...
 
-    def wait_for_change(
-        self, timeout: float, *, ending: str | None = None, work_only: bool = False
-    ) -> None:
-        """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
 
-        With ``ending``, the wait is for that run's end instead (``flow result --wait``), which
-        schedules no work; whether work still wakes it is up to the store. ``work_only`` (a
-        worker's wait): commits that make no work (``makes_work``), such as a step started by
-        the worker committing it or a run's end, need not wake it, where a store would
-        otherwise wake for them. A store may return early for other reasons too, so the caller
-        looks again at what it waits for.
-        """
-        ...
+@runtime_checkable
+class HandOffs(Protocol):
+    """Optional: a store that can hand a new run's first step to an idle worker in the start's
+    own commit (PostgreSQL). The engine checks for it with ``isinstance``; a store without it
+    leaves every first step ready for a lease."""
 
     def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
         """Offer an idle worker (about to ``wait_for_change``) for hand-offs: until one is made
         to it, a start of a run of these builds may hand the run's first step to it
-        (``NewRun.hand_off``). A store that cannot tell a worker of one ignores this (see
-        ``NoHandoffs``)."""
+        (``NewRun.hand_off``)."""
         ...
 
     def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
@@ -600,14 +629,12 @@ class EventStore(Protocol):
         """Take back an offer (the worker stops)."""
         ...
 
-    def check_integrity(self) -> list[str]:
-        """Check the stored data; one sentence per problem found, ``[]`` when all is well.
 
-        The backend's own check (SQLite ``PRAGMA integrity_check``) plus Flow's structural
-        ones: gapless histories starting with ``run_started``, ``runs.last_sequence`` equal to
-        the last event's number, no event, step task or hook without its run. Read-only.
-        """
-        ...
+class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Protocol):
+    """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
+    implementation; each role has its own part of the conformance suite."""
+
+    stats: StoreStats
 
     def close(self) -> None: ...
 
@@ -646,20 +673,6 @@ class AppendViaCommit:
             except RunNotFound:
                 continue
         return found
-
-
-class NoHandoffs:
-    """The hand-off methods of a store that has no way to tell a worker of one: no worker
-    is ever offered, so every start leaves its first step ready for a lease."""
-
-    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
-        return None
-
-    def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
-        return []
-
-    def withdraw_worker(self, worker_id: str) -> None:
-        return None
 
 
 def wanted_after(run_ids: Iterable[str], read_after: ReadAfter) -> dict[str, int]:

@@ -21,7 +21,7 @@ from time import monotonic
 
 from psycopg import sql
 
-from flow_cli.store.postgres_batch import Connection
+from flow_cli.store.postgres.batch import Connection
 
 ENDED_CHANNEL = "flow_ended"
 """The channel a run's end is announced on (payload: ``ended_payload``)."""

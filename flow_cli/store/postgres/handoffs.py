@@ -86,7 +86,7 @@ OFFER_REFRESH = 30.0
 (a commit that claimed it and then failed, say on a taken run id, tells it nothing)."""
 
 MAX_PAYLOAD_BYTES = 7_900
-"""As for hints (``postgres_hints``): PostgreSQL refuses a notification of 8,000 bytes."""
+"""As for hints (``postgres.hints``): PostgreSQL refuses a notification of 8,000 bytes."""
 
 _ROOM = 512
 """Bytes kept for what the database adds to a hand-off's payload: the worker id, the lease's

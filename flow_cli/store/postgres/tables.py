@@ -1,344 +1,35 @@
-"""Flow's PostgreSQL tables: the versioned schema, its migrations, and the statements on them.
-
-The version lives in ``flow_meta`` (key ``schema_version``). Opening a store brings the schema up to
-``SCHEMA_VERSION`` by running the missing migrations in order, in one transaction, under an advisory
-lock so that many workers starting at once neither race on ``CREATE`` nor apply a step twice. A
-database written by a newer Flow is refused rather than guessed at.
-
-Only ``flow_cli.store.postgres`` imports this module, so psycopg is never imported by
-``import flow_cli.store``.
-"""
+"""The statements on Flow's PostgreSQL tables: run rows, events, the run index, leases."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Json
 
-from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
+from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
-from flow_cli.store.postgres_batch import Batch, Connection
+from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
     HookEntry,
     NewRun,
     RunFilter,
-    RunIndex,
     RunRecord,
     StepTask,
     StreamWrite,
-    waiting_needle,
 )
+from flow_cli.store.sql import Dialect, run_sets
+from flow_cli.store.sql import run_filter as shared_run_filter
 
-_LOCK_CLASS = 0x466C6F77
-"""First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One schema step: applying it moves the database from ``version - 1`` to ``version``."""
-
-    version: int
-    description: str
-    apply: Callable[[Connection], None]
-    """Runs inside the migration transaction with ``search_path`` set to the store's schema."""
-
-
-def _v1_base_tables(conn: Connection) -> None:
-    # ``data`` is ``json``, not ``jsonb``: json keeps the text exactly as written, so key order,
-    # floats such as 1e20 (jsonb would hand back the int 100000000000000000000) and "\u0000" in
-    # strings round-trip the way they do in the other stores. Nothing queries inside it.
-    conn.execute(
-        """
-        CREATE TABLE events (
-            run_id      text        NOT NULL,
-            sequence    bigint      NOT NULL,
-            event_key   text        NOT NULL,
-            recorded_at timestamptz NOT NULL,
-            data        json        NOT NULL,
-            PRIMARY KEY (run_id, sequence)
-        )
-        """
-    )
-    # ``created_order`` breaks ties between runs created in the same instant (tests use a clock
-    # that does not move), so "newest first" is stable and matches creation order.
-    conn.execute(
-        """
-        CREATE TABLE runs (
-            run_id        text        PRIMARY KEY,
-            created_order bigint      GENERATED ALWAYS AS IDENTITY,
-            workflow      text        NOT NULL,
-            status        text        NOT NULL,
-            build_id      text        NOT NULL,
-            parent_run_id text,
-            created_at    timestamptz NOT NULL,
-            updated_at    timestamptz NOT NULL,
-            last_sequence bigint      NOT NULL,
-            decide_at     timestamptz,
-            lease_owner   text,
-            failing       text
-        )
-        """
-    )
-    # Due-work lookups read only runs that want a decision: the partial index keeps waiting and
-    # finished runs out of it, so its cost follows the number due, not the number stored. Its
-    # second column is the lease order's tie-break, so LIMIT stops early instead of sorting.
-    conn.execute(
-        "CREATE INDEX runs_decide_at ON runs (decide_at, created_order) WHERE decide_at IS NOT NULL"
-    )
-    conn.execute("CREATE INDEX runs_status_created ON runs (status, created_at, created_order)")
-    conn.execute("CREATE INDEX runs_workflow_created ON runs (workflow, created_at, created_order)")
-    conn.execute("CREATE INDEX runs_created ON runs (created_at, created_order)")
-    conn.execute(
-        """
-        CREATE TABLE step_tasks (
-            run_id       text        NOT NULL,
-            step_id      text        NOT NULL,
-            build_id     text        NOT NULL,
-            attempt      integer     NOT NULL,
-            available_at timestamptz NOT NULL,
-            lease_owner  text,
-            PRIMARY KEY (run_id, step_id)
-        )
-        """
-    )
-    conn.execute("CREATE INDEX step_tasks_available_at ON step_tasks (available_at)")
-    conn.execute(
-        """
-        CREATE TABLE hooks (
-            token    text    PRIMARY KEY,
-            run_id   text    NOT NULL,
-            hook_id  text    NOT NULL,
-            resolved boolean NOT NULL
-        )
-        """
-    )
-
-
-def _v3_fleet(conn: Connection) -> None:
-    # The workers registry behind `flow workers` and `flow doctor`; each run's patch markers
-    # (JSON text) for `flow builds`, copied from run_started for the runs that exist already.
-    conn.execute(
-        """
-        CREATE TABLE workers (
-            worker_id         text             PRIMARY KEY,
-            host              text             NOT NULL,
-            pid               integer          NOT NULL,
-            builds            text             NOT NULL,
-            started_at        timestamptz      NOT NULL,
-            heartbeat_at      timestamptz      NOT NULL,
-            heartbeat_seconds double precision NOT NULL,
-            stopped_at        timestamptz
-        )
-        """
-    )
-    conn.execute("ALTER TABLE runs ADD COLUMN patches text")
-    conn.execute(
-        "UPDATE runs SET patches = (SELECT (e.data -> 'spec' -> 'patches')::text FROM events e "
-        "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
-    )
-
-
-def _v2_triage(conn: Connection) -> None:
-    # What an open run waits on (``KIND:ID`` entries, NULL when nothing; runs opened before this
-    # version get theirs with their next event), and what `flow hook list` shows. Each listing
-    # index ends in (created_at, created_order), the order `flow runs` reads in.
-    conn.execute("ALTER TABLE runs ADD COLUMN waiting_on text")
-    conn.execute("ALTER TABLE hooks ADD COLUMN created_at timestamptz")
-    conn.execute("ALTER TABLE hooks ADD COLUMN metadata json")
-    conn.execute("ALTER TABLE hooks ADD COLUMN created_order bigint GENERATED ALWAYS AS IDENTITY")
-    conn.execute("CREATE INDEX runs_build_created ON runs (build_id, created_at, created_order)")
-    conn.execute(
-        "CREATE INDEX runs_parent_created ON runs (parent_run_id, created_at, created_order)"
-    )
-    conn.execute("CREATE INDEX runs_updated ON runs (updated_at)")
-    conn.execute(
-        "CREATE INDEX runs_failing ON runs (created_at, created_order) WHERE failing IS NOT NULL"
-    )
-    conn.execute(
-        "CREATE INDEX runs_waiting ON runs (created_at, created_order) WHERE waiting_on IS NOT NULL"
-    )
-    conn.execute("CREATE INDEX hooks_run ON hooks (run_id, created_at, created_order)")
-    conn.execute("CREATE INDEX hooks_open ON hooks (created_at, created_order) WHERE NOT resolved")
-    conn.execute(
-        "UPDATE hooks SET created_at = e.recorded_at, metadata = e.data -> 'metadata' "
-        "FROM events e WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created' "
-        "AND e.data ->> 'hook_id' = hooks.hook_id"
-    )
-
-
-def _v4_failing_since(conn: Connection) -> None:
-    # When each failing run's decisions began to fail (`flow doctor`'s since). Runs failing
-    # already get the time of their last decision_failed.
-    conn.execute("ALTER TABLE runs ADD COLUMN failing_since timestamptz")
-    conn.execute(
-        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
-        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
-        "WHERE failing IS NOT NULL"
-    )
-
-
-def _v5_idle_workers(conn: Connection) -> None:
-    # Idle workers offered for hand-offs (``postgres_handoffs``). Unlogged: an offer is not
-    # history, and one a crash of the server drops only means a start leaves its step ready.
-    conn.execute(
-        """
-        CREATE UNLOGGED TABLE idle_workers (
-            worker_id     text             PRIMARY KEY,
-            builds        text[]           NOT NULL,
-            lease_seconds double precision NOT NULL,
-            backend_pid   integer          NOT NULL,
-            backend_start timestamptz      NOT NULL,
-            offered_at    timestamptz      NOT NULL
-        )
-        """
-    )
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
-    Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
-    Migration(3, "workers registry, runs.patches", _v3_fleet),
-    Migration(4, "runs.failing_since", _v4_failing_since),
-    Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
-)
-"""Every migration, in order; the last one's version is the schema this code writes."""
-
-SCHEMA_VERSION = MIGRATIONS[-1].version
-
-
-def ensure_schema(
-    conn: Connection,
-    schema: str,
-    migrations: Sequence[Migration] | None = None,
-    *,
-    create: bool = True,
-) -> int:
-    """Create or upgrade the schema so that it is at the last migration's version.
-
-    With ``create=False`` a schema without Flow's tables is refused instead of created (the
-    read-only commands must not write to a database they were merely pointed at).
-
-    ``conn`` must be idle, not in autocommit, with ``search_path`` set to ``schema``. Commits on
-    success and rolls back on failure. Returns the version found before any upgrade (0 for a new
-    database).
-
-    Raises:
-        StoreError: the database was written by a newer Flow.
-    """
-    steps = tuple(MIGRATIONS if migrations is None else migrations)
-    target = steps[-1].version if steps else 0
-    try:
-        found = _read_version(conn, schema)
-        _refuse_newer(schema, found, target)
-        if found == 0 and not create:
-            raise StoreError(
-                f"No Flow database in schema {schema!r}; start a run or a worker against it "
-                "first, or check the database URL and its ?schema= option."
-            )
-        if found == target:
-            conn.commit()  # the common case takes no lock at all
-            return found
-        # Several workers may open a fresh database at once; the transaction-scoped lock makes
-        # the others wait here and then see the finished schema.
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
-        found = _read_version(conn, schema)
-        _refuse_newer(schema, found, target)
-        if found == 0:
-            _create_schema(conn, schema)
-        for step in steps:
-            if step.version > found:
-                step.apply(conn)
-                _write_version(conn, step.version)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return found
-
-
-def _create_schema(conn: Connection, schema: str) -> None:
-    row = conn.execute(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)", (schema,)
-    ).fetchone()
-    if row is None or not row[0]:
-        # Only when missing: CREATE SCHEMA needs a privilege that a Flow user of an existing,
-        # DBA-made schema may not have, even with IF NOT EXISTS.
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    else:
-        tables = conn.execute(
-            "SELECT string_agg(tablename, ', ' ORDER BY tablename) FROM pg_tables "
-            "WHERE schemaname = %s AND tablename <> 'flow_meta'",
-            (schema,),
-        ).fetchone()
-        if tables is not None and tables[0]:
-            raise StoreError(
-                f"PostgreSQL schema {schema!r} already holds tables that are not Flow's "
-                f"({tables[0]}); give Flow a schema of its own."
-            )
-    conn.execute("CREATE TABLE IF NOT EXISTS flow_meta (key text PRIMARY KEY, value text NOT NULL)")
-
-
-def read_version(conn: Connection, schema: str) -> int:
-    """The schema version stored in ``schema``; 0 when Flow has never written there."""
-    try:
-        return _read_version(conn, schema)
-    finally:
-        conn.rollback()
-
-
-def _read_version(conn: Connection, schema: str) -> int:
-    # Asked of the catalog tables, not to_regclass(): their lookups go through caches that a
-    # transaction which has just waited for the migration lock may not have refreshed yet, so
-    # they could miss the schema another opener committed meanwhile.
-    table = conn.execute(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_tables "
-        "WHERE schemaname = %s AND tablename = 'flow_meta')",
-        (schema,),
-    ).fetchone()
-    if table is None or not table[0]:
-        return 0
-    row = conn.execute(
-        sql.SQL("SELECT value FROM {}.flow_meta WHERE key = 'schema_version'").format(
-            sql.Identifier(schema)
-        )
-    ).fetchone()
-    if row is None:
-        return 0
-    try:
-        return int(str(row[0]))
-    except ValueError:
-        raise StoreError(
-            f"PostgreSQL schema {schema!r} has an unreadable schema_version {row[0]!r} in "
-            "flow_meta; it is not a Flow database, so point Flow at another schema."
-        ) from None
-
-
-def _refuse_newer(schema: str, found: int, target: int) -> None:
-    if found > target:
-        raise StoreError(
-            f"PostgreSQL schema {schema!r} is at Flow schema version {found}, newer than the "
-            f"{target} this Flow understands; upgrade Flow on this machine."
-        )
-
-
-def _write_version(conn: Connection, version: int) -> None:
-    conn.execute(
-        "INSERT INTO flow_meta (key, value) VALUES ('schema_version', %s) "
-        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-        (str(version),),
-    )
-
-
-# -- statements on these tables -----------------------------------------------------------------
 # Each runs inside the caller's transaction; ``PostgresStore`` decides where transactions begin
 # and end, these decide what the rows look like.
 
@@ -567,6 +258,18 @@ _INSERT_DECIDED_RUN = (
 )
 
 
+POSTGRES = Dialect(
+    param="%s",
+    text_param="%s::text",
+    time_param="%s::timestamptz",
+    time=lambda value: value,
+    named=lambda name: f"%({name})s",
+    position="strpos",
+    build_key="build_id",
+)
+"""psycopg sends times as they are; a parameter that may be NULL needs its type spelled."""
+
+
 def insert_decided_run(
     conn: Statements, run: NewRun, write: StreamWrite, now: datetime
 ) -> list[EventEnvelope]:
@@ -575,48 +278,51 @@ def insert_decided_run(
     step tasks and hooks. Written so, the row has one version where ``insert_run`` and the
     decision's update make two (each with an entry in every index of the table). Returns the
     decision's envelopes."""
-    spec, index = run.spec, write.index
-    terminal = index.status.terminal
-    build_id = spec.runtime_build_id if index.build_id is KEEP else index.build_id
-    decide_at = run.decide_at if index.decide_at is KEEP else index.decide_at
-    failing = None if index.failing is KEEP else index.failing
-    waiting_on = None if terminal or index.waiting_on is KEEP else index.waiting_on
+    spec = run.spec
+    changes = row_changes(write.index)
+    row = decided_row(run, changes)
     events = [RunStarted(spec=spec, seed=run.seed), *write.events]
     conn.execute(
         _INSERT_DECIDED_RUN,
         (
             run.run_id,
             spec.workflow,
-            index.status.value,
-            build_id,
+            row.status.value,
+            row.build_id,
             spec.parent_run_id,
             now,
             now,
             len(events),
-            None if terminal else decide_at,
+            row.decide_at,
             json.dumps(list(spec.patches)),
-            failing,
-            None if failing is None else now,
-            waiting_on,
+            row.failing,
+            row.failing_since(now),
+            row.waiting_on,
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
     envelopes = insert_events(conn, run.run_id, 0, events, now, data)
-    apply_index(conn, LockedRun(len(events), build_id), run.run_id, index, now, row_done=True)
+    apply_index(conn, LockedRun(len(events), row.build_id), run.run_id, changes, now, row_done=True)
     return envelopes[1:]
+
+
+def lost_race(run_id: str, expected: int, actual: int | None) -> NoReturn:
+    """The one place the PostgreSQL store raises ``EventConflict``: a stale sequence found on
+    the locked run row, a run id that exists, or the primary key's unique violation."""
+    raise EventConflict(run_id, expected, actual)
 
 
 @contextmanager
 def unique_violations_as_conflict(run_id: str, expected_sequence: int) -> Iterator[None]:
-    """The one place where PostgreSQL's unique violation becomes ``EventConflict``.
+    """PostgreSQL's unique violation as ``EventConflict``.
 
     ``commit`` normally reports a stale sequence from the locked run row first; this catches a
     writer that got past that check, which ``PRIMARY KEY (run_id, sequence)`` still stops.
     """
     try:
         yield
-    except psycopg.errors.UniqueViolation as exc:
-        raise EventConflict(run_id, expected_sequence, None) from exc
+    except psycopg.errors.UniqueViolation:
+        lost_race(run_id, expected_sequence, None)
 
 
 _RUN_UPDATES: dict[tuple[tuple[str, ...], bool], str] = {}
@@ -645,41 +351,18 @@ def run_update(sets: tuple[str, ...], *, guarded: bool = False) -> str:
 
 
 def index_update(
-    run: LockedRun, index: RunIndex, now: datetime
+    run: LockedRun, changes: RowChanges, now: datetime
 ) -> tuple[tuple[str, ...], list[Any]]:
     """The runs row's new values after an append (``run`` is current): ``SET`` items and their
     parameters, for ``run_update``."""
-    sets: list[str] = ["status = %s", "updated_at = %s", "last_sequence = %s"]
-    params: list[Any] = [index.status.value, now, run.last_sequence]
-    if index.status.terminal:
-        # A finished run is never decided again and holds no step work.
-        sets.append("decide_at = NULL, lease_owner = NULL")
-    elif index.decide_at is not KEEP:
-        sets.append("decide_at = %s, lease_owner = NULL")
-        params.append(index.decide_at)
-    if index.failing is not KEEP:
-        # SET reads the row as it was: the time is kept while the run goes on failing.
-        sets.append(
-            "failing = %s, failing_since = CASE WHEN %s::text IS NULL THEN NULL "
-            "WHEN failing IS NULL THEN %s::timestamptz ELSE failing_since END"
-        )
-        params.extend([index.failing, index.failing, now])
-    if index.status.terminal:
-        sets.append("waiting_on = NULL")
-    elif index.waiting_on is not KEEP:
-        sets.append("waiting_on = %s")
-        params.append(index.waiting_on)
-    if index.build_id is not KEEP:
-        sets.append("build_id = %s")
-        params.append(index.build_id)
-    return tuple(sets), params
+    return run_sets(changes, POSTGRES, now, run.last_sequence)
 
 
 def apply_index(
     conn: Statements,
     run: LockedRun,
     run_id: str,
-    index: RunIndex,
+    changes: RowChanges,
     now: datetime,
     *,
     row_done: bool = False,
@@ -690,21 +373,21 @@ def apply_index(
     tasks and hooks are left. In a ``Batch`` a hook token owned by another hook fails the batch
     (no answer is read) instead of raising ``HookTokenInUse``.
     """
-    if index.build_id is not KEEP:
+    if changes.build_id is not KEEP:
         # Re-pinned (``build_upgraded``): the row and the step tasks move to the new build.
-        run.build_id = index.build_id
+        run.build_id = changes.build_id
         conn.execute(
-            "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (index.build_id, run_id)
+            "UPDATE step_tasks SET build_id = %s WHERE run_id = %s", (changes.build_id, run_id)
         )
     if not row_done:
-        sets, params = index_update(run, index, now)
+        sets, params = index_update(run, changes, now)
         params.append(run_id)
         conn.execute(run_update(sets), params)
-    if index.status.terminal:
+    if changes.drop_tasks:
         conn.execute("DELETE FROM step_tasks WHERE run_id = %s", (run_id,))
-    else:
-        _apply_steps(conn, run_id, run.build_id, index.steps)
-    for hook in index.hooks:
+    elif changes.tasks:
+        _apply_steps(conn, run_id, run.build_id, changes.tasks)
+    for hook in changes.hooks:
         _upsert_hook(conn, run_id, hook, now)
 
 
@@ -797,36 +480,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
 
 def run_filter(where: RunFilter) -> tuple[sql.Composable, dict[str, Any]]:
     """The ``WHERE`` condition of a filter (cursor and limit aside) and its parameters."""
-    conditions: list[str] = ["TRUE"]
-    params: dict[str, Any] = {}
-    if where.statuses:
-        conditions.append("status = ANY(%(statuses)s)")
-        params["statuses"] = [status.value for status in where.statuses]
-    if where.workflow is not None:
-        conditions.append("workflow = %(workflow)s")
-        params["workflow"] = where.workflow
-    if where.build_id is not None:
-        conditions.append("build_id = %(build_id)s")
-        params["build_id"] = where.build_id
-    if where.since is not None:
-        conditions.append("created_at >= %(since)s")
-        params["since"] = where.since
-    if where.until is not None:
-        conditions.append("created_at < %(until)s")
-        params["until"] = where.until
-    if where.failing:
-        conditions.append("failing IS NOT NULL")
-    if where.waiting_on is not None:
-        conditions.append(
-            "waiting_on IS NOT NULL AND strpos(' ' || waiting_on || ' ', %(needle)s) > 0"
-        )
-        params["needle"] = waiting_needle(where.waiting_on)
-    if where.idle_since is not None:
-        conditions.append("updated_at <= %(idle_since)s")
-        params["idle_since"] = where.idle_since
-    if where.top_level:
-        conditions.append("parent_run_id IS NULL")
-    return sql.SQL(" AND ".join(conditions)), params
+    conditions, params = shared_run_filter(where, POSTGRES)
+    return sql.SQL(" AND ".join(["TRUE", *conditions])), params
 
 
 def utc(value: datetime) -> datetime:

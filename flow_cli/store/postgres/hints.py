@@ -22,8 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.events import StepStarted
-from flow_cli.store import postgres_schema as tables
-from flow_cli.store.postgres_batch import Batch
+from flow_cli.store.postgres import tables
+from flow_cli.store.postgres.batch import Batch
 from flow_cli.store.protocol import KEEP, CommitGroup
 
 MAX_HINTS = 32

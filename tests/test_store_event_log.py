@@ -1,16 +1,25 @@
-"""One conformance suite for every ``EventStore``: each test runs once per ``store`` param."""
+"""The store conformance suite, EventLog role: creating runs, reading histories, appending
+and committing (optimistic concurrency), group commits, the event codec. Each test runs once
+per ``store`` param (memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_helpers import (
+    BUILD,
+    create,
+    idx,
+    keys,
+    make_spec,
+    new_run,
+    signal,
+)
 
 from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import ManualClock
@@ -46,67 +55,14 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
-    KEEP,
     CommitGroup,
     EventStore,
     HookEntry,
     HookRecord,
     NewRun,
-    RunFilter,
-    RunIndex,
-    StepLease,
     StepTask,
     StreamWrite,
 )
-
-BUILD = "shop-1"
-RUNNING = RunStatus.RUNNING
-
-
-def make_spec(
-    workflow: str = "orders", build: str = BUILD, parent: str | None = None
-) -> WorkflowSpec:
-    return WorkflowSpec(
-        workflow=workflow,
-        input={"order": 1},
-        runtime_build_id=build,
-        patches=("p1",),
-        parent_run_id=parent,
-    )
-
-
-def new_run(
-    run_id: str,
-    *,
-    decide_at: datetime | None = None,
-    workflow: str = "orders",
-    build: str = BUILD,
-    parent: str | None = None,
-) -> NewRun:
-    return NewRun(
-        run_id=run_id,
-        spec=make_spec(workflow, build, parent),
-        seed=f"seed-{run_id}",
-        decide_at=decide_at,
-    )
-
-
-def create(store: EventStore, run_id: str, now: datetime, **kwargs: object) -> None:
-    created = store.create_run(new_run(run_id, **kwargs), now)  # type: ignore[arg-type]
-    assert created is not None
-
-
-def signal(n: int) -> SignalReceived:
-    return SignalReceived(signal_name="tick", payload=n)
-
-
-def idx(status: RunStatus = RUNNING, **kwargs: object) -> RunIndex:
-    return RunIndex(status=status, **kwargs)  # type: ignore[arg-type]
-
-
-def keys(store: EventStore, run_id: str) -> list[tuple[int, str]]:
-    return [(e.sequence, e.event_key) for e in store.read_history(run_id)]
-
 
 # -- create_run and read_history -----------------------------------------------------------------
 
@@ -343,6 +299,36 @@ def test_commit_creates_runs_in_the_same_transaction(store: EventStore, clock: M
     assert store.commit([], [], later) == []
 
 
+def test_a_run_created_with_writes_at_their_own_times_in_one_commit(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """What ``flow fork`` does: the copy's run and every group of its events, each at the time
+    it was recorded, in one transaction; a stale write among them leaves no run at all."""
+    start = clock.now()
+    times = [start + timedelta(seconds=n) for n in (1, 2, 3)]
+
+    def writes(run_id: str, stale: bool = False) -> list[StreamWrite]:
+        return [
+            StreamWrite(
+                run_id=run_id,
+                expected_sequence=n + (5 if stale and n == 2 else 1),
+                events=[signal(n)],
+                index=idx(),
+                recorded_at=at,
+            )
+            for n, at in enumerate(times, start=0)
+        ]
+
+    done = store.commit(writes("copy"), [new_run("copy")], start)
+    assert [[e.recorded_at for e in envelopes] for envelopes in done] == [[t] for t in times]
+    history = store.read_history("copy")
+    assert [e.recorded_at for e in history] == [start, *times]
+    assert [e.sequence for e in history] == [1, 2, 3, 4]
+    with pytest.raises(EventConflict):
+        store.commit(writes("broken", stale=True), [new_run("broken")], start)
+    assert store.get_run("broken") is None
+
+
 def test_commit_with_existing_run_id_conflicts_and_writes_nothing(
     store: EventStore, clock: ManualClock
 ) -> None:
@@ -538,466 +524,6 @@ def test_rewriting_a_token_for_its_own_hook_resolves_it(
     assert store.find_hook("unknown") is None
 
 
-# -- the runs index ------------------------------------------------------------------------------
-
-
-def test_index_status_decide_at_and_failing_with_keep(
-    store: EventStore, clock: ManualClock
-) -> None:
-    now = clock.now()
-    create(store, "r1", now, decide_at=now)
-    soon = now + timedelta(minutes=5)
-    store.append_if_sequence(
-        "r1", 1, [signal(1)], idx(RunStatus.SUSPENDED, decide_at=soon, failing="E: bad"), now
-    )
-    record = store.get_run("r1")
-    assert record is not None
-    assert (record.status, record.decide_at, record.failing) == (
-        RunStatus.SUSPENDED,
-        soon,
-        "E: bad",
-    )
-    later = clock.advance(1)
-    store.append_if_sequence(
-        "r1", 2, [signal(2)], idx(RUNNING, decide_at=KEEP, failing=KEEP), later
-    )
-    record = store.get_run("r1")
-    assert record is not None
-    assert (record.status, record.decide_at, record.failing) == (RUNNING, soon, "E: bad")
-    assert (record.updated_at, record.created_at) == (later, now)
-    store.append_if_sequence(
-        "r1", 3, [signal(3)], idx(RUNNING, decide_at=None, failing=None), later
-    )
-    record = store.get_run("r1")
-    assert record is not None and (record.decide_at, record.failing) == (None, None)
-
-
-def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    create(store, "r1", now)
-    steps = {
-        "s1": StepTask(step_id="s1", attempt=1, available_at=now),
-        "s2": StepTask(step_id="s2", attempt=1, available_at=now + timedelta(seconds=1)),
-    }
-    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=steps), now)
-    until = now + timedelta(seconds=30)
-    leases = store.lease_steps("w1", [BUILD], now, until, 10)
-    assert [(s.step_id, s.attempt, s.lease_until) for s in leases] == [("s1", 1, until)]
-    # Upsert: a new attempt replaces the task and ends w1's lease; None deletes s2.
-    # (The lease recorded s1's step_started: sequence 3.)
-    retry = {"s1": StepTask(step_id="s1", attempt=2, available_at=now), "s2": None}
-    store.append_if_sequence("r1", 3, [signal(3)], idx(steps=retry), now)
-    assert not store.renew_step("r1", "s1", "w1", until)
-    later = clock.advance(10)
-    again = store.lease_steps("w2", [BUILD], later, later + timedelta(seconds=30), 10)
-    assert [(s.run_id, s.step_id, s.attempt) for s in again] == [("r1", "s1", 2)]
-
-
-def test_terminal_status_clears_due_work(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    create(store, "r1", now, decide_at=now)
-    task = {"s1": StepTask(step_id="s1", attempt=1, available_at=now)}
-    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=task), now)
-    # The index "forgets" the step delete and asks for a decide time: a finished run gets neither.
-    store.append_if_sequence(
-        "r1", 2, [RunCompleted(result=1)], idx(RunStatus.COMPLETED, decide_at=now), now
-    )
-    record = store.get_run("r1")
-    assert record is not None and (record.status, record.decide_at) == (RunStatus.COMPLETED, None)
-    assert store.lease_steps("w", [BUILD], now, now, 10) == []
-    assert store.lease_runs("w", [BUILD], now, now, 10) == []
-    assert store.next_due([BUILD]) is None
-
-
-# -- leasing runs --------------------------------------------------------------------------------
-
-
-def test_lease_runs_takes_only_due_runs_of_hosted_builds(
-    store: EventStore, clock: ManualClock
-) -> None:
-    now = clock.now()
-    create(store, "due-2", now, decide_at=now - timedelta(seconds=1))
-    create(store, "due-1", now, decide_at=now - timedelta(seconds=2))
-    create(store, "exactly-now", now, decide_at=now)
-    create(store, "future", now, decide_at=now + timedelta(hours=1))
-    create(store, "idle", now, decide_at=None)
-    create(store, "other-build", now, decide_at=now, build="shop-0")
-    until = now + timedelta(seconds=30)
-    assert store.lease_runs("w1", [BUILD], now, until, 10) == ["due-1", "due-2", "exactly-now"]
-    record = store.get_run("due-1")
-    assert record is not None and record.decide_at == until
-    # Leased runs are skipped until the lease expires, then any worker may take them again.
-    assert (
-        store.lease_runs("w2", [BUILD], clock.advance(29), until + timedelta(seconds=30), 10) == []
-    )
-    clock.advance(1)
-    assert set(store.lease_runs("w2", [BUILD, "shop-0"], clock.now(), until, 10)) == {
-        "due-1",
-        "due-2",
-        "exactly-now",
-        "other-build",
-    }
-
-
-def test_lease_runs_respects_limit_and_empty_builds(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    for n in range(5):
-        create(store, f"r{n}", now, decide_at=now - timedelta(seconds=10 - n))
-    until = now + timedelta(seconds=30)
-    assert store.lease_runs("w", [], now, until, 10) == []
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r0", "r1"]
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r2", "r3"]
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r4"]
-
-
-def test_park_run_only_at_the_current_sequence(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    create(store, "r1", now, decide_at=now)
-    store.lease_runs("w", [BUILD], now, now + timedelta(seconds=30), 10)
-    wake = now + timedelta(hours=1)
-    assert store.park_run("r1", 1, wake)
-    record = store.get_run("r1")
-    assert record is not None and record.decide_at == wake
-    assert store.park_run("r1", 1, None)
-    record = store.get_run("r1")
-    assert record is not None and record.decide_at is None
-    store.append_if_sequence("r1", 1, [signal(1)], idx(decide_at=now), now)
-    assert not store.park_run("r1", 1, wake)
-    record = store.get_run("r1")
-    assert record is not None and record.decide_at == now
-    assert not store.park_run("ghost", 1, wake)
-
-
-# -- leasing steps -------------------------------------------------------------------------------
-
-
-def _schedule(store: EventStore, run_id: str, now: datetime, **tasks: datetime) -> None:
-    steps = {s: StepTask(step_id=s, attempt=1, available_at=at) for s, at in tasks.items()}
-    last = store.read_history(run_id)[-1].sequence
-    store.append_if_sequence(run_id, last, [signal(last)], idx(steps=steps), now)
-
-
-def test_lease_steps_semantics(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    create(store, "r1", now)
-    create(store, "old", now, build="shop-0")
-    _schedule(store, "r1", now, a=now - timedelta(seconds=2), b=now, c=now + timedelta(seconds=5))
-    _schedule(store, "old", now, x=now - timedelta(seconds=9))
-    until = now + timedelta(seconds=30)
-    first = store.lease_steps("w1", [BUILD], now, until, 1)
-    assert [(s.run_id, s.step_id, s.attempt, s.lease_until) for s in first] == [
-        ("r1", "a", 1, until)
-    ]
-    assert [s.step_id for s in store.lease_steps("w1", [BUILD], now, until, 10)] == ["b"]
-    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
-    assert store.lease_steps("w2", [], now, until, 10) == []
-    # c becomes ready; a and b stay leased until their lease runs out.
-    later = clock.advance(29)
-    c_until = later + timedelta(seconds=30)
-    assert [s.step_id for s in store.lease_steps("w2", [BUILD], later, c_until, 10)] == ["c"]
-    expired = clock.advance(1)
-    again = store.lease_steps("w3", [BUILD, "shop-0"], expired, expired + timedelta(seconds=30), 10)
-    assert sorted((s.run_id, s.step_id) for s in again) == [("old", "x"), ("r1", "a"), ("r1", "b")]
-
-
-def test_an_index_build_id_moves_the_run_and_its_step_tasks_to_that_build(
-    store: EventStore, clock: ManualClock
-) -> None:
-    now = clock.now()
-    create(store, "r1", now, decide_at=now)
-    _schedule(store, "r1", now, a=now, b=now)
-    until = now + timedelta(seconds=30)
-    [held] = store.lease_steps("w1", [BUILD], now, until, 1)  # one attempt is running
-    upgraded = BuildUpgraded(from_build=BUILD, to_build="shop-2")
-    last = len(store.read_history("r1"))
-    store.append_if_sequence("r1", last, [upgraded], idx(build_id="shop-2", decide_at=now), now)
-    record = store.get_run("r1")
-    assert record is not None and record.build_id == "shop-2"
-    assert [r.run_id for r in store.find_runs(RunFilter(build_id="shop-2"))] == ["r1"]
-    assert store.find_runs(RunFilter(build_id=BUILD)) == []
-    assert store.lease_runs("old", [BUILD], now, until, 10) == []
-    assert store.lease_steps("old", [BUILD], now, until, 10) == []
-    assert store.next_due([BUILD]) is None
-    assert store.lease_runs("new", ["shop-2"], now, until, 10) == ["r1"]
-    [other] = {"a", "b"} - {held.step_id}
-    assert [s.step_id for s in store.lease_steps("new", ["shop-2"], now, until, 10)] == [other]
-    # The attempt that was running keeps its lease; once it runs out, the new build takes it.
-    assert store.renew_step("r1", held.step_id, "w1", until)
-    expired = until + timedelta(seconds=1)
-    again = store.lease_steps("new", ["shop-2"], expired, expired + timedelta(seconds=30), 10)
-    assert held.step_id in [s.step_id for s in again]
-
-
-def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
-    store: EventStore, clock: ManualClock
-) -> None:
-    now = clock.now()
-    create(store, "r1", now)
-    _schedule(store, "r1", now, a=now, b=now)
-    until = now + timedelta(seconds=30)
-    leases = store.lease_steps("w1", [BUILD], now, until, 10)
-    assert sorted(s.step_id for s in leases) == ["a", "b"]
-    history = store.read_history("r1")
-    assert [e.sequence for e in history] == [1, 2, 3, 4]
-    started = [e.event for e in history[2:]]
-    assert sorted((e.step_id, e.attempt, e.worker, e.lease_until) for e in started) == [  # type: ignore[union-attr]
-        ("a", 1, "w1", until),
-        ("b", 1, "w1", until),
-    ]
-    record = store.get_run("r1")
-    assert record is not None
-    assert (record.last_sequence, record.status) == (4, RUNNING)
-    # Nothing ready: no event, no write.
-    commits = store.stats.durable_commits
-    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
-    assert len(store.read_history("r1")) == 4
-    assert store.stats.durable_commits == commits
-
-
-def test_a_lease_can_carry_its_runs_history_with_its_step_started(
-    store: EventStore, clock: ManualClock
-) -> None:
-    now = clock.now()
-    create(store, "r1", now)
-    create(store, "r2", now)
-    _schedule(store, "r1", now, a=now, b=now)
-    _schedule(store, "r2", now, x=now)
-    until = now + timedelta(seconds=30)
-    asked: list[str] = []
-
-    def read_after(run_id: str) -> int:
-        asked.append(run_id)
-        return 2 if run_id == "r2" else 0  # r2: as if its first two events were known
-
-    leases = store.lease_steps("w1", [BUILD], now, until, 10, read_after=read_after)
-    assert sorted(asked) == ["r1", "r2"]  # once per run, not per lease
-    by_run: dict[str, list[StepLease]] = {}
-    for lease in leases:
-        by_run.setdefault(lease.run_id, []).append(lease)
-    r1_first, r1_second = by_run["r1"]
-    (r2_lease,) = by_run["r2"]
-    # The first lease of a run carries what was asked for, its step_started events included.
-    assert r1_first.history == tuple(store.read_history("r1"))
-    assert [e.sequence for e in r1_first.history] == [1, 2, 3, 4]
-    assert r1_second.history is None
-    assert r2_lease.history == tuple(store.read_history("r2", after_sequence=2))
-    assert [type(e.event) for e in r2_lease.history] == [StepStarted]
-    # Without read_after, nothing is carried; a carried history does not make leases unequal.
-    assert r1_first == StepLease(
-        run_id="r1", step_id=r1_first.step_id, attempt=1, lease_until=until
-    )
-    create(store, "r3", now)
-    _schedule(store, "r3", now, y=now)
-    (plain,) = store.lease_steps("w1", [BUILD], now, until, 10)
-    assert plain.history is None
-
-
-def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    create(store, "r1", now)
-    _schedule(store, "r1", now, a=now)
-    until = now + timedelta(seconds=30)
-    store.lease_steps("w1", [BUILD], now, until, 10)
-    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
-    assert not store.renew_step("r1", "missing", "w1", until + timedelta(seconds=60))
-    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
-    # The renewed lease outlives the first one: nobody can take the step at its old expiry.
-    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
-    clock.advance(45)
-    assert [s.step_id for s in store.lease_steps("w2", [BUILD], clock.now(), until, 10)] == ["a"]
-
-
-def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: ManualClock) -> None:
-    # A started attempt's task names its worker (StepTask.owner): that worker keeps renewing.
-    now = clock.now()
-    create(store, "r1", now)
-    until = now + timedelta(seconds=30)
-    started = {"a": StepTask(step_id="a", attempt=1, available_at=until, owner="w1")}
-    store.append_if_sequence("r1", 1, [signal(1)], idx(steps=started), now)
-    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
-    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
-    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
-
-
-# -- a run created with its first decision -------------------------------------------------------
-
-
-def _first_decisions(run_id: str, now: datetime) -> dict[str, RunIndex]:
-    task = StepTask(step_id="s", attempt=1, available_at=now)
-    hook = HookEntry(token=f"tok-{run_id}", hook_id="h", resolved=False, metadata={"m": 1})
-    return {
-        "step": idx(decide_at=None, steps={"s": task}, waiting_on="step:s"),
-        "timer": idx(RunStatus.SUSPENDED, decide_at=now + timedelta(hours=1), waiting_on="t"),
-        "kept": idx(),
-        "failing": idx(RunStatus.PENDING, failing="ValueError: boom"),
-        "hook": idx(RunStatus.SUSPENDED, decide_at=None, hooks=[hook], waiting_on="hook:h"),
-        "ended": idx(RunStatus.COMPLETED, decide_at=None),
-        "moved": idx(build_id="shop-2", steps={"s": task}),
-    }
-
-
-@pytest.mark.parametrize("case", list(_first_decisions("x", datetime.now(UTC))))
-def test_a_run_created_with_its_first_decision_is_indexed_as_if_written_after(
-    store: EventStore, clock: ManualClock, case: str
-) -> None:
-    """A store may write a new run's row as its first decision leaves it when both come in
-    one commit (``Engine.start`` does so): what it indexes is what creating the run and then
-    appending the decision gives."""
-    now = clock.now()
-    events: list[Event] = [signal(1), signal(2)]
-    for run_id, together in (("together", True), ("apart", False)):
-        write = StreamWrite(
-            run_id=run_id,
-            expected_sequence=1,
-            events=events,
-            index=_first_decisions(run_id, now)[case],
-        )
-        created = new_run(run_id, decide_at=now)
-        if together:
-            store.commit([write], [created], now)
-        else:
-            store.commit([], [created], now)
-            store.commit([write], [], now)
-    states = {s.run_id: s for s in store.run_states(RunFilter())}
-    together, apart = states["together"], states["apart"]
-    assert dataclasses.replace(together, run_id="apart") == apart
-    records = {r: store.get_run(r) for r in ("together", "apart")}
-    assert records["together"] == dataclasses.replace(records["apart"], run_id="together")
-    histories = {r: store.read_history(r) for r in ("together", "apart")}
-    assert [e.event_key for e in histories["together"]] == [
-        "run_started",
-        *(["signal_received"] * 2),
-    ]
-    assert [(e.sequence, e.event) for e in histories["together"][1:]] == [
-        (e.sequence, e.event) for e in histories["apart"][1:]
-    ]
-    hooks = [(h.hook_id, h.resolved, h.metadata) for h in store.list_hooks("together")]
-    assert hooks == [(h.hook_id, h.resolved, h.metadata) for h in store.list_hooks("apart")]
-
-
-# -- next_due, list_runs, stats ------------------------------------------------------------------
-
-
-def test_next_due_is_the_earliest_run_or_step_time(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    assert store.next_due([BUILD]) is None
-    create(store, "r1", now, decide_at=now + timedelta(minutes=10))
-    create(store, "idle", now, decide_at=None)
-    create(store, "old", now, decide_at=now - timedelta(days=1), build="shop-0")
-    assert store.next_due([BUILD]) == now + timedelta(minutes=10)
-    _schedule(store, "r1", now, a=now + timedelta(minutes=3))
-    assert store.next_due([BUILD]) == now + timedelta(minutes=3)
-    assert store.next_due(["shop-0", BUILD]) == now - timedelta(days=1)
-    assert store.next_due([]) is None
-    assert store.next_due(["nobody"]) is None
-
-
-def test_list_runs_filters_newest_first_with_limit(store: EventStore, clock: ManualClock) -> None:
-    create(store, "first", clock.now())
-    create(store, "second", clock.advance(1), workflow="refunds")
-    create(store, "third", clock.advance(1))
-    create(store, "same-instant", clock.now())  # ties: creation order decides
-    store.append_if_sequence(
-        "first", 1, [RunCompleted(result=None)], idx(RunStatus.COMPLETED), clock.now()
-    )
-    assert [r.run_id for r in store.list_runs()] == ["same-instant", "third", "second", "first"]
-    assert [r.run_id for r in store.list_runs(limit=2)] == ["same-instant", "third"]
-    assert [r.run_id for r in store.list_runs(workflow="orders")] == [
-        "same-instant",
-        "third",
-        "first",
-    ]
-    assert [r.run_id for r in store.list_runs(status=RunStatus.COMPLETED)] == ["first"]
-    assert [r.run_id for r in store.list_runs(status=RunStatus.PENDING, workflow="refunds")] == [
-        "second"
-    ]
-    assert store.list_runs(status=RunStatus.FAILED) == []
-    [record] = store.list_runs(status=RunStatus.COMPLETED)
-    assert record == store.get_run("first")
-
-
-def test_scheduler_rows_read_counts_rows_returned(store: EventStore, clock: ManualClock) -> None:
-    now = clock.now()
-    for n in range(20):  # many waiting runs cost nothing: only the rows handed back count
-        create(store, f"waiting-{n}", now, decide_at=now + timedelta(days=1))
-    create(store, "due-a", now, decide_at=now)
-    create(store, "due-b", now, decide_at=now)
-    _schedule(store, "due-a", now, s1=now)
-    assert store.stats.scheduler_rows_read == 0
-    until = now + timedelta(seconds=30)
-    assert len(store.lease_runs("w", [BUILD], now, until, 10)) == 2
-    assert store.stats.scheduler_rows_read == 2
-    assert len(store.lease_steps("w", [BUILD], now, until, 10)) == 1
-    # A store may read when work is next due with the lease (see ``flow_cli.store.due``): the
-    # same two rows next_due reads, once.
-    assert store.stats.scheduler_rows_read in (3, 5)
-    store.next_due([BUILD])  # one row from the runs index, one from the step tasks
-    assert store.stats.scheduler_rows_read == 5
-    store.next_due(["nobody"])
-    store.lease_runs("w", [BUILD], now, until, 10)
-    assert store.stats.scheduler_rows_read == 5
-
-
-# -- wait_for_change -----------------------------------------------------------------------------
-
-
-def test_wait_for_change_times_out_when_nothing_happens(store: EventStore) -> None:
-    started = time.monotonic()
-    store.wait_for_change(0.2)
-    assert 0.15 <= time.monotonic() - started < 5
-
-
-def test_wait_for_change_wakes_on_a_commit(store: EventStore, clock: ManualClock) -> None:
-    def later() -> None:
-        time.sleep(0.2)
-        store.create_run(new_run("woken", decide_at=clock.now()), clock.now())
-
-    writer = threading.Thread(target=later)
-    started = time.monotonic()
-    writer.start()
-    store.wait_for_change(20)
-    writer.join()
-    assert time.monotonic() - started < 10
-    assert store.get_run("woken") is not None
-
-
-@pytest.mark.parametrize(
-    ("grouped", "run_id"),
-    [(False, "awaited"), (True, "awaited"), (False, "\N{SLIGHTLY SMILING FACE}" * 3000)],
-    ids=["append", "commit_groups", "long-id"],
-)
-def test_wait_for_change_wakes_when_the_awaited_run_ends(
-    store: EventStore, clock: ManualClock, grouped: bool, run_id: str
-) -> None:
-    # A run's end schedules no work, yet whoever waits for its outcome (``flow result
-    # --wait``) must learn of it at once, not at its next poll. However long its id: telling
-    # the waiter must not make the end too big to commit.
-    create(store, run_id, clock.now())
-    create(store, "other", clock.now())
-    store.wait_for_change(0, ending=run_id)  # a store may start listening here
-    ended = [RunCompleted(result=None)]
-
-    def later() -> None:
-        time.sleep(0.2)
-        if grouped:
-            write = StreamWrite(
-                run_id=run_id, expected_sequence=1, events=ended, index=idx(RunStatus.COMPLETED)
-            )
-            group = CommitGroup(writes=[write], creates=[], now=clock.now())
-            assert store.commit_groups([group]) == [None]
-        else:
-            store.append_if_sequence(run_id, 1, ended, idx(RunStatus.COMPLETED), clock.now())
-
-    writer = threading.Thread(target=later)
-    started = time.monotonic()
-    writer.start()
-    store.wait_for_change(30, ending=run_id)
-    writer.join()
-    assert time.monotonic() - started < 10
-    record = store.get_run(run_id)
-    assert record is not None and record.status is RunStatus.COMPLETED
-
-
 # -- the event codec through the store -----------------------------------------------------------
 
 AT = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
@@ -1168,18 +694,3 @@ def test_generated_events_round_trip(store: EventStore, events: list[Event], now
     stored = store.read_history(run_id, after_sequence=1)
     assert [e.event for e in stored] == events
     assert all(e.recorded_at == now for e in stored)
-
-
-# -- check_integrity -----------------------------------------------------------------------------
-
-
-def test_check_integrity_passes_on_a_healthy_store(store: EventStore, clock: ManualClock) -> None:
-    assert store.check_integrity() == []
-    now = clock.now()
-    create(store, "a", now)
-    create(store, "b", now, decide_at=now)
-    created = HookCreated(hook_id="approve", token="tok", metadata=None)
-    hooks = [HookEntry(token="tok", hook_id="approve", resolved=False)]
-    task = StepTask(step_id="s", attempt=1, available_at=now)
-    store.append_if_sequence("a", 1, [created, signal(1)], idx(hooks=hooks, steps={"s": task}), now)
-    assert store.check_integrity() == []

@@ -1,0 +1,209 @@
+"""The run index: what a write changes in it, planned and resolved here, and nowhere else.
+
+Two halves, both pure:
+
+- the **planner** (``index_for``): from the snapshot after a write's events, the ``RunIndex``
+  the engine sends along with them (status, decision time, failing error, step tasks, hooks,
+  what the run waits on, a re-pinned build);
+- the **rules** (``row_changes``, ``decided_row``): a ``RunIndex`` resolved into the exact
+  changes every store writes: a finished run is never decided again, holds no lease, no step
+  task and waits on nothing; ``KEEP`` leaves a column alone; a new decision time releases the
+  run's lease; ``failing_since`` is set when a run starts failing and kept while it goes on
+  failing (``failing_since``).
+
+The stores only carry these values out: ``store/sql.py`` renders them for SQLite and
+PostgreSQL, ``store/memory.py`` applies them to its dicts. A new column of the run index is
+planned in ``index_for``, resolved in ``row_changes`` and rendered in ``sql.run_sets``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from flow_cli.model.events import (
+    BuildUpgraded,
+    Event,
+    HookCreated,
+    HookResolved,
+)
+from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
+from flow_cli.model.status import RunStatus, StepStatus
+from flow_cli.store.protocol import (
+    KEEP,
+    HookEntry,
+    Keep,
+    NewRun,
+    RunIndex,
+    StepTask,
+    waiting_entry,
+)
+
+
+def step_task(step: StepState) -> StepTask | None:
+    """The lease-able task of a step, or None once it is settled."""
+    if step.status is StepStatus.SCHEDULED and step.scheduled_at is not None:
+        return StepTask(step_id=step.step_id, attempt=step.attempt, available_at=step.scheduled_at)
+    if step.status is StepStatus.RUNNING and step.lease_until is not None:
+        return StepTask(
+            step_id=step.step_id,
+            attempt=step.attempt,
+            available_at=step.lease_until,
+            owner=step.worker,
+        )
+    if step.status is StepStatus.BACKOFF and step.next_attempt_at is not None:
+        return StepTask(
+            step_id=step.step_id, attempt=step.attempt, available_at=step.next_attempt_at
+        )
+    return None
+
+
+def index_for(
+    after: WorkflowRunSnapshot,
+    events: Sequence[Event],
+    *,
+    decide_at: datetime | Keep | None = KEEP,
+    failing: str | Keep | None = KEEP,
+) -> RunIndex:
+    """The index changes of appending ``events``, given the snapshot after them."""
+    steps: dict[str, StepTask | None] = {}
+    hooks: list[HookEntry] = []
+    for event in events:
+        step_id = getattr(event, "step_id", None)
+        if isinstance(step_id, str) and step_id in after.steps:
+            steps[step_id] = step_task(after.steps[step_id])
+        if isinstance(event, HookCreated | HookResolved):
+            hook = after.hooks[event.hook_id]
+            hooks.append(
+                HookEntry(
+                    token=hook.token,
+                    hook_id=hook.hook_id,
+                    resolved=hook.resolved,
+                    metadata=hook.metadata,
+                )
+            )
+    if after.terminal:
+        decide_at = None
+    upgraded = any(isinstance(event, BuildUpgraded) for event in events)
+    return RunIndex(
+        status=after.status,
+        decide_at=decide_at,
+        failing=failing,
+        steps=steps,
+        hooks=hooks,
+        waiting_on=waiting_on(after),
+        build_id=after.spec.runtime_build_id if upgraded else KEEP,
+    )
+
+
+def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
+    """What an open run waits on, as space-separated ``KIND:ID`` entries; None when nothing.
+
+    Signals are named by signal name (what ``flow signal`` takes), the rest by their id.
+    """
+    if snapshot.terminal:
+        return None
+    # Each kind is looked at only when the snapshot's counters say something of it is open, and
+    # steps and timers through their open sets: the cost follows what is open, not history.
+    entries = [
+        *(
+            waiting_entry("signal", w.signal_name)
+            for w in (snapshot.signal_waits.values() if snapshot.signal_waits_open else ())
+            if not (w.delivered or w.timed_out)
+        ),
+        *(
+            waiting_entry("hook", h.hook_id)
+            for h in (snapshot.hooks.values() if snapshot.hooks_open else ())
+            if not h.resolved
+        ),
+        *(waiting_entry("timer", wait_id) for wait_id in snapshot.open_deadlines),
+        *(waiting_entry("step", step_id) for step_id in snapshot.open_steps),
+        *(
+            waiting_entry("child", c.child_id)
+            for c in (snapshot.children.values() if snapshot.children_open else ())
+            if c.open
+        ),
+    ]
+    return " ".join(dict.fromkeys(entries)) or None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowChanges:
+    """One write's changes to the run index, every rule applied (see ``row_changes``)."""
+
+    status: RunStatus
+    decide_at: datetime | Keep | None
+    """``KEEP``, or the new decision time (``None``: never, as for every finished run); any
+    value other than ``KEEP`` also releases the run's lease (``lease_owner``)."""
+    failing: str | Keep | None
+    """``KEEP``, or the failing decision's error (``None`` clears it and ``failing_since``)."""
+    waiting_on: str | Keep | None
+    build_id: str | Keep
+    """``KEEP``, or the build the run and its step tasks move to."""
+    tasks: Mapping[str, StepTask | None]
+    """Step tasks to upsert, or to delete (``None``); empty when ``drop_tasks``."""
+    drop_tasks: bool
+    """Delete every step task of the run (it has finished)."""
+    hooks: Sequence[HookEntry]
+
+    def failing_since(
+        self, failing_before: str | None, since_before: datetime | None, now: datetime
+    ) -> datetime | None:
+        """``failing_since`` after this write (``failing`` is not ``KEEP``), given the row's
+        values before it: kept while the run goes on failing. ``sql.run_sets`` renders the
+        same rule as a ``CASE``."""
+        if self.failing is None:
+            return None
+        return now if failing_before is None else since_before
+
+
+def row_changes(index: RunIndex) -> RowChanges:
+    """The changes a write with ``index`` makes: the terminal rules applied to it."""
+    if index.status.terminal:
+        # A finished run is never decided again, holds no lease and no work, waits on nothing.
+        return RowChanges(
+            status=index.status,
+            decide_at=None,
+            failing=index.failing,
+            waiting_on=None,
+            build_id=index.build_id,
+            tasks={},
+            drop_tasks=True,
+            hooks=index.hooks,
+        )
+    return RowChanges(
+        status=index.status,
+        decide_at=index.decide_at,
+        failing=index.failing,
+        waiting_on=index.waiting_on,
+        build_id=index.build_id,
+        tasks=index.steps,
+        drop_tasks=False,
+        hooks=index.hooks,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecidedRow:
+    """The columns of a run's row inserted together with its first decision."""
+
+    status: RunStatus
+    build_id: str
+    decide_at: datetime | None
+    failing: str | None
+    waiting_on: str | None
+
+    def failing_since(self, now: datetime) -> datetime | None:
+        return None if self.failing is None else now
+
+
+def decided_row(run: NewRun, changes: RowChanges) -> DecidedRow:
+    """The row of ``run`` as its first decision (``changes``) leaves it: one row version."""
+    return DecidedRow(
+        status=changes.status,
+        build_id=run.spec.runtime_build_id if changes.build_id is KEEP else changes.build_id,
+        decide_at=run.decide_at if changes.decide_at is KEEP else changes.decide_at,
+        failing=None if changes.failing is KEEP else changes.failing,
+        waiting_on=None if changes.waiting_on is KEEP else changes.waiting_on,
+    )

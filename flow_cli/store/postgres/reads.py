@@ -1,0 +1,286 @@
+"""The PostgreSQL store's reads: histories, the run index, hooks, workers, the integrity check."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from flow_cli.errors import RunNotFound, StoreError
+from flow_cli.model.events import EventEnvelope, event_from_data
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store.integrity import structural_problems
+from flow_cli.store.postgres import tables
+from flow_cli.store.postgres.batch import Connection
+from flow_cli.store.postgres.connection import PostgresConnections
+from flow_cli.store.protocol import (
+    GROUPINGS,
+    BuildUsage,
+    HookListing,
+    HookRecord,
+    RunCount,
+    RunFilter,
+    RunRecord,
+    RunState,
+    WorkerInfo,
+    assemble_states,
+    build_usages,
+)
+
+READ_HISTORIES = (
+    "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
+    "pg_column_size(e.data) FROM unnest(%s::text[], %s::bigint[]) AS a(run_id, seq) "
+    "JOIN events e ON e.run_id = a.run_id AND e.sequence >= a.seq "
+    "ORDER BY e.run_id, e.sequence"
+)
+
+
+def histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
+    run_ids = list(after)
+    return run_ids, [max(after[r], 1) for r in run_ids]
+
+
+class PostgresReads(PostgresConnections):
+    """What the PostgreSQL store reads (see ``PostgresStore``)."""
+
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        found = self.read_histories({run_id: after_sequence})
+        if run_id not in found:
+            raise RunNotFound(run_id)
+        return found[run_id]
+
+    def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        """Each run's events after its sequence in ``after``, in one statement; a run that
+        does not exist is left out."""
+        if not after:
+            return {}
+        with self._reading() as conn:
+            rows = conn.execute(READ_HISTORIES, histories_params(after)).fetchall()
+        return self._histories(rows, after)
+
+    def _histories(
+        self, rows: Sequence[tuple[Any, ...]], after: Mapping[str, int]
+    ) -> dict[str, list[EventEnvelope]]:
+        """The rows of ``READ_HISTORIES`` as histories by run id."""
+        found: dict[str, list[EventEnvelope]] = {}
+        for run_id, sequence, event_key, recorded_at, data, size in rows:
+            events = found.setdefault(run_id, [])
+            if sequence <= after[run_id]:
+                continue
+            try:
+                event = event_from_data(event_key, data)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreError(
+                    f"Run {run_id!r} in PostgreSQL at {self._where} has an event this Flow "
+                    f"cannot decode ({exc!r}); upgrade Flow."
+                ) from exc
+            events.append(
+                EventEnvelope(
+                    run_id=run_id,
+                    sequence=sequence,
+                    recorded_at=tables.utc(recorded_at),
+                    event=event,
+                    size=size,
+                )
+            )
+        return found
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or ``None``."""
+        with self._reading() as conn:
+            row = conn.execute(
+                f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        return None if row is None else tables.run_record(row)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation order breaks ties), optionally filtered."""
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT {tables.RUN_COLUMNS} FROM runs "
+                "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
+                "AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
+                "ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s",
+                {
+                    "status": None if status is None else status.value,
+                    "workflow": workflow,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return [tables.run_record(row) for row in rows]
+
+    def _page(
+        self, conn: Connection, where: RunFilter, columns: str
+    ) -> tuple[sql.Composed, dict[str, Any]]:
+        """The runs matching ``where`` after its cursor, newest first, as a ``SELECT``."""
+        condition, params = tables.run_filter(where)
+        cursor = sql.SQL("")
+        if where.after is not None:
+            found = conn.execute(
+                "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
+            ).fetchone()
+            if found is None:
+                raise RunNotFound(where.after)
+            cursor = sql.SQL(" AND (created_at, created_order) < (%(c_at)s, %(c_order)s)")
+            params.update(c_at=found[0], c_order=found[1])
+        params["limit"] = where.limit
+        query = sql.SQL("SELECT {} FROM runs WHERE {}{} ").format(
+            sql.SQL(columns), condition, cursor
+        ) + sql.SQL("ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s")
+        return query, params
+
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        with self._transaction() as conn:
+            query, params = self._page(conn, where, tables.RUN_COLUMNS)
+            rows = conn.execute(query, params).fetchall()
+        return [tables.run_record(row) for row in rows]
+
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
+        (one consistent snapshot), the runs served by the filter's index, each run's tasks by
+        the step task primary key."""
+        with self._transaction(writes=False) as conn:
+            page, params = self._page(
+                conn,
+                where,
+                "created_order, run_id, workflow, status, build_id, created_at, updated_at, "
+                "decide_at, lease_owner, failing, waiting_on, failing_since",
+            )
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, "
+                    "r.updated_at, r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
+                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner "
+                    "FROM ({}) r "
+                    "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
+                    "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"
+                ).format(page),
+                params,
+            ).fetchall()
+        return assemble_states(rows, tables.utc)
+
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id of some run, with its open runs. The build ids are read by skipping
+        through the build index (one probe per build, not one row per run); the open runs
+        through the status index."""
+        open_statuses = [s.value for s in RunStatus if not s.terminal]
+        with self._transaction(writes=False) as conn:
+            builds = [
+                row[0]
+                for row in conn.execute(
+                    "WITH RECURSIVE b(id) AS (SELECT min(build_id) FROM runs UNION ALL "
+                    "SELECT (SELECT min(build_id) FROM runs WHERE build_id > b.id) "
+                    "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
+                )
+            ]
+            grouped = conn.execute(
+                "SELECT build_id, status, patches, count(*) FROM runs "
+                "WHERE status = ANY(%s) GROUP BY build_id, status, patches",
+                (open_statuses,),
+            ).fetchall()
+            oldest = {
+                build_id: (run_id, tables.utc(created_at))
+                for build_id, run_id, created_at in conn.execute(
+                    "SELECT DISTINCT ON (build_id) build_id, run_id, created_at FROM runs "
+                    "WHERE status = ANY(%s) ORDER BY build_id, created_at, created_order",
+                    (open_statuses,),
+                )
+            }
+        return build_usages(builds, grouped, oldest)
+
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` when given."""
+        condition, params = tables.run_filter(where)
+        if by is not None and by not in GROUPINGS:
+            raise ValueError(f"cannot group runs by {by!r}")
+        with self._transaction() as conn:
+            if by is None:
+                row = conn.execute(
+                    sql.SQL("SELECT count(*) FROM runs WHERE {}").format(condition), params
+                ).fetchone()
+                return RunCount(total=int(row[0]) if row else 0, groups={})
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT {col}, count(*) FROM runs WHERE {cond} GROUP BY {col} ORDER BY {col}"
+                ).format(col=sql.Identifier(by), cond=condition),
+                params,
+            ).fetchall()
+        groups = {str(key): int(n) for key, n in rows}
+        return RunCount(total=sum(groups.values()), groups=groups)
+
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or all runs, oldest first."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks "
+                "WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
+                "AND (NOT %(open)s OR (NOT resolved AND EXISTS (SELECT 1 FROM runs r "
+                "WHERE r.run_id = hooks.run_id AND NOT r.status = ANY(%(ended)s)))) "
+                "ORDER BY created_at, created_order",
+                {
+                    "run": run_id,
+                    "open": open_only,
+                    "ended": sorted(s.value for s in TERMINAL_STATUSES),
+                },
+            ).fetchall()
+        return [
+            HookListing(
+                run_id=r[0],
+                hook_id=r[1],
+                token=r[2],
+                resolved=bool(r[3]),
+                created_at=None if r[4] is None else tables.utc(r[4]),
+                metadata=r[5],
+            )
+            for r in rows
+        ]
+
+    def find_hook(self, token: str) -> HookRecord | None:
+        """The hook owning ``token``, or ``None``."""
+        with self._reading() as conn:
+            row = conn.execute(
+                "SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = %s", (token,)
+            ).fetchone()
+        if row is None:
+            return None
+        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=row[3])
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, most recently started first."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, heartbeat_seconds, "
+                "stopped_at FROM workers ORDER BY started_at DESC, worker_id DESC"
+            ).fetchall()
+        return [
+            WorkerInfo(
+                worker_id=row[0],
+                host=row[1],
+                pid=int(row[2]),
+                builds=tuple(json.loads(row[3])),
+                started_at=tables.utc(row[4]),
+                heartbeat_at=tables.utc(row[5]),
+                heartbeat_seconds=float(row[6]),
+                stopped_at=None if row[7] is None else tables.utc(row[7]),
+            )
+            for row in rows
+        ]
+
+    def check_integrity(self) -> list[str]:
+        """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""
+        try:
+            with self._reading() as conn:
+                return structural_problems(lambda sql: conn.execute(sql).fetchall())
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=False) from exc

@@ -1,0 +1,319 @@
+"""Flow's PostgreSQL schema: its versions and their migrations.
+
+The version lives in ``flow_meta`` (key ``schema_version``). Opening a store brings the schema up to
+``SCHEMA_VERSION`` by running the missing migrations in order, in one transaction, under an advisory
+lock so that many workers starting at once neither race on ``CREATE`` nor apply a step twice. A
+database written by a newer Flow is refused rather than guessed at.
+
+Only ``flow_cli.store.postgres`` imports this package, so psycopg is never imported by
+``import flow_cli.store``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from flow_cli.errors import StoreError
+from flow_cli.store.postgres.batch import Connection
+
+_LOCK_CLASS = 0x466C6F77
+"""First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: applying it moves the database from ``version - 1`` to ``version``."""
+
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+    """Runs inside the migration transaction with ``search_path`` set to the store's schema."""
+
+
+def _v1_base_tables(conn: Connection) -> None:
+    # ``data`` is ``json``, not ``jsonb``: json keeps the text exactly as written, so key order,
+    # floats such as 1e20 (jsonb would hand back the int 100000000000000000000) and "\u0000" in
+    # strings round-trip the way they do in the other stores. Nothing queries inside it.
+    conn.execute(
+        """
+        CREATE TABLE events (
+            run_id      text        NOT NULL,
+            sequence    bigint      NOT NULL,
+            event_key   text        NOT NULL,
+            recorded_at timestamptz NOT NULL,
+            data        json        NOT NULL,
+            PRIMARY KEY (run_id, sequence)
+        )
+        """
+    )
+    # ``created_order`` breaks ties between runs created in the same instant (tests use a clock
+    # that does not move), so "newest first" is stable and matches creation order.
+    conn.execute(
+        """
+        CREATE TABLE runs (
+            run_id        text        PRIMARY KEY,
+            created_order bigint      GENERATED ALWAYS AS IDENTITY,
+            workflow      text        NOT NULL,
+            status        text        NOT NULL,
+            build_id      text        NOT NULL,
+            parent_run_id text,
+            created_at    timestamptz NOT NULL,
+            updated_at    timestamptz NOT NULL,
+            last_sequence bigint      NOT NULL,
+            decide_at     timestamptz,
+            lease_owner   text,
+            failing       text
+        )
+        """
+    )
+    # Due-work lookups read only runs that want a decision: the partial index keeps waiting and
+    # finished runs out of it, so its cost follows the number due, not the number stored. Its
+    # second column is the lease order's tie-break, so LIMIT stops early instead of sorting.
+    conn.execute(
+        "CREATE INDEX runs_decide_at ON runs (decide_at, created_order) WHERE decide_at IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX runs_status_created ON runs (status, created_at, created_order)")
+    conn.execute("CREATE INDEX runs_workflow_created ON runs (workflow, created_at, created_order)")
+    conn.execute("CREATE INDEX runs_created ON runs (created_at, created_order)")
+    conn.execute(
+        """
+        CREATE TABLE step_tasks (
+            run_id       text        NOT NULL,
+            step_id      text        NOT NULL,
+            build_id     text        NOT NULL,
+            attempt      integer     NOT NULL,
+            available_at timestamptz NOT NULL,
+            lease_owner  text,
+            PRIMARY KEY (run_id, step_id)
+        )
+        """
+    )
+    conn.execute("CREATE INDEX step_tasks_available_at ON step_tasks (available_at)")
+    conn.execute(
+        """
+        CREATE TABLE hooks (
+            token    text    PRIMARY KEY,
+            run_id   text    NOT NULL,
+            hook_id  text    NOT NULL,
+            resolved boolean NOT NULL
+        )
+        """
+    )
+
+
+def _v3_fleet(conn: Connection) -> None:
+    # The workers registry behind `flow workers` and `flow doctor`; each run's patch markers
+    # (JSON text) for `flow builds`, copied from run_started for the runs that exist already.
+    conn.execute(
+        """
+        CREATE TABLE workers (
+            worker_id         text             PRIMARY KEY,
+            host              text             NOT NULL,
+            pid               integer          NOT NULL,
+            builds            text             NOT NULL,
+            started_at        timestamptz      NOT NULL,
+            heartbeat_at      timestamptz      NOT NULL,
+            heartbeat_seconds double precision NOT NULL,
+            stopped_at        timestamptz
+        )
+        """
+    )
+    conn.execute("ALTER TABLE runs ADD COLUMN patches text")
+    conn.execute(
+        "UPDATE runs SET patches = (SELECT (e.data -> 'spec' -> 'patches')::text FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
+    )
+
+
+def _v2_triage(conn: Connection) -> None:
+    # What an open run waits on (``KIND:ID`` entries, NULL when nothing; runs opened before this
+    # version get theirs with their next event), and what `flow hook list` shows. Each listing
+    # index ends in (created_at, created_order), the order `flow runs` reads in.
+    conn.execute("ALTER TABLE runs ADD COLUMN waiting_on text")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_at timestamptz")
+    conn.execute("ALTER TABLE hooks ADD COLUMN metadata json")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_order bigint GENERATED ALWAYS AS IDENTITY")
+    conn.execute("CREATE INDEX runs_build_created ON runs (build_id, created_at, created_order)")
+    conn.execute(
+        "CREATE INDEX runs_parent_created ON runs (parent_run_id, created_at, created_order)"
+    )
+    conn.execute("CREATE INDEX runs_updated ON runs (updated_at)")
+    conn.execute(
+        "CREATE INDEX runs_failing ON runs (created_at, created_order) WHERE failing IS NOT NULL"
+    )
+    conn.execute(
+        "CREATE INDEX runs_waiting ON runs (created_at, created_order) WHERE waiting_on IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX hooks_run ON hooks (run_id, created_at, created_order)")
+    conn.execute("CREATE INDEX hooks_open ON hooks (created_at, created_order) WHERE NOT resolved")
+    conn.execute(
+        "UPDATE hooks SET created_at = e.recorded_at, metadata = e.data -> 'metadata' "
+        "FROM events e WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created' "
+        "AND e.data ->> 'hook_id' = hooks.hook_id"
+    )
+
+
+def _v4_failing_since(conn: Connection) -> None:
+    # When each failing run's decisions began to fail (`flow doctor`'s since). Runs failing
+    # already get the time of their last decision_failed.
+    conn.execute("ALTER TABLE runs ADD COLUMN failing_since timestamptz")
+    conn.execute(
+        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
+        "WHERE failing IS NOT NULL"
+    )
+
+
+def _v5_idle_workers(conn: Connection) -> None:
+    # Idle workers offered for hand-offs (``postgres.handoffs``). Unlogged: an offer is not
+    # history, and one a crash of the server drops only means a start leaves its step ready.
+    conn.execute(
+        """
+        CREATE UNLOGGED TABLE idle_workers (
+            worker_id     text             PRIMARY KEY,
+            builds        text[]           NOT NULL,
+            lease_seconds double precision NOT NULL,
+            backend_pid   integer          NOT NULL,
+            backend_start timestamptz      NOT NULL,
+            offered_at    timestamptz      NOT NULL
+        )
+        """
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
+    Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
+    Migration(3, "workers registry, runs.patches", _v3_fleet),
+    Migration(4, "runs.failing_since", _v4_failing_since),
+    Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
+)
+"""Every migration, in order; the last one's version is the schema this code writes."""
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def ensure_schema(
+    conn: Connection,
+    schema: str,
+    migrations: Sequence[Migration] | None = None,
+    *,
+    create: bool = True,
+) -> int:
+    """Create or upgrade the schema so that it is at the last migration's version.
+
+    With ``create=False`` a schema without Flow's tables is refused instead of created (the
+    read-only commands must not write to a database they were merely pointed at).
+
+    ``conn`` must be idle, not in autocommit, with ``search_path`` set to ``schema``. Commits on
+    success and rolls back on failure. Returns the version found before any upgrade (0 for a new
+    database).
+
+    Raises:
+        StoreError: the database was written by a newer Flow.
+    """
+    steps = tuple(MIGRATIONS if migrations is None else migrations)
+    target = steps[-1].version if steps else 0
+    try:
+        found = _read_version(conn, schema)
+        _refuse_newer(schema, found, target)
+        if found == 0 and not create:
+            raise StoreError(
+                f"No Flow database in schema {schema!r}; start a run or a worker against it "
+                "first, or check the database URL and its ?schema= option."
+            )
+        if found == target:
+            conn.commit()  # the common case takes no lock at all
+            return found
+        # Several workers may open a fresh database at once; the transaction-scoped lock makes
+        # the others wait here and then see the finished schema.
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
+        found = _read_version(conn, schema)
+        _refuse_newer(schema, found, target)
+        if found == 0:
+            _create_schema(conn, schema)
+        for step in steps:
+            if step.version > found:
+                step.apply(conn)
+                _write_version(conn, step.version)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return found
+
+
+def _create_schema(conn: Connection, schema: str) -> None:
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)", (schema,)
+    ).fetchone()
+    if row is None or not row[0]:
+        # Only when missing: CREATE SCHEMA needs a privilege that a Flow user of an existing,
+        # DBA-made schema may not have, even with IF NOT EXISTS.
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    else:
+        tables = conn.execute(
+            "SELECT string_agg(tablename, ', ' ORDER BY tablename) FROM pg_tables "
+            "WHERE schemaname = %s AND tablename <> 'flow_meta'",
+            (schema,),
+        ).fetchone()
+        if tables is not None and tables[0]:
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} already holds tables that are not Flow's "
+                f"({tables[0]}); give Flow a schema of its own."
+            )
+    conn.execute("CREATE TABLE IF NOT EXISTS flow_meta (key text PRIMARY KEY, value text NOT NULL)")
+
+
+def read_version(conn: Connection, schema: str) -> int:
+    """The schema version stored in ``schema``; 0 when Flow has never written there."""
+    try:
+        return _read_version(conn, schema)
+    finally:
+        conn.rollback()
+
+
+def _read_version(conn: Connection, schema: str) -> int:
+    # Asked of the catalog tables, not to_regclass(): their lookups go through caches that a
+    # transaction which has just waited for the migration lock may not have refreshed yet, so
+    # they could miss the schema another opener committed meanwhile.
+    table = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_tables "
+        "WHERE schemaname = %s AND tablename = 'flow_meta')",
+        (schema,),
+    ).fetchone()
+    if table is None or not table[0]:
+        return 0
+    row = conn.execute(
+        sql.SQL("SELECT value FROM {}.flow_meta WHERE key = 'schema_version'").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    if row is None:
+        return 0
+    try:
+        return int(str(row[0]))
+    except ValueError:
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} has an unreadable schema_version {row[0]!r} in "
+            "flow_meta; it is not a Flow database, so point Flow at another schema."
+        ) from None
+
+
+def _refuse_newer(schema: str, found: int, target: int) -> None:
+    if found > target:
+        raise StoreError(
+            f"PostgreSQL schema {schema!r} is at Flow schema version {found}, newer than the "
+            f"{target} this Flow understands; upgrade Flow on this machine."
+        )
+
+
+def _write_version(conn: Connection, version: int) -> None:
+    conn.execute(
+        "INSERT INTO flow_meta (key, value) VALUES ('schema_version', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        (str(version),),
+    )

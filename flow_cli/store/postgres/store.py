@@ -1,0 +1,579 @@
+"""The PostgreSQL event store: many workers on many machines sharing one database.
+
+Imported lazily by ``flow_cli.store.open_store`` for ``postgresql://`` and ``postgres://`` URLs, so
+psycopg is needed only by those who use it. The package splits it by job:
+``schema`` (tables, migrations), ``tables`` (statements), ``connection`` (pool, transactions,
+errors), ``reads``, ``commits``, ``batch``, ``hints``, ``handoffs``, ``ends``; this module holds
+leases, waits and the workers registry.
+
+- Every public method is one transaction on a connection from a small pool (a connection serves
+  one thread at a time). Times come from the caller's clock; SQL ``now()`` is never used.
+- Optimistic concurrency: ``commit`` sends everything as one query string whose guards fail it
+  when a written run's ``last_sequence`` is not the writer's expectation (``UPDATE ... WHERE
+  last_sequence = expected``, which also locks the row), so the common commit is one round trip.
+  Only when a guard fails is the commit redone the checking way, locking each written run row
+  (``SELECT ... FOR UPDATE``) to name the culprit. ``PRIMARY KEY (run_id, sequence)`` is the
+  backstop, its unique violation turned into ``EventConflict`` in one place.
+- Leases take due rows with ``FOR UPDATE SKIP LOCKED``: concurrent workers never wait for, or
+  receive, the same run or step.
+- A commit that schedules work sends ``NOTIFY flow_work`` (payload: the schema) inside its
+  transaction; ``wait_for_change`` listens on a connection of its own.
+- A lost connection becomes ``StoreError`` and is dropped, so the next call reconnects: a worker
+  that catches ``StoreError``, sleeps and retries survives a server restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from contextlib import closing, suppress
+from datetime import datetime
+from time import monotonic
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg import pq, sql
+
+from flow_cli.errors import StoreError
+from flow_cli.model.events import StepStarted
+from flow_cli.store.postgres import handoffs, hints, tables
+from flow_cli.store.postgres.batch import Batch, Connection
+from flow_cli.store.postgres.commits import PostgresCommits
+from flow_cli.store.postgres.connection import (
+    NOTHING,
+    NOTIFY_CHANNEL,
+    WORK,
+    close_quietly,
+)
+from flow_cli.store.postgres.reads import READ_HISTORIES, histories_params
+from flow_cli.store.protocol import (
+    WORKER_RETENTION,
+    AppendViaCommit,
+    ReadAfter,
+    StepLease,
+    StoreStats,
+    WorkerInfo,
+    wanted_after,
+    with_histories,
+)
+
+_Leased: TypeAlias = tuple[
+    list[tuple[Any, ...]],
+    dict[str, int],
+    list[tuple[Any, ...]] | None,
+    tuple[datetime | None, datetime | None],
+]
+"""A step lease's rows, the sequences its histories were read after, the histories' rows,
+and when runs and steps are next due (see ``DueHints``)."""
+
+
+class PostgresStore(PostgresCommits, AppendViaCommit):
+    """``EventStore`` on PostgreSQL, through psycopg 3.
+
+    Args:
+        url: A libpq URL or ``key=value`` string, e.g. ``postgresql://flow@db.internal/flow``.
+            Whatever it leaves out (everything, when ``None``) comes from the ``PG*``
+            environment variables and ``~/.pgpass``, as for ``psql``.
+        schema: The PostgreSQL schema holding Flow's tables (default ``flow``), created if
+            missing. Tests give each store a schema of its own and ``drop_schema()`` it after.
+        connect_timeout: Seconds to wait for the server before calling it unreachable, unless
+            the URL or ``PGCONNECT_TIMEOUT`` sets it (libpq counts whole seconds, at least 2).
+        create: Create Flow's tables when the schema has none. Read-only commands pass
+            ``False``, so a mistyped schema is reported instead of created.
+
+    Raises:
+        ConfigError: ``url`` is not a PostgreSQL connection string.
+        StoreError: the server is unreachable or refuses the connection, or the schema is not
+            Flow's or was written by a newer Flow.
+    """
+
+    stats: StoreStats
+
+    def lease_runs(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` due runs of these builds, earliest first.
+
+        Leasing moves ``decide_at`` to ``lease_until``. Rows another transaction holds are
+        skipped, not waited for, so concurrent workers never lease the same run.
+        """
+        if not build_ids or limit <= 0:
+            return []
+        if self._due.no_run_due(build_ids, now):
+            self._runs_expected = False
+            return []
+        params = _due_params(worker, build_ids, now, lease_until, limit)
+        if not self._runs_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a write transaction every
+                # pass. Skipped while leasing finds work.
+                if conn.execute(tables.ANY_DUE_RUN, params).fetchone() is None:
+                    return []
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(tables.LEASE_RUNS, params)
+        rows = cursor.fetchall()
+        self._runs_expected = bool(rows)
+        self._count_rows(len(rows))
+        rows.sort(key=lambda row: (row[1], row[2]))  # RETURNING does not keep the CTE's order
+        return [row[0] for row in rows]
+
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` if the run is still at ``expected_sequence``; else False."""
+        # One round trip: the NOTIFY (when a time was set) rides on the update's row, so it is
+        # sent only if the run was parked.
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
+                "WITH parked AS (UPDATE runs SET decide_at = %s, lease_owner = NULL "
+                "WHERE run_id = %s AND last_sequence = %s RETURNING run_id) "
+                "SELECT run_id, CASE WHEN %s THEN pg_notify(%s, %s)::text END FROM parked",
+                (
+                    decide_at,
+                    run_id,
+                    expected_sequence,
+                    decide_at is not None,
+                    NOTIFY_CHANNEL,
+                    self.schema,
+                ),
+            )
+        return cursor.fetchone() is not None
+
+    def lease_steps(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        read_after: ReadAfter | None = None,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
+        ``step_started`` for each in the same transaction.
+
+        The runs' rows are locked first, in the order ``commit`` locks them, so a lease and a
+        commit never deadlock. ``read_after`` (see ``EventStore``): the histories are read in
+        the transaction, in the round trip that commits it.
+
+        Unlike the other leases, this commit waits for the WAL flush, as on SQLite it need not:
+        it appends events, and workers outlive a crash of the server. Were the last
+        ``step_started`` lost while its worker still held the run at that sequence, the next
+        event recorded would reuse the sequence with other content (a cancellation, say), and
+        that worker's commit, guarded by the sequence alone, would be built on a history that
+        no longer exists.
+        """
+        if not build_ids or limit <= 0:
+            return []
+        self._work_heard = False
+        self._due.forget()
+        writes = self._due.writes()
+        params = _due_params(worker, build_ids, now, lease_until, limit)
+        if not self._steps_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a transaction that locks
+                # every pass. Skipped while work is expected (see ``_steps_expected``).
+                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                    return []
+        hinted = hints.usable(self._hints, build_ids, limit)
+        self._hints = []
+        with self._transaction(writes=False) as conn:
+            # Two round trips, each one query string of several statements (no per-statement
+            # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
+            # step_started events, the run rows, the histories and COMMIT. Waiting for a run
+            # another transaction holds (not skipping it) is short, and keeps a ready step
+            # from being reported as absent; the lease re-checks readiness after the wait.
+            # Steps a notification named are tried first, in one round trip.
+            conn.autocommit = True  # the statements open and end the transaction themselves
+            try:
+                for attempt in (1, 2):
+                    try:
+                        leased = None
+                        if hinted:
+                            leased = self._lease_hinted(
+                                conn,
+                                hinted,
+                                worker,
+                                build_ids,
+                                params,
+                                now,
+                                lease_until,
+                                read_after,
+                            )
+                        if leased is None:
+                            leased = self._lease_ready(
+                                conn, worker, params, now, lease_until, read_after
+                            )
+                        rows, after, history_rows, due = leased
+                        break
+                    except psycopg.errors.InvalidSqlStatementName:
+                        # A statement of the second round trip was dropped behind our back
+                        # (see ``Prepared``): nothing was written; roll back, lease again.
+                        if attempt == 2:
+                            raise
+                        self._rolled_back(conn)
+                        conn.execute("ROLLBACK")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:  # could not be rolled back: never hand it out again in autocommit mode
+                    conn.close()
+        self._steps_expected = bool(rows)
+        self._due.offer(build_ids, *due, writes=writes)
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
+        self._count_rows(len(rows) + sum(1 for t in due if t is not None))
+        leases = [
+            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
+            for run_id, step_id, attempt, _ in rows
+        ]
+        if history_rows is None:
+            return leases
+        return with_histories(leases, self._histories(history_rows, after))
+
+    def _lease_ready(
+        self,
+        conn: Connection,
+        worker: str,
+        params: dict[str, Any],
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> _Leased:
+        """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
+        statements open and end it): the leased rows, the sequences their histories were read
+        after, the histories' rows, and when runs and steps are next due (see ``DueHints``)."""
+        prepared = self._prepared_on(conn)
+        opening = Batch(conn, prepared)
+        opening.execute("BEGIN")
+        opening.execute(tables.LOCK_READY, params)
+        opening.execute(tables.LEASE_READY, params)
+        _, locking, leasing = opening.results()
+        # The rest of the transaction BEGIN opened: not one to send again on its own.
+        batch = Batch(conn, prepared, whole=False)
+        locked = tables.locked_runs(row[:3] for row in locking or ())
+        # A candidate's run always exists (its step tasks go with it); should one have
+        # gone meanwhile, its tasks are not started without a row (they are leasable
+        # again once this lease runs out).
+        rows = [row for row in leasing or () if row[0] in locked]
+        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        for run_id, step_id, attempt, _ in rows:
+            target = locked[run_id]
+            started = StepStarted(
+                step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+            )
+            tables.insert_events(batch, run_id, target.last_sequence, [started], now)
+            target.last_sequence += 1
+        for run_id in {row[0] for row in rows}:
+            batch.execute(
+                "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = %s",
+                (locked[run_id].last_sequence, now, run_id),
+            )
+        after = _queue_lease_end(batch, params, rows, read_after)
+        return _leased(batch.results(), rows, after)
+
+    def _lease_hinted(
+        self,
+        conn: Connection,
+        hinted: list[hints.Hint],
+        worker: str,
+        build_ids: Sequence[str],
+        params: dict[str, Any],
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> _Leased | None:
+        """``lease_steps``'s transaction for the hinted steps, in one round trip; ``None``
+        (nothing written) when any of them was taken or its run moved meanwhile."""
+        batch = Batch(conn, self._prepared_on(conn))
+        batch.execute("BEGIN")
+        hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
+        rows = hints.leased_rows(hinted)
+        after = _queue_lease_end(batch, params, rows, read_after)
+        try:
+            done = batch.results()
+        except tables.GUARD_FAILURES:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                self._rolled_back(conn)
+                conn.execute("ROLLBACK")
+            return None
+        return _leased(done, rows, after)
+
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend the step's lease if ``worker`` still holds it."""
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cursor = conn.execute(
+                "UPDATE step_tasks SET available_at = %s "
+                "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
+                (lease_until, run_id, step_id, worker),
+            )
+        return cursor.fetchone() is not None
+
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+        if not build_ids:
+            return None
+        hint = self._due.fresh(build_ids)
+        if hint is not None:
+            return hint.earliest
+        with self._reading() as conn:
+            row = conn.execute(
+                tables.NEXT_DUE,
+                {"builds": list(build_ids)},
+            ).fetchone()
+        found = [tables.utc(value) for value in row or () if value is not None]
+        self._count_rows(len(found))
+        return min(found, default=None)
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker; forget those silent for longer than the retention."""
+        with self._transaction() as conn:
+            conn.execute(
+                "DELETE FROM workers WHERE heartbeat_at < %s",
+                (worker.started_at - WORKER_RETENTION,),
+            )
+            conn.execute(
+                "INSERT INTO workers (worker_id, host, pid, builds, started_at, heartbeat_at, "
+                "heartbeat_seconds, stopped_at) VALUES (%s, %s, %s, %s, %s, %s, %s, NULL) "
+                "ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                "builds = EXCLUDED.builds, started_at = EXCLUDED.started_at, "
+                "heartbeat_at = EXCLUDED.heartbeat_at, "
+                "heartbeat_seconds = EXCLUDED.heartbeat_seconds, stopped_at = NULL",
+                (
+                    worker.worker_id,
+                    worker.host,
+                    worker.pid,
+                    json.dumps(list(worker.builds)),
+                    worker.started_at,
+                    worker.heartbeat_at,
+                    worker.heartbeat_seconds,
+                ),
+            )
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
+        with self._transaction(durable=False, pipelined=True) as conn:
+            cur = conn.execute(
+                "UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s AND stopped_at IS NULL",
+                (now, worker_id),
+            )
+        return cur.rowcount > 0
+
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker stopped at ``now``."""
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE workers SET heartbeat_at = %s, stopped_at = %s WHERE worker_id = %s",
+                (now, now, worker_id),
+            )
+
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
+        """Block up to ``timeout`` seconds; return as soon as a commit schedules work here or,
+        with ``ending``, as soon as that run ends (and not for work). Only commits that make
+        work notify, so every wait without ``ending`` is ``work_only``.
+
+        Listening starts with the first call, on a connection of its own: a commit before that
+        first call is not seen, so look for work before waiting (as a worker loop does). Ends
+        are heard on another connection, shared by every thread waiting for one, and the first
+        wait for an end returns at once, once listening, for the same reason.
+        """
+        self._due.forget()
+        if ending is not None:
+            self._wait_for_end(ending, timeout)
+            return
+        deadline = monotonic() + max(timeout, 0.0)
+        if not self._listen_lock.acquire(timeout=max(timeout, 0.0)):
+            return  # another thread of this process is listening and will pick the work up
+        try:
+            self._forget_inherited()
+            if self._closed:
+                raise StoreError(f"The PostgreSQL store for {self._where} is closed.")
+            if self._listener is None:
+                self._listener = self._connect(autocommit=True)
+                self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                self._offered_at = None
+            if self._work_heard:
+                self._work_heard = False
+                return
+            self._offer_on_listener(self._listener)
+            heard: list[hints.Hint] = []
+            woke = NOTHING
+            while not woke:
+                remaining = max(deadline - monotonic(), 0.0)
+                # Each packet read whole (``stop_after``): a generator closed in the middle of
+                # one drops the notifications after the first, a commit's hints among them.
+                with closing(self._listener.notifies(timeout=remaining, stop_after=1)) as notes:
+                    for note in notes:
+                        woke = max(woke, self._heard(note.payload, heard))
+                if not woke and monotonic() >= deadline:
+                    return
+            # Commits often come in bursts: swallow what is already queued, so the next wait
+            # does not return at once for a change the caller is about to look at anyway.
+            with closing(self._listener.notifies(timeout=0)) as queued:
+                for note in queued:
+                    woke = max(woke, self._heard(note.payload, heard))
+            if woke == WORK:  # a hand-off alone leaves nothing for a lease to find
+                self._steps_expected = True
+                # With steps handed too, the pass takes those and does not look (see
+                # ``_work_heard``).
+                self._work_heard = bool(self._handed)
+            # A worker waits only once its last pass found less than it had room for: it has
+            # no backlog of older ready steps that the hinted ones would overtake.
+            self._hints = heard
+        except psycopg.Error as exc:
+            if self._listener is not None:
+                close_quietly(self._listener)
+                self._listener = None
+            raise self._store_error(exc, lost=True) from exc
+        finally:
+            if self._closed and self._listener is not None:  # close() ran while we waited
+                close_quietly(self._listener)
+                self._listener = None
+            self._listen_lock.release()
+
+    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
+        """Offer this process's worker for hand-offs; the offer is made from the listening
+        connection, by the next ``wait_for_change`` (a start checks that connection is open
+        before it hands a step over)."""
+        offer = (worker_id, list(build_ids), float(lease_seconds))
+        if offer != self._offer:
+            self._offer, self._offered_at = offer, None
+        self._offerer = worker_id
+
+    def _offer_on_listener(self, conn: Connection) -> None:
+        """Make the offer on ``conn`` unless made there lately and not claimed since; offers
+        of workers that died go in the same round trip."""
+        offer = self._offer
+        if offer is None or not offer[1]:
+            return
+        at = self._offered_at
+        if at is not None and monotonic() - at < handoffs.OFFER_REFRESH:
+            return
+        batch = Batch(conn, self._prepared_on(conn))
+        self._queue_offer(batch, offer)
+        batch.send()
+        self._offered_at = monotonic()
+
+    def _queue_offer(self, batch: Batch, offer: tuple[str, list[str], float]) -> None:
+        """Add the offer to ``batch``, and now and then the removal of dead workers' offers
+        (a look at every server process: not on every offer)."""
+        if monotonic() >= self._forget_gone_at:
+            batch.execute(handoffs.FORGET_GONE)
+            self._forget_gone_at = monotonic() + handoffs.OFFER_REFRESH
+        batch.execute(handoffs.OFFER, offer)
+
+    def handed_steps(self, worker_id: str, read_after: ReadAfter) -> list[StepLease]:
+        """The steps handed to ``worker_id`` that notifications told of, each with its run's
+        history: the one the notification carried (a new run's, whole) or, when it did not fit,
+        one read here. A busy worker does not wait: notifications already queued are read here
+        first."""
+        if self._offerer != worker_id:
+            return []
+        with self._free_listener() as listener:
+            # Taking it reads what its socket holds; what came during a statement of ours on
+            # it (the withdrawal, a step's end) psycopg kept aside, and is read here.
+            if listener is not None:
+                self._drain(listener)
+        with self._lock:
+            handed, self._handed = self._handed, []
+        leases: list[StepLease] = []
+        unread: list[StepLease] = []
+        for h in handed:
+            lease = StepLease(
+                run_id=h.run_id, step_id=h.step_id, attempt=h.attempt, lease_until=h.lease_until
+            )
+            if h.history is not None and read_after(h.run_id) == 0:
+                leases.append(dataclasses.replace(lease, history=h.history))
+            else:
+                unread.append(lease)
+        if unread:
+            after = wanted_after((lease.run_id for lease in unread), read_after)
+            leases += with_histories(unread, self.read_histories(after))
+        return leases
+
+    def withdraw_worker(self, worker_id: str) -> None:
+        """Take back the offer of ``worker_id`` (it stops). Done on the listening connection when
+        this thread can have it: a start that claimed the offer first has committed by the time
+        the offer is gone, and the server sends its notification on that connection before the
+        answer, so the next ``handed_steps`` sees that step (else it would wait for its lease to
+        run out)."""
+        if self._offer is not None and self._offer[0] == worker_id:
+            self._offer, self._offered_at = None, None
+        with self._free_listener() as listener:
+            if listener is not None:
+                listener.execute(handoffs.WITHDRAW, (worker_id,))
+                return
+        with self._reading() as conn:
+            conn.execute(handoffs.WITHDRAW, (worker_id,))
+
+    def _wait_for_end(self, run_id: str, timeout: float) -> None:
+        self._forget_inherited()
+        if self._closed:
+            raise StoreError(f"The PostgreSQL store for {self._where} is closed.")
+        try:
+            self._ends.wait(run_id, timeout)
+        except psycopg.Error as exc:
+            raise self._store_error(exc, lost=True) from exc
+        finally:
+            if self._closed:  # close() ran while we waited
+                self._ends.close()
+
+
+def _queue_lease_end(
+    batch: Batch,
+    params: dict[str, Any],
+    rows: Sequence[tuple[Any, ...]],
+    read_after: ReadAfter | None,
+) -> dict[str, int]:
+    """End a step lease's batch: when work is next due (read with the lease, so the worker's
+    pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
+    the histories are read after."""
+    batch.execute(tables.NEXT_DUE, params)
+    after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
+    if after:
+        # Read before COMMIT: the histories cost no round trip of their own, and include the
+        # step_started events just written.
+        batch.execute(READ_HISTORIES, histories_params(after))
+    batch.execute("COMMIT")
+    return after
+
+
+def _leased(
+    done: Sequence[list[tuple[Any, ...]] | None],
+    rows: list[tuple[Any, ...]],
+    after: dict[str, int],
+) -> _Leased:
+    """A lease's result from the answers of a batch that ``_queue_lease_end`` ended."""
+    due_rows = done[-3] if after else done[-2]
+    runs, steps = due_rows[0] if due_rows else (None, None)
+    due = (
+        None if runs is None else tables.utc(runs),
+        None if steps is None else tables.utc(steps),
+    )
+    return rows, after, (done[-2] if after else None), due
+
+
+def _due_params(
+    worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime, limit: int
+) -> dict[str, Any]:
+    return {
+        "worker": worker,
+        "builds": list(build_ids),
+        "now": now,
+        "until": lease_until,
+        "limit": limit,
+    }

@@ -1,0 +1,109 @@
+"""What the SQLite and PostgreSQL stores share: the run index's row changes as SQL.
+
+A ``Dialect`` names the few things that differ (the placeholder, the casts PostgreSQL needs to
+type a parameter that may be NULL, how a time is sent); everything else is written once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flow_cli.store.index import RowChanges
+from flow_cli.store.protocol import KEEP, RunFilter, waiting_needle
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one SQL backend spells what ``sql`` renders."""
+
+    param: str
+    """The placeholder: ``?`` or ``%s``."""
+    text_param: str
+    """A text placeholder whose type a NULL would leave open."""
+    time_param: str
+    """A timestamp placeholder whose type a NULL would leave open."""
+    time: Callable[[datetime], Any]
+    """A time as the backend stores it."""
+    named: Callable[[str], str]
+    """A named placeholder: ``:name`` or ``%(name)s``."""
+    position: str
+    """The function that finds a string in another: ``instr`` or ``strpos``."""
+    build_key: str
+    """The expression of the runs' build index (SQLite indexes an expression)."""
+
+    def time_or_none(self, value: datetime | None) -> Any:
+        return None if value is None else self.time(value)
+
+
+def run_sets(
+    changes: RowChanges, dialect: Dialect, stamp: Any, last_sequence: int
+) -> tuple[tuple[str, ...], list[Any]]:
+    """The ``SET`` items of the runs row after a write, and their parameters; ``stamp`` is
+    the write's time as the backend stores it (``Dialect.time``).
+
+    The items depend only on which columns change, so a backend may cache the statement by
+    them (PostgreSQL prepares it).
+    """
+    p = dialect.param
+    sets: list[str] = [f"status = {p}", f"updated_at = {p}", f"last_sequence = {p}"]
+    params: list[Any] = [changes.status.value, stamp, last_sequence]
+    if changes.decide_at is not KEEP:
+        # A new decision time releases the run's lease: whoever decides next leases afresh.
+        sets.append(f"decide_at = {p}, lease_owner = NULL")
+        params.append(dialect.time_or_none(changes.decide_at))
+    if changes.failing is not KEEP:
+        # SET reads the row as it was: the time is kept while the run goes on failing
+        # (``RowChanges.failing_since``).
+        sets.append(
+            f"failing = {p}, failing_since = CASE WHEN {dialect.text_param} IS NULL THEN NULL "
+            f"WHEN failing IS NULL THEN {dialect.time_param} ELSE failing_since END"
+        )
+        params.extend([changes.failing, changes.failing, stamp])
+    if changes.waiting_on is not KEEP:
+        sets.append(f"waiting_on = {p}")
+        params.append(changes.waiting_on)
+    if changes.build_id is not KEEP:
+        sets.append(f"build_id = {p}")
+        params.append(changes.build_id)
+    return tuple(sets), params
+
+
+def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str, Any]]:
+    """The conditions of a run filter (cursor and limit aside) and their named parameters."""
+    n = dialect.named
+    conditions: list[str] = []
+    params: dict[str, Any] = {}
+    if where.statuses:
+        names = [f"status{i}" for i in range(len(where.statuses))]
+        conditions.append(f"status IN ({', '.join(n(name) for name in names)})")
+        params.update(zip(names, (status.value for status in where.statuses), strict=True))
+    if where.workflow is not None:
+        conditions.append(f"workflow = {n('workflow')}")
+        params["workflow"] = where.workflow
+    if where.build_id is not None:
+        conditions.append(f"{dialect.build_key} = {n('build_id')}")
+        params["build_id"] = where.build_id
+    if where.since is not None:
+        conditions.append(f"created_at >= {n('since')}")
+        params["since"] = dialect.time(where.since)
+    if where.until is not None:
+        conditions.append(f"created_at < {n('until')}")
+        params["until"] = dialect.time(where.until)
+    if where.failing:
+        conditions.append("failing IS NOT NULL")
+    if where.waiting_on is not None:
+        # Entries are space-separated: padding both ends makes a whole-entry match.
+        conditions.append(
+            f"waiting_on IS NOT NULL AND {dialect.position}(' ' || waiting_on || ' ', "
+            f"{n('needle')}) > 0"
+        )
+        params["needle"] = waiting_needle(where.waiting_on)
+    if where.idle_since is not None:
+        conditions.append(f"updated_at <= {n('idle_since')}")
+        params["idle_since"] = dialect.time(where.idle_since)
+    if where.top_level:
+        conditions.append("parent_run_id IS NULL")
+    return conditions, params

@@ -1,0 +1,312 @@
+"""The SQLite store's reads: histories, the run index, hooks, workers, the integrity check."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from flow_cli.errors import RunNotFound
+from flow_cli.model.events import EventEnvelope, event_from_data
+from flow_cli.model.status import RunStatus
+from flow_cli.store import damage
+from flow_cli.store.integrity import structural_problems
+from flow_cli.store.protocol import (
+    GROUPINGS,
+    BuildUsage,
+    HookListing,
+    HookRecord,
+    RunCount,
+    RunFilter,
+    RunRecord,
+    RunState,
+    WorkerInfo,
+    assemble_states,
+    build_usages,
+)
+from flow_cli.store.sql import run_filter
+from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
+from flow_cli.store.sqlite.decoding import decoding_problems
+from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, dt_or_none, run_record
+from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
+
+
+class SQLiteReads(SQLiteConnections):
+    """What the SQLite store reads (see ``SQLiteStore``)."""
+
+    @guarded
+    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
+        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
+        found = self._histories({run_id: after_sequence})
+        if run_id not in found:
+            raise RunNotFound(run_id)
+        return found[run_id]
+
+    @guarded
+    def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        """Each run's events with ``sequence > after[run_id]``, in order; runs that do not
+        exist are left out (see ``EventStore``)."""
+        found: dict[str, list[EventEnvelope]] = {}
+        wanted = list(after.items())
+        for start in range(0, len(wanted), HISTORIES_PER_QUERY):
+            found.update(self._histories(dict(wanted[start : start + HISTORIES_PER_QUERY])))
+        return found
+
+    def _histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
+        # One statement for any number of runs: the run's row says it exists (a run with
+        # nothing new still has its row, with NULL event columns), so a history read costs one
+        # round trip, not a second one to tell "no new events" from "no such run".
+        values = ", ".join(["(?, ?)"] * len(after))
+        params: list[Any] = []
+        for run_id, sequence in after.items():
+            params.extend((run_id, sequence))
+        rows = (
+            self._conn()
+            .execute(
+                f"WITH wanted (run_id, after) AS (VALUES {values}) "
+                "SELECT w.run_id, e.sequence, e.event_key, e.recorded_at, e.data FROM wanted w "
+                "JOIN runs r ON r.run_id = w.run_id "
+                "LEFT JOIN events e ON e.run_id = w.run_id AND e.sequence > w.after "
+                "ORDER BY w.run_id, e.sequence",
+                params,
+            )
+            .fetchall()
+        )
+        found: dict[str, list[EventEnvelope]] = {}
+        run_id, seq = "", None
+        try:
+            for run_id, seq, key, at, data in rows:
+                history = found.setdefault(run_id, [])
+                if seq is None:
+                    continue  # the run exists, with nothing after the sequence asked for
+                history.append(
+                    EventEnvelope(
+                        run_id=run_id,
+                        sequence=seq,
+                        recorded_at=dt(at),
+                        event=event_from_data(key, json.loads(data)),
+                        size=len(data),
+                    )
+                )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise damage.unreadable_event(str(self.path), run_id, seq, exc) from exc
+        return found
+
+    @guarded
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's index row, or None."""
+        row = self._conn().execute(f"{RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else run_record(row)
+
+    @guarded
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation order breaks ties)."""
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if workflow is not None:
+            where.append("workflow = ?")
+            params.append(workflow)
+        sql = RUN_SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        rows = self._conn().execute(sql, [*params, -1 if limit is None else limit]).fetchall()
+        return [run_record(row) for row in rows]
+
+    def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, dict[str, Any]]:
+        """``WHERE ... ORDER BY ... LIMIT`` of a filter with its cursor, newest first."""
+        conditions, params = run_filter(where, SQLITE)
+        if where.after is not None:
+            cursor = conn.execute(
+                "SELECT created_at, rowid FROM runs WHERE run_id = ?", (where.after,)
+            ).fetchone()
+            if cursor is None:
+                raise RunNotFound(where.after)
+            conditions.append("(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))")
+            params.update(c_at=cursor[0], c_order=cursor[1])
+        params["limit"] = -1 if where.limit is None else where.limit
+        query = (f" WHERE {' AND '.join(conditions)}" if conditions else "") + (
+            " ORDER BY created_at DESC, rowid DESC LIMIT :limit"
+        )
+        return query, params
+
+    @guarded
+    def find_runs(self, where: RunFilter) -> list[RunRecord]:
+        """Runs matching ``where``, newest first (creation order breaks ties)."""
+        conn = self._conn()
+        page, params = self._page(conn, where)
+        rows = conn.execute(RUN_SELECT + page, params)
+        return [run_record(row) for row in rows.fetchall()]
+
+    @guarded
+    def run_states(self, where: RunFilter) -> list[RunState]:
+        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
+        (one consistent read), the runs served by the filter's index, each run's tasks by the
+        step task primary key."""
+        conn = self._conn()
+        page, params = self._page(conn, where)
+        rows = conn.execute(
+            "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
+            "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
+            "t.step_id, t.attempt, t.available_at, t.lease_owner FROM ("
+            "SELECT rowid AS ord, run_id, workflow, status, build_id, created_at, updated_at, "
+            f"decide_at, lease_owner, failing, waiting_on, failing_since FROM runs{page}) r "
+            "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
+            "ORDER BY r.created_at DESC, r.ord DESC, t.step_id",
+            params,
+        )
+        return assemble_states(rows, dt)
+
+    @guarded
+    def build_usage(self) -> list[BuildUsage]:
+        """Every build id of some run, with its open runs. The build ids are read by skipping
+        through the build index (one probe per build, not one row per run); the open runs
+        through the status index."""
+        conn = self._conn()
+        builds = [
+            row[0]
+            for row in conn.execute(
+                f"WITH RECURSIVE b(id) AS (SELECT min({BUILD_KEY}) FROM runs UNION ALL "
+                f"SELECT (SELECT min({BUILD_KEY}) FROM runs WHERE {BUILD_KEY} > b.id) "
+                "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
+            )
+        ]
+        grouped = conn.execute(
+            "SELECT build_id, status, patches, count(*) FROM runs "
+            f"WHERE status IN ({OPEN_LIST}) GROUP BY build_id, status, patches"
+        ).fetchall()
+        # With one min() the bare columns come from the row holding it (SQLite's rule); the
+        # rowid breaks ties between runs created at the same instant.
+        oldest = {
+            build_id: (run_id, dt(created_at))
+            for build_id, run_id, created_at, _ in conn.execute(
+                "SELECT build_id, run_id, created_at, "
+                "min(created_at || printf(' %020d', rowid)) FROM runs "
+                f"WHERE status IN ({OPEN_LIST}) GROUP BY build_id"
+            )
+        }
+        return build_usages(builds, grouped, oldest)
+
+    @guarded
+    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
+        """How many runs match ``where``, grouped by ``by`` when given."""
+        conditions, params = run_filter(where, SQLITE)
+        condition = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        conn = self._conn()
+        if by is None:
+            total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
+            return RunCount(total=total, groups={})
+        if by not in GROUPINGS:
+            raise ValueError(f"cannot group runs by {by!r}")
+        # Grouped by an expression: grouping by the bare column would walk that column's
+        # index over every run instead of the index that serves the filter.
+        rows = conn.execute(
+            f"SELECT {by} || '', count(*) FROM runs{condition} GROUP BY 1", params
+        ).fetchall()
+        return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
+
+    @guarded
+    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
+        """Hooks of one run or all runs, oldest first."""
+        sql, params = [], []
+        if run_id is not None:
+            sql.append("run_id = ?")
+            params.append(run_id)
+        if open_only:
+            sql.append(
+                "resolved = 0 AND run_id IN (SELECT run_id FROM runs WHERE run_id = hooks.run_id "
+                f"AND status NOT IN ({TERMINAL_LIST}))"
+            )
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks"
+                + (f" WHERE {' AND '.join(sql)}" if sql else "")
+                + " ORDER BY created_at, rowid",
+                params,
+            )
+            .fetchall()
+        )
+        return [
+            HookListing(
+                run_id=r[0],
+                hook_id=r[1],
+                token=r[2],
+                resolved=bool(r[3]),
+                created_at=dt_or_none(r[4]),
+                metadata=None if r[5] is None else json.loads(r[5]),
+            )
+            for r in rows
+        ]
+
+    @guarded
+    def find_hook(self, token: str) -> HookRecord | None:
+        """The hook owning ``token``, or None."""
+        row = (
+            self._conn()
+            .execute("SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = ?", (token,))
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=bool(row[3]))
+
+    @guarded
+    def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker, most recently started first."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, "
+                "heartbeat_seconds, stopped_at FROM workers "
+                "ORDER BY started_at DESC, worker_id DESC"
+            )
+            .fetchall()
+        )
+        return [
+            WorkerInfo(
+                worker_id=row[0],
+                host=row[1],
+                pid=row[2],
+                builds=tuple(json.loads(row[3])),
+                started_at=dt(row[4]),
+                heartbeat_at=dt(row[5]),
+                heartbeat_seconds=float(row[6]),
+                stopped_at=dt_or_none(row[7]),
+            )
+            for row in rows
+        ]
+
+    def check_integrity(self) -> list[str]:
+        """``PRAGMA integrity_check``, then Flow's structural checks (see ``integrity``)."""
+        conn = self._conn()
+        try:
+            rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return [f"SQLite cannot check the file: {exc}"]
+        problems = [str(row[0]) for row in rows if row[0] != "ok"]
+        if problems:
+            return [f"SQLite: {problem}" for problem in problems]
+
+        def query(sql: str) -> list[tuple[Any, ...]]:
+            return conn.execute(sql).fetchall()
+
+        json_check = (
+            "SELECT run_id, sequence FROM events WHERE json_valid(data) = 0 "
+            "ORDER BY run_id, sequence",
+            "run {0!r}: event {1} does not hold valid JSON",
+        )
+        try:
+            found = decoding_problems(conn)  # first: the checks below read run ids as text
+            if found:
+                return found
+            return structural_problems(query, [json_check])
+        except sqlite3.DatabaseError as exc:
+            return [f"SQLite failed while reading Flow's tables: {exc}"]

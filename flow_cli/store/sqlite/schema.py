@@ -1,0 +1,149 @@
+"""The SQLite schema: every version's migration, in order, and the SQL lists the queries share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+Migration = Callable[["Database"], None]
+
+
+def _v1_initial(db: Database) -> None:
+    """Event streams, plus the runs, step task and hook indexes derived from them."""
+    db.create_table("flow_meta", {"key": str, "value": str}, pk="key", not_null={"value"})
+    db.create_table(
+        "events",
+        {"run_id": str, "sequence": int, "event_key": str, "recorded_at": str, "data": str},
+        pk=("run_id", "sequence"),
+        not_null={"event_key", "recorded_at", "data"},
+    )
+    runs = db.create_table(
+        "runs",
+        {
+            "run_id": str,
+            "workflow": str,
+            "status": str,
+            "build_id": str,
+            "parent_run_id": str,
+            "created_at": str,
+            "updated_at": str,
+            "last_sequence": int,
+            "decide_at": str,
+            "lease_owner": str,
+            "failing": str,
+        },
+        pk="run_id",
+        not_null={"workflow", "status", "build_id", "created_at", "updated_at", "last_sequence"},
+    )
+    # decide_at serves the scheduler (cost follows the number due); the rest serve `flow runs`.
+    for column in ("decide_at", "status", "workflow", "created_at"):
+        runs.create_index([column], index_name=f"runs_{column}")
+    tasks = db.create_table(
+        "step_tasks",
+        {
+            "run_id": str,
+            "step_id": str,
+            "build_id": str,
+            "attempt": int,
+            "available_at": str,
+            "lease_owner": str,
+        },
+        pk=("run_id", "step_id"),
+        not_null={"build_id", "attempt", "available_at"},
+    )
+    tasks.create_index(["available_at"], index_name="step_tasks_available_at")
+    db.create_table(
+        "hooks",
+        {"token": str, "run_id": str, "hook_id": str, "resolved": int},
+        pk="token",
+        not_null={"run_id", "hook_id", "resolved"},
+    )
+
+
+def _v3_fleet(db: Database) -> None:
+    """The workers registry (``flow workers``, ``flow doctor``) and each run's patch markers
+    (``flow builds``), copied from ``run_started`` for the runs that exist already."""
+    conn = db.conn
+    conn.execute(
+        "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, host TEXT NOT NULL, "
+        "pid INTEGER NOT NULL, builds TEXT NOT NULL, started_at TEXT NOT NULL, "
+        "heartbeat_at TEXT NOT NULL, heartbeat_seconds REAL NOT NULL, stopped_at TEXT)"
+    )
+    conn.execute("ALTER TABLE runs ADD COLUMN patches TEXT")
+    conn.execute(
+        "UPDATE runs SET patches = (SELECT json_extract(e.data, '$.spec.patches') FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.sequence = 1)"
+    )
+
+
+TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
+"""The terminal statuses as an SQL list: hooks of ended runs are not open."""
+
+OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if not s.terminal)
+"""The open statuses as an SQL list (``status IN`` is served by the status index)."""
+
+BUILD_KEY = "substr(build_id, 1)"
+"""The indexed expression that `--build-id` filters on (see ``_v2_triage``)."""
+
+
+def _v2_triage(db: Database) -> None:
+    """Filters for `flow runs`/`count` served by indexes, and what `flow hook list` shows.
+
+    ``runs.waiting_on`` holds what an open run waits on (``KIND:ID`` entries, NULL when nothing);
+    runs opened before this version get theirs with their next event. Each listing index ends
+    in ``created_at`` so that "newest first" within one filter reads the index in order.
+    """
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN waiting_on TEXT")
+    conn.execute("ALTER TABLE hooks ADD COLUMN created_at TEXT")
+    conn.execute("ALTER TABLE hooks ADD COLUMN metadata TEXT")
+    for name, columns in (
+        ("runs_status_created", "status, created_at"),
+        ("runs_workflow_created", "workflow, created_at"),
+        ("runs_parent_created", "parent_run_id, created_at"),
+        ("runs_updated", "updated_at"),
+    ):
+        conn.execute(f"CREATE INDEX {name} ON runs ({columns})")
+    # On an expression that only `flow runs --build-id` uses: a plain build_id index would lure
+    # the scheduler's lease query (build_id IN ... ORDER BY decide_at) away from runs_decide_at.
+    conn.execute(f"CREATE INDEX runs_build_created ON runs ({BUILD_KEY}, created_at)")
+    # Superseded by the two above, which also give the listing order.
+    conn.execute("DROP INDEX runs_status")
+    conn.execute("DROP INDEX runs_workflow")
+    conn.execute("CREATE INDEX runs_failing ON runs (created_at) WHERE failing IS NOT NULL")
+    conn.execute("CREATE INDEX runs_waiting ON runs (created_at) WHERE waiting_on IS NOT NULL")
+    conn.execute("CREATE INDEX hooks_run ON hooks (run_id, created_at)")
+    conn.execute("CREATE INDEX hooks_open ON hooks (created_at) WHERE resolved = 0")
+    # Hooks indexed before this version: their creation time and metadata from history.
+    conn.execute(
+        "UPDATE hooks SET (created_at, metadata) = ("
+        " SELECT e.recorded_at, json_quote(json_extract(e.data, '$.metadata')) FROM events e"
+        " WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created'"
+        " AND json_extract(e.data, '$.hook_id') = hooks.hook_id ORDER BY e.sequence LIMIT 1)"
+    )
+
+
+def _v4_failing_since(db: Database) -> None:
+    """When each failing run's decisions began to fail (``flow doctor``'s since). Runs failing
+    already get the time of their last ``decision_failed``."""
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN failing_since TEXT")
+    conn.execute(
+        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
+        "WHERE failing IS NOT NULL"
+    )
+
+
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _v1_initial),
+    (2, _v2_triage),
+    (3, _v3_fleet),
+    (4, _v4_failing_since),
+]
+"""Every schema version in order; the last one is what this code reads and writes."""

@@ -1,0 +1,546 @@
+"""``SQLiteStore``: the writes, leases and waits of the default store (reads in ``reads``,
+connections and the schema in ``connection``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
+from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
+from flow_cli.model.status import RunStatus
+from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.protocol import (
+    GROUP_ERRORS,
+    KEEP,
+    WORKER_RETENTION,
+    AppendViaCommit,
+    CommitGroup,
+    NewRun,
+    ReadAfter,
+    StepLease,
+    StreamWrite,
+    WorkerInfo,
+    makes_work,
+    wanted_after,
+    with_histories,
+)
+from flow_cli.store.sql import run_sets
+from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
+from flow_cli.store.sqlite.reads import SQLiteReads
+from flow_cli.store.sqlite.rows import (
+    SQLITE,
+    dt,
+    encode,
+    encoded_rows,
+    envelopes,
+    insert_events,
+    lost_race,
+    ts,
+    ts_or_none,
+)
+
+
+class SQLiteStore(SQLiteReads, AppendViaCommit):
+    """The ``EventStore`` on one SQLite file.
+
+    Args:
+        path: The database file.
+        synchronous: ``FULL`` (default, survives power loss) or ``NORMAL`` (faster), see module.
+        busy_timeout_ms: How long a writer waits for another connection's write lock before the
+            call fails with ``StoreError``.
+        create: Create the file and schema when missing. Read-only commands pass ``False`` so a
+            mistyped path is reported instead of silently creating an empty database.
+        read_only: Open with SQLite's ``mode=ro``: every write is refused, and the database is
+            readable on a read-only file, directory or mount (SQLite reads a WAL database there
+            without creating its ``-shm`` file). Nothing is migrated or changed; a database
+            that needs a schema upgrade must be opened writable once.
+
+    Raises:
+        StoreError: the file is missing (with ``create=False``), unreadable, locked, not a Flow
+            database, or written by a newer Flow.
+    """
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def _create(
+        self, conn: sqlite3.Connection, run: NewRun, stamp: str, *, must_create: bool
+    ) -> bool:
+        """Insert the run row and its ``run_started``; False if the id exists and may."""
+        spec = run.spec
+        inserted = conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                spec.workflow,
+                RunStatus.PENDING.value,
+                spec.runtime_build_id,
+                spec.parent_run_id,
+                stamp,
+                stamp,
+                ts_or_none(run.decide_at),
+                json.dumps(list(spec.patches)),
+            ),
+        ).rowcount
+        if not inserted:
+            if not must_create:
+                return False
+            # Creating is appending after sequence 0: an existing run id is a conflict.
+            lost_race(conn, run.run_id, 0)
+        # The row was inserted at sequence 1 with its run_started: no read, no second write.
+        insert_events(conn, run.run_id, 0, encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
+        return True
+
+    def _create_decided(
+        self,
+        conn: sqlite3.Connection,
+        run: NewRun,
+        write: StreamWrite,
+        rows: list[tuple[str, str]],
+        stamp: str,
+    ) -> None:
+        """Insert the run as its first decision (``write``, at sequence 1) leaves it: the row
+        in its final state, ``run_started`` and the decision's events, its step tasks and
+        hooks. An existing run id is a conflict, as for ``_create``."""
+        spec = run.spec
+        changes = row_changes(write.index)
+        row = decided_row(run, changes)
+        events = [*encode([RunStarted(spec=spec, seed=run.seed)]), *rows]
+        inserted = conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
+            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            (
+                run.run_id,
+                spec.workflow,
+                row.status.value,
+                row.build_id,
+                spec.parent_run_id,
+                stamp,
+                stamp,
+                len(events),
+                ts_or_none(row.decide_at),
+                json.dumps(list(spec.patches)),
+                row.failing,
+                None if row.failing is None else stamp,
+                row.waiting_on,
+            ),
+        ).rowcount
+        if not inserted:
+            lost_race(conn, run.run_id, 0)
+        insert_events(conn, run.run_id, 0, events, stamp)
+        self._apply_index(conn, run.run_id, changes, stamp)
+
+    def _apply_write(
+        self, conn: sqlite3.Connection, write: StreamWrite, rows: list[tuple[str, str]], stamp: str
+    ) -> None:
+        """Append the write's events after its expected sequence and write its index changes.
+
+        The run's row moves first, in one update guarded by the expected sequence that also
+        writes the index, with no read before it (each statement is a round trip through the
+        GIL for a busy worker). A write that lost its race changes nothing; only then is the
+        row read, to tell a conflict from a missing run."""
+        run_id, expected = write.run_id, write.expected_sequence
+        changes = row_changes(write.index)
+        sets, params = run_sets(changes, SQLITE, stamp, expected + len(rows))
+        moved = conn.execute(
+            f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
+            [*params, run_id, expected],
+        ).rowcount
+        if not moved:
+            lost_race(conn, run_id, expected)
+        # A conflict the primary key catches here: the caller rolls the update above back
+        # with the rest of the group or transaction.
+        insert_events(conn, run_id, expected, rows, stamp)
+        self._apply_index(conn, run_id, changes, stamp)
+
+    def _apply_index(
+        self, conn: sqlite3.Connection, run_id: str, changes: RowChanges, stamp: str
+    ) -> None:
+        """A write's step tasks and hooks (the run's row is written already)."""
+        if changes.build_id is not KEEP:
+            conn.execute(
+                "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (changes.build_id, run_id)
+            )
+        if changes.drop_tasks:
+            conn.execute("DELETE FROM step_tasks WHERE run_id = ?", (run_id,))
+        for step_id, task in changes.tasks.items():
+            if task is None:
+                conn.execute(
+                    "DELETE FROM step_tasks WHERE run_id = ? AND step_id = ?",
+                    (run_id, step_id),
+                )
+                continue
+            # A task carries its run's build id (as re-pinned by the update above).
+            conn.execute(
+                "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+                "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
+                "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
+                (run_id, step_id, task.attempt, ts(task.available_at), task.owner, run_id),
+            )
+        for hook in changes.hooks:
+            owner = conn.execute(
+                "SELECT run_id, hook_id FROM hooks WHERE token = ?", (hook.token,)
+            ).fetchone()
+            if owner is not None and tuple(owner) != (run_id, hook.hook_id):
+                raise HookTokenInUse(hook.token, owner[0], owner[1])
+            conn.execute(
+                "INSERT INTO hooks (token, run_id, hook_id, resolved, created_at, metadata) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (token) DO UPDATE SET resolved = excluded.resolved",
+                (
+                    hook.token,
+                    run_id,
+                    hook.hook_id,
+                    int(hook.resolved),
+                    stamp,
+                    json.dumps(hook.metadata, ensure_ascii=False),
+                ),
+            )
+
+    @guarded
+    def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
+        """Create the run with ``run_started`` at sequence 1; None if the run id exists."""
+        with self._write() as conn:
+            if not self._create(conn, run, ts(now), must_create=False):
+                return None
+        self._doorbell.ring()
+        event = RunStarted(spec=run.spec, seed=run.seed)
+        return EventEnvelope(run_id=run.run_id, sequence=1, recorded_at=dt(ts(now)), event=event)
+
+    @guarded
+    def commit(
+        self, writes: Sequence[StreamWrite], creates: Sequence[NewRun], now: datetime
+    ) -> list[list[EventEnvelope]]:
+        """Apply the creations, then the writes, in one transaction (see ``EventStore``)."""
+        stamp = ts(now)
+        encoded = [encoded_rows(w) for w in writes]  # before BEGIN: bad JSON writes nothing
+        try:
+            with self._write() as conn:
+                self._apply(conn, writes, encoded, creates, stamp)
+        except EventConflict:
+            self.stats.conflicts += 1
+            raise
+        self._doorbell.ring(work=makes_work(writes, creates))
+        return envelopes(writes, stamp)
+
+    @guarded
+    def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        """Each group in its own savepoint of one transaction (see ``EventStore``)."""
+        encoded = [[encoded_rows(w) for w in g.writes] for g in groups]
+        if len(groups) == 1:
+            # Alone, a group needs no savepoint: its failure may roll the whole transaction
+            # back. A savepoint is not free in SQLite: each page written under one is first
+            # copied to a statement journal (one start cost 0.2 ms more CPU with it).
+            (group,) = groups
+            try:
+                with self._write() as conn:
+                    self._apply(conn, group.writes, encoded[0], group.creates, ts(group.now))
+            except GROUP_ERRORS as exc:
+                if isinstance(exc, EventConflict):
+                    self.stats.conflicts += 1
+                return [exc]
+            self._doorbell.ring(work=makes_work(group.writes, group.creates))
+            return [None]
+        results: list[FlowError | None] = []
+        with self._write() as conn:
+            for group, rows in zip(groups, encoded, strict=True):
+                conn.execute("SAVEPOINT flow_group")
+                try:
+                    self._apply(conn, group.writes, rows, group.creates, ts(group.now))
+                except GROUP_ERRORS as exc:
+                    conn.execute("ROLLBACK TO flow_group")
+                    if isinstance(exc, EventConflict):
+                        self.stats.conflicts += 1
+                    results.append(exc)
+                else:
+                    results.append(None)
+                conn.execute("RELEASE flow_group")
+        self._doorbell.ring(
+            work=any(
+                makes_work(g.writes, g.creates)
+                for g, error in zip(groups, results, strict=True)
+                if error is None
+            )
+        )
+        return results
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        writes: Sequence[StreamWrite],
+        encoded: Sequence[list[tuple[str, str]]],
+        creates: Sequence[NewRun],
+        stamp: str,
+    ) -> None:
+        # A run created with its first decision (``Engine.start``, a continuation, a child) is
+        # inserted as the decision leaves it: no update of the row just inserted.
+        firsts: dict[str, tuple[StreamWrite, list[tuple[str, str]]]] = {}
+        if creates:  # most commits (a step's end and the next decision) create nothing
+            created = {run.run_id for run in creates}
+            counts = Counter(write.run_id for write in writes)
+            firsts = {
+                write.run_id: (write, rows)
+                for write, rows in zip(writes, encoded, strict=True)
+                if write.run_id in created
+                and write.expected_sequence == 1
+                and counts[write.run_id] == 1
+                and write.recorded_at is None
+            }
+        for run in creates:
+            first = firsts.get(run.run_id)
+            if first is None:
+                self._create(conn, run, stamp, must_create=True)
+            else:
+                self._create_decided(conn, run, *first, stamp)
+        for write, rows in zip(writes, encoded, strict=True):
+            if write.run_id not in firsts:
+                at = stamp if write.recorded_at is None else ts(write.recorded_at)
+                self._apply_write(conn, write, rows, at)
+
+    @guarded
+    def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
+        """Set ``decide_at`` if the run is still at ``expected_sequence``."""
+        with self._write(durable=False) as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE runs SET decide_at = ?, lease_owner = NULL "
+                    "WHERE run_id = ? AND last_sequence = ?",
+                    (ts_or_none(decide_at), run_id, expected_sequence),
+                ).rowcount
+            )
+
+    # -- due work ---------------------------------------------------------------------------------
+
+    @guarded
+    def lease_runs(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[str]:
+        """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
+        if not build_ids or limit <= 0 or self._due.no_run_due(build_ids, now):
+            return []
+        marks = ", ".join("?" * len(build_ids))
+        select = (
+            f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
+            "ORDER BY decide_at LIMIT ?"
+        )
+        params = (ts(now), *build_ids, limit)
+        # Look before locking: an idle worker must not take the write lock every pass.
+        if not self._conn().execute(select, params).fetchone():
+            return []
+        until = ts(lease_until)
+        with self._write(durable=False) as conn:
+            run_ids = [row[0] for row in conn.execute(select, params)]
+            conn.executemany(
+                "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
+                [(until, worker, run_id) for run_id in run_ids],
+            )
+        self.stats.scheduler_rows_read += len(run_ids)
+        return run_ids
+
+    @guarded
+    def lease_steps(
+        self,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        read_after: ReadAfter | None = None,
+    ) -> list[StepLease]:
+        """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
+        ``step_started`` for each in the same transaction (``read_after``: see ``EventStore``;
+        the histories are read just after the commit, on this thread's connection)."""
+        if not build_ids or limit <= 0:
+            return []
+        self._due.forget()
+        writes = self._due.writes()
+        marks = ", ".join("?" * len(build_ids))
+        select = (
+            "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
+            "JOIN runs r ON r.run_id = t.run_id "
+            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) "
+            "ORDER BY t.available_at LIMIT ?"
+        )
+        params = (ts(now), *build_ids, limit)
+        conn = self._conn()
+        # Look before locking: an idle worker must not take the write lock every pass.
+        if not conn.execute(select, params).fetchone():
+            return []
+        until = ts(lease_until)
+        until_dt = dt(until)
+        stamp = ts(now)
+        with self._write(durable=False) as conn:
+            rows = conn.execute(select, params).fetchall()
+            conn.executemany(
+                "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
+                "WHERE run_id = ? AND step_id = ?",
+                [(until, worker, run_id, step_id) for run_id, step_id, _, _ in rows],
+            )
+            last: dict[str, int] = {}
+            events = []
+            for run_id, step_id, attempt, sequence in rows:
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
+                )
+                ((key, data),) = encode([started])
+                last[run_id] = last.get(run_id, sequence) + 1
+                events.append((run_id, last[run_id], key, stamp, data))
+            conn.executemany(
+                "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                events,
+            )
+            conn.executemany(
+                "UPDATE runs SET last_sequence = ?, updated_at = ?, "
+                "status = CASE WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                "WHERE run_id = ?",
+                [(sequence, stamp, run_id) for run_id, sequence in last.items()],
+            )
+            # When work is next due, read with the lease: the worker's pass need not ask again.
+            runs_due, steps_due = self._due_times(conn, build_ids)
+        self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
+        self.stats.scheduler_rows_read += len(rows)
+        leases = [
+            StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
+        ]
+        if read_after is None or not leases:
+            return leases
+        after = wanted_after((lease.run_id for lease in leases), read_after)
+        return with_histories(leases, self.read_histories(after))
+
+    @guarded
+    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
+        """Extend the lease if ``worker`` still holds it."""
+        with self._write(durable=False) as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE step_tasks SET available_at = ? "
+                    "WHERE run_id = ? AND step_id = ? AND lease_owner = ?",
+                    (ts(lease_until), run_id, step_id, worker),
+                ).rowcount
+            )
+
+    @guarded
+    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+        if not build_ids:
+            return None
+        hint = self._due.fresh(build_ids)
+        if hint is not None:
+            return hint.earliest
+        found = [t for t in self._due_times(self._conn(), build_ids) if t is not None]
+        return min(found, default=None)
+
+    def _due_times(
+        self, conn: sqlite3.Connection, build_ids: Sequence[str]
+    ) -> tuple[datetime | None, datetime | None]:
+        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds."""
+        marks = ", ".join("?" * len(build_ids))
+        found = [
+            conn.execute(sql, tuple(build_ids)).fetchone()
+            for sql in (
+                "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
+                f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
+                "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
+                f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
+            )
+        ]
+        self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
+        runs, steps = (None if row is None else dt(row[0]) for row in found)
+        return runs, steps
+
+    # -- workers registry -------------------------------------------------------------------------
+
+    @guarded
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a starting worker; forget those silent for longer than the retention."""
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM workers WHERE heartbeat_at < ?",
+                (ts(worker.started_at - WORKER_RETENTION),),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO workers (worker_id, host, pid, builds, started_at, "
+                "heartbeat_at, heartbeat_seconds, stopped_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    worker.worker_id,
+                    worker.host,
+                    worker.pid,
+                    json.dumps(list(worker.builds)),
+                    ts(worker.started_at),
+                    ts(worker.heartbeat_at),
+                    worker.heartbeat_seconds,
+                ),
+            )
+
+    @guarded
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Move the worker's heartbeat to ``now``; False if unknown or stopped."""
+        with self._write(durable=False) as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE workers SET heartbeat_at = ? "
+                    "WHERE worker_id = ? AND stopped_at IS NULL",
+                    (ts(now), worker_id),
+                ).rowcount
+            )
+
+    @guarded
+    def worker_stopped(self, worker_id: str, now: datetime) -> None:
+        """Mark the worker stopped at ``now``."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE workers SET heartbeat_at = ?, stopped_at = ? WHERE worker_id = ?",
+                (ts(now), ts(now), worker_id),
+            )
+
+    # -- waiting and closing ----------------------------------------------------------------------
+
+    @guarded
+    def wait_for_change(
+        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+    ) -> None:
+        """Sleep up to ``timeout`` seconds; return early once any connection commits (with
+        ``work_only``, once a commit makes work).
+
+        Commits of any process ring this process's doorbell (see ``flow_cli.store.doorbell``);
+        ``PRAGMA data_version`` is still read now and then, in case a ring was missed. Every
+        commit rings, a run's end among them, so ``ending`` needs nothing more.
+        """
+        self._due.forget()
+        work_only = work_only and ending is None
+        conn = self._conn()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        seen = self._changes
+        deadline = time.monotonic() + timeout
+        rung = self._doorbell.listen()
+        poll = FALLBACK_POLL_SECONDS if rung else POLL_SECONDS
+        while (remaining := deadline - time.monotonic()) > 0:
+            if rung:
+                if self._doorbell.wait(min(poll, remaining), work_only=work_only):
+                    return
+            else:
+                with self._changed:
+                    if self._changes == seen:
+                        self._changed.wait(min(poll, remaining))
+                    if self._changes != seen:
+                        return  # this process committed
+            # data_version moves when another connection (thread or process) commits.
+            if conn.execute("PRAGMA data_version").fetchone()[0] != version:
+                return
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
