@@ -19,7 +19,7 @@ from flow_cli.errors import RunAlreadyExists
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.status import RunStatus
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import EventStore, RunFilter
 
 chain = Runtime(build_id="eager-1")
 
@@ -116,7 +116,7 @@ def test_an_eager_start_records_what_the_workers_would(workflow: str, value: Any
         engine.eager_start = eager
         engine.start(workflow, value, run_id="r")
         _finish(engine, clock)
-        runs = sorted(r.run_id for r in store.list_runs())
+        runs = sorted(r.run_id for r in store.find_runs(RunFilter()))
         histories.append(
             {
                 run_id: [

@@ -13,7 +13,7 @@ from engine_workflows import data, events, keys, make_engine, scenario_runtime
 
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import EventStore, RunFilter
 from flow_cli.store.sqlite import SQLiteStore
 
 
@@ -113,7 +113,7 @@ def _one_pass_cost(path: Path, waiting: int) -> tuple[int, int, int]:
         for i in range(DUE):
             engine.start("timer", {"seconds": 60}, run_id=f"near-{i}")
         engine.tick(until_idle=True, batch=1000)
-        suspended = store.list_runs(status=RunStatus.SUSPENDED)
+        suspended = store.find_runs(RunFilter(statuses=(RunStatus.SUSPENDED,)))
         assert len(suspended) == waiting + DUE
         clock.advance(61)
 
@@ -135,7 +135,7 @@ def _one_pass_cost(path: Path, waiting: int) -> tuple[int, int, int]:
         assert report.runs_decided == DUE
         for i in range(DUE):
             assert keys(engine, f"near-{i}")[-1] == "run_completed"
-        assert len(store.list_runs(status=RunStatus.SUSPENDED)) == waiting
+        assert len(store.find_runs(RunFilter(statuses=(RunStatus.SUSPENDED,)))) == waiting
         rows = store.stats.scheduler_rows_read
 
         # And a pass with nothing due reads nothing, however many runs wait.

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from flow_cli.store.protocol import RunFilter
+
 pytestmark = pytest.mark.postgres
 
 psycopg = pytest.importorskip("psycopg")
@@ -394,7 +396,7 @@ def test_a_read_of_one_statement_is_one_round_trip(store: PostgresStore) -> None
         try:
             assert store.get_run("r1") is not None
             assert store.next_due([BUILD]) is not None
-            assert [r.run_id for r in store.list_runs(limit=5)] == ["r1"]
+            assert [r.run_id for r in store.find_runs(RunFilter(limit=5))] == ["r1"]
             assert store.find_hook("no-such-token") is None
         finally:
             conn.pgconn.untrace()

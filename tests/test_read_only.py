@@ -24,7 +24,7 @@ from flow_cli.errors import StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.store import open_store
-from flow_cli.store.protocol import NewRun
+from flow_cli.store.protocol import NewRun, RunFilter
 from flow_cli.store.sqlite import SQLiteStore
 
 READS = (
@@ -52,7 +52,7 @@ def test_a_read_only_store_refuses_every_write(tmp_path: Path) -> None:
     assert isinstance(store, SQLiteStore) and store.read_only
     with pytest.raises(StoreError, match="was opened read-only; this command cannot write"):
         store.create_run(_new_run("r"), ManualClock().now())
-    assert store.list_runs() == []
+    assert store.find_runs(RunFilter()) == []
     store.close()
     assert (tmp_path / "flow.db").read_bytes() == before
 
@@ -150,5 +150,5 @@ def test_uncheckpointed_wal_in_a_read_only_directory_is_explained(
     except StoreError as exc:
         assert "holds commits not yet in the main file" in str(exc), str(exc)
     else:  # this SQLite reads the -wal without a -shm file: then it must see the run
-        assert [r.run_id for r in reader.list_runs()] == ["r"]
+        assert [r.run_id for r in reader.find_runs(RunFilter())] == ["r"]
         reader.close()

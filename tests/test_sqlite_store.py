@@ -24,7 +24,7 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import CommitGroup, NewRun, RunIndex, StepTask, StreamWrite
+from flow_cli.store.protocol import CommitGroup, NewRun, RunFilter, RunIndex, StepTask, StreamWrite
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -320,7 +320,7 @@ def test_a_writer_gets_the_lock_within_milliseconds_of_its_release(db_path: Path
         assert finished, "the write did not finish"
         late += finished[0] - released
     assert late < 0.05
-    assert len(store.list_runs()) == 3
+    assert len(store.find_runs(RunFilter())) == 3
     store.close()
 
 

@@ -22,6 +22,7 @@ from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     EventStore,
     HookEntry,
+    RunFilter,
     StepTask,
 )
 
@@ -50,19 +51,27 @@ def test_list_runs_filters_newest_first_with_limit(store: EventStore, clock: Man
     store.append_if_sequence(
         "first", 1, [RunCompleted(result=None)], idx(RunStatus.COMPLETED), clock.now()
     )
-    assert [r.run_id for r in store.list_runs()] == ["same-instant", "third", "second", "first"]
-    assert [r.run_id for r in store.list_runs(limit=2)] == ["same-instant", "third"]
-    assert [r.run_id for r in store.list_runs(workflow="orders")] == [
+    assert [r.run_id for r in store.find_runs(RunFilter())] == [
+        "same-instant",
+        "third",
+        "second",
+        "first",
+    ]
+    assert [r.run_id for r in store.find_runs(RunFilter(limit=2))] == ["same-instant", "third"]
+    assert [r.run_id for r in store.find_runs(RunFilter(workflow="orders"))] == [
         "same-instant",
         "third",
         "first",
     ]
-    assert [r.run_id for r in store.list_runs(status=RunStatus.COMPLETED)] == ["first"]
-    assert [r.run_id for r in store.list_runs(status=RunStatus.PENDING, workflow="refunds")] == [
-        "second"
+    assert [r.run_id for r in store.find_runs(RunFilter(statuses=(RunStatus.COMPLETED,)))] == [
+        "first"
     ]
-    assert store.list_runs(status=RunStatus.FAILED) == []
-    [record] = store.list_runs(status=RunStatus.COMPLETED)
+    assert [
+        r.run_id
+        for r in store.find_runs(RunFilter(statuses=(RunStatus.PENDING,), workflow="refunds"))
+    ] == ["second"]
+    assert store.find_runs(RunFilter(statuses=(RunStatus.FAILED,))) == []
+    [record] = store.find_runs(RunFilter(statuses=(RunStatus.COMPLETED,)))
     assert record == store.get_run("first")
 
 

@@ -450,7 +450,9 @@ class Engine:
         workflow: str | None = None,
         limit: int | None = None,
     ) -> list[RunRecord]:
-        return self.store.list_runs(status=status, workflow=workflow, limit=limit)
+        """Runs newest first, of one status and one workflow when given."""
+        statuses = () if status is None else (status,)
+        return self.store.find_runs(RunFilter(statuses=statuses, workflow=workflow, limit=limit))
 
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
         """Runs matching ``where`` (the command line's FILTERS), newest first."""

@@ -319,24 +319,6 @@ class MemoryStore(AppendViaCommit):
             run = self._runs.get(run_id)
             return None if run is None else run.record()
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first (creation order breaks ties)."""
-        with self._lock:
-            runs = [
-                r
-                for r in self._runs.values()
-                if (status is None or r.status == status)
-                and (workflow is None or r.workflow == workflow)
-            ]
-            runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
-            return [r.record() for r in runs[:limit]]
-
     def find_hook(self, token: str) -> HookRecord | None:
         """The hook owning ``token``, or None."""
         with self._lock:

@@ -543,16 +543,6 @@ class RunQueries(Protocol):
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first."""
-        ...
-
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
         """Runs matching ``where``, newest first, served by the runs indexes."""
         ...

@@ -97,28 +97,6 @@ class PostgresReads(PostgresConnections):
             ).fetchone()
         return None if row is None else tables.run_record(row)
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first (creation order breaks ties), optionally filtered."""
-        with self._reading() as conn:
-            rows = conn.execute(
-                f"SELECT {tables.RUN_COLUMNS} FROM runs "
-                "WHERE (%(status)s::text IS NULL OR status = %(status)s) "
-                "AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s) "
-                "ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s",
-                {
-                    "status": None if status is None else status.value,
-                    "workflow": workflow,
-                    "limit": limit,
-                },
-            ).fetchall()
-        return [tables.run_record(row) for row in rows]
-
     def _page(
         self, conn: Connection, where: RunFilter, columns: str
     ) -> tuple[sql.Composed, dict[str, Any]]:
@@ -140,8 +118,10 @@ class PostgresReads(PostgresConnections):
         return query, params
 
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
-        """Runs matching ``where``, newest first (creation order breaks ties)."""
-        with self._transaction() as conn:
+        """Runs matching ``where``, newest first (creation order breaks ties). Read without a
+        transaction around it (``_reading``): one round trip per statement, and a cursor's row
+        keeps its place in the order whatever commits between the two."""
+        with self._reading() as conn:
             query, params = self._page(conn, where, tables.RUN_COLUMNS)
             rows = conn.execute(query, params).fetchall()
         return [tables.run_record(row) for row in rows]

@@ -9,7 +9,6 @@ from typing import Any
 
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import EventEnvelope, event_from_data
-from flow_cli.model.status import RunStatus
 from flow_cli.store import damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
@@ -98,27 +97,6 @@ class SQLiteReads(SQLiteConnections):
         """The run's index row, or None."""
         row = self._conn().execute(f"{RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else run_record(row)
-
-    @guarded
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int | None = None,
-    ) -> list[RunRecord]:
-        """Runs newest first (creation order breaks ties)."""
-        where, params = [], []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status.value)
-        if workflow is not None:
-            where.append("workflow = ?")
-            params.append(workflow)
-        sql = RUN_SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
-        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        rows = self._conn().execute(sql, [*params, -1 if limit is None else limit]).fetchall()
-        return [run_record(row) for row in rows]
 
     def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, dict[str, Any]]:
         """``WHERE ... ORDER BY ... LIMIT`` of a filter with its cursor, newest first."""
