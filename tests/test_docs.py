@@ -93,3 +93,19 @@ def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(test_names) == 2
     for name in test_names:
         namespace[name]()
+
+
+def test_the_architecture_page_names_only_what_exists() -> None:
+    """docs/architecture.md walks contributors through modules and names: each must exist."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"`((?:flow_cli|tests)/[\w/.]+\.py)`", text))
+    missing = [p for p in sorted(paths) if not (ROOT / p).exists()]
+    assert paths and missing == [], missing
+    from flow_cli.store import index, protocol, sql
+
+    for module, names in (
+        (protocol, ["EventLog", "Scheduler", "RunQueries", "WorkerRegistry", "HandOffs"]),
+        (index, ["index_for", "row_changes", "RowChanges", "DecidedRow"]),
+        (sql, ["run_sets", "run_filter", "Dialect"]),
+    ):
+        assert [n for n in names if not hasattr(module, n)] == []
