@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flow_cli.engine.replay import Divergence
+    from flow_cli.engine.replay_check import Divergence
 
 
 class FlowError(Exception):

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import FlowError, Mismatch, NonDeterminismError, WorkflowError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import DecisionFailed, EventEnvelope

@@ -24,7 +24,7 @@ from engine_workflows import StepLog, hang_step, keys, make_engine, scenario_run
 
 from flow_cli import Runtime
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.engine.streams import Streams
 from flow_cli.model import decision
 from flow_cli.model.clock import ManualClock

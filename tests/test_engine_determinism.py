@@ -29,7 +29,7 @@ from engine_workflows import (
 
 from flow_cli import RetryPolicy
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import Divergence, replay_history
+from flow_cli.engine.replay_check import Divergence, replay_history
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.context import WorkflowContext
 from flow_cli.model.snapshot import WorkflowRunSnapshot
@@ -451,7 +451,7 @@ def test_replay_history_of_a_batch_reports_the_member_and_the_extra_step(
 
 def test_replay_check_does_not_blame_a_build_for_an_error_the_run_already_has() -> None:
     from flow_cli.engine.engine import Engine
-    from flow_cli.engine.replay import replay_history
+    from flow_cli.engine.replay_check import replay_history
     from flow_cli.model.clock import ManualClock
     from flow_cli.runtime import Runtime
     from flow_cli.store.memory import MemoryStore
@@ -488,7 +488,7 @@ def test_replay_check_does_not_blame_a_build_for_an_error_the_run_already_has() 
 
 def test_replay_reports_a_repeated_mismatch_once() -> None:
     from flow_cli.engine.engine import Engine
-    from flow_cli.engine.replay import replay_history
+    from flow_cli.engine.replay_check import replay_history
     from flow_cli.model.clock import ManualClock
     from flow_cli.runtime import Runtime
     from flow_cli.store.memory import MemoryStore

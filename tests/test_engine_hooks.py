@@ -6,7 +6,7 @@ import pytest
 from engine_workflows import data, keys, make_engine, scenario_runtime
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import HookAlreadyResolved, HookNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.context import WorkflowContext

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import HookAlreadyResolved, HookNotFound, RunFinished
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope, event_from_data

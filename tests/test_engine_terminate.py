@@ -8,7 +8,7 @@ from engine_workflows import make_engine
 
 from flow_cli import Runtime, StepInfo, WorkflowContext
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.events import RunCancelled, event_from_data

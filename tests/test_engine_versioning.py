@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine_workflows import data, keys, make_engine, scenario_runtime
 
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import EventStore

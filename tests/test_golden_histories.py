@@ -8,7 +8,7 @@ import pytest
 
 from flow_cli import Runtime, WorkflowContext
 from flow_cli.engine.export import load_export
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.events import BuildUpgraded, RunStarted
 from flow_cli.model.snapshot import project

@@ -8,7 +8,7 @@ from datetime import timedelta, timezone
 from engine_workflows import data, determinism_runtime, hang_step, keys, make_engine
 
 from flow_cli import Runtime
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import NonDeterminismError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.determinism import plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flow_cli import Runtime
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.engine.sticky import STICKY_FROM
 from flow_cli.model.clock import ManualClock
 from flow_cli.store.memory import MemoryStore

@@ -18,7 +18,7 @@ from engine_workflows import keys, make_engine
 
 from flow_cli import Runtime, RuntimeCommand, WorkflowContext
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import BuildNotHosted, InputError, RunNotFound, StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import BuildUpgraded, EventEnvelope, SignalReceived, event_from_data

@@ -19,7 +19,7 @@ from flow_cli.errors import InputError
 
 if TYPE_CHECKING:
     from flow_cli.cli.replay_report import Group
-    from flow_cli.engine.replay import ReplayResult
+    from flow_cli.engine.replay_check import ReplayResult
     from flow_cli.model.events import EventEnvelope
     from flow_cli.runtime import Runtime
 
@@ -209,7 +209,7 @@ def _from_database(
 
 
 def _replay(runtime: Runtime, histories: Sequence[list[EventEnvelope]]) -> list[ReplayResult]:
-    from flow_cli.engine.replay import replay_history
+    from flow_cli.engine.replay_check import replay_history
 
     if len(histories) < PROGRESS_FROM or not sys.stderr.isatty():
         return [replay_history(runtime, h) for h in histories]

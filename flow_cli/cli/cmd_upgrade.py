@@ -121,7 +121,7 @@ def _show(report: UpgradeReport, builds_with_runs: list[str] | None = None) -> N
     """The result table; ``builds_with_runs`` when no run at all is pinned to the --from build
     (a typo, or runs that all moved already)."""
     from flow_cli.cli import render, replay_report
-    from flow_cli.engine.replay import ReplayResult
+    from flow_cli.engine.replay_check import ReplayResult
 
     moved = f"{report.from_build} → {report.to_build}"
     verb = "would upgrade" if report.dry_run else "upgraded"

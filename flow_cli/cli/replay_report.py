@@ -22,7 +22,7 @@ from flow_cli.model.jsonval import canonical
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from flow_cli.engine.replay import Divergence, ReplayResult
+    from flow_cli.engine.replay_check import Divergence, ReplayResult
 
 COMMAND_EVENTS = {
     "ScheduleStep": "step_scheduled",

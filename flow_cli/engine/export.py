@@ -28,7 +28,7 @@ from flow_cli.errors import InputError
 from flow_cli.model.events import TERMINAL_KEYS, EventEnvelope
 
 if TYPE_CHECKING:
-    from flow_cli.engine.replay import ReplayResult
+    from flow_cli.engine.replay_check import ReplayResult
 
 EXPORT_FORMAT = "flow-history"
 EXPORT_VERSION = 1

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.engine.streams import simulate
 from flow_cli.errors import ForkDiverges, ForkIdTaken, InputError
 from flow_cli.model.events import (

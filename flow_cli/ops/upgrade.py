@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import Divergence, replay_history
+from flow_cli.engine.replay_check import Divergence, replay_history
 from flow_cli.engine.streams import Write
 from flow_cli.errors import BuildNotHosted, EventConflict, InputError, RunNotFound, StoreError
 from flow_cli.model.events import BuildUpgraded

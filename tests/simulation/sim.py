@@ -32,7 +32,7 @@ from typing import Any
 
 from flow_cli import RetryPolicy, Runtime, StepFailedError
 from flow_cli.engine.engine import Engine
-from flow_cli.engine.replay import replay_history
+from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import EventConflict, FlowError, StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope
