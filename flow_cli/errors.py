@@ -26,10 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from flow_cli.engine.replay_check import Divergence
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class FlowError(Exception):
@@ -253,10 +250,29 @@ class RunIdTaken(FlowError):
         self.run_id = run_id
 
 
-class ForkDiverges(FlowError):
+class Diverging(Protocol):
+    """What an error says of one divergence (``flow_cli.engine.replay_check.Divergence``)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def field(self) -> str: ...
+
+    @property
+    def recorded(self) -> Any: ...
+
+    @property
+    def produced(self) -> Any: ...
+
+
+D = TypeVar("D", bound=Diverging)
+
+
+class ForkDiverges(FlowError, Generic[D]):
     """The fork's history would not replay on its build (exit 3, like replay-check)."""
 
-    def __init__(self, run_id: str, divergences: Sequence[Divergence]) -> None:
+    def __init__(self, run_id: str, divergences: Sequence[D]) -> None:
         first = divergences[0] if divergences else None
         where = (
             f": {first.identity} {first.field} was {first.recorded!r}, now {first.produced!r}"
