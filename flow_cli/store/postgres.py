@@ -43,7 +43,14 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
+from flow_cli.errors import (
+    ConfigError,
+    EventConflict,
+    FlowError,
+    RunNotFound,
+    StoreError,
+    StoreUnreachable,
+)
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_handoffs as handoffs
@@ -1500,12 +1507,12 @@ class PostgresStore(AppendViaCommit):
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
         if lost and _REFUSED.search(reason):
-            return StoreError(
+            return StoreUnreachable(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
                 "user, password and database name."
             )
         if lost:
-            return StoreError(
+            return StoreUnreachable(
                 f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
                 "is running (the next call reconnects)."
             )

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Json
 
-from flow_cli.errors import EventConflict, HookTokenInUse, StoreError
+from flow_cli.errors import DatabaseMissing, EventConflict, HookTokenInUse, StoreError
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.postgres_batch import Batch, Connection
@@ -240,9 +240,10 @@ def ensure_schema(
         found = _read_version(conn, schema)
         _refuse_newer(schema, found, target)
         if found == 0 and not create:
-            raise StoreError(
+            raise DatabaseMissing(
                 f"No Flow database in schema {schema!r}; start a run or a worker against it "
-                "first, or check the database URL and its ?schema= option."
+                "first, or check the database URL and its ?schema= option.",
+                f"a Flow database in schema {schema!r}",
             )
         if found == target:
             conn.commit()  # the common case takes no lock at all
