@@ -11,8 +11,8 @@
   by ``flow_cli.engine.metrics`` only, and only when metrics are asked for).
 - Any other path: 404. Only GET and HEAD are answered (405 otherwise).
 
-The server listens on ``127.0.0.1`` unless told otherwise (``flow worker --metrics-host``): the
-metrics name workflows and builds, which is nobody else's business by default.
+The server listens on ``127.0.0.1`` unless told otherwise (``flow worker --metrics-host``): a
+port on every interface is open to anyone on the network, which must be a choice, not a default.
 """
 
 from __future__ import annotations
