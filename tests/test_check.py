@@ -193,3 +193,19 @@ def test_check_of_a_directory_gives_no_restore_advice(tmp_path: Path) -> None:
     assert result.code == 1 and result.stdout == ""
     line = result.error_line()
     assert "is a directory" in line and "backup" not in line
+
+
+def test_check_of_a_locked_file_says_locked_without_restore_advice(project: FlowProject) -> None:
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("UPDATE runs SET last_sequence = last_sequence WHERE 0")
+        result = project.run("--db", f"sqlite:///{project.db}?busy_timeout_ms=200", "check")
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    assert result.code == 1 and result.stdout == ""
+    line = result.error_line()
+    assert "could not be reached or opened, so it was not checked" in line
+    assert "is locked by another connection" in line and "backup" not in line
