@@ -17,6 +17,8 @@
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
     └── StoreError               the database is missing, locked, unreachable or corrupt
+        ├── StoreUnreachable     it cannot be reached or opened (says nothing of its contents)
+        └── DatabaseMissing      there is no Flow database at that location
 
 Messages say what happened, where, and what to do next; the ids are attributes so that the
 command line can render them without parsing strings.
@@ -226,6 +228,21 @@ class DatabaseCorrupt(StoreError):
         )
         self.where = where
         self.detail = detail
+
+
+class StoreUnreachable(StoreError):
+    """The database cannot be reached or opened: the server is down or refuses this user, or
+    the file is missing, unreadable or locked. It says nothing about what the database holds,
+    so ``flow check`` must not call it damage (restoring a backup over live data would be)."""
+
+
+class DatabaseMissing(StoreError):
+    """There is no Flow database at that location (a SQLite file that does not exist, a
+    PostgreSQL schema Flow never created). ``where`` names what is missing."""
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 def _short(value: Any, limit: int = 120) -> str:

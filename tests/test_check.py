@@ -85,7 +85,8 @@ def test_check_of_a_missing_database_is_exit_1(tmp_path: Path) -> None:
     project = FlowProject(tmp_path)
     result = project.run("check")
     assert result.code == 1
-    assert result.error_line().startswith("error: No Flow database at ")
+    assert result.error_line().startswith(f"error: {project.db} does not exist; nothing was ")
+    assert not project.db.exists()
 
 
 @pytest.mark.postgres
@@ -118,3 +119,93 @@ def test_check_on_postgres_finds_a_gap(tmp_path: Path) -> None:
         store = PostgresStore(base, schema=schema, create=False)
         store.drop_schema()
         store.close()
+
+
+def _postgres_base() -> str:
+    import os
+
+    base = os.environ.get("FLOW_TEST_POSTGRES")
+    if not base:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL tests")
+    return base
+
+
+def _closed_port() -> int:
+    """A local TCP port nobody listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("case", ["no server", "no database", "no user"])
+def test_check_calls_an_unreachable_postgres_a_connection_error(tmp_path: Path, case: str) -> None:
+    """Issue 25, item 5: an outage or a refused login is no corruption (no restore advice)."""
+    _postgres_base()
+    url = {
+        "no server": f"postgresql://postgres:s3cret-pw@127.0.0.1:{_closed_port()}/test",
+        "no database": "postgresql://postgres:s3cret-pw@127.0.0.1:5432/flow_no_such_database",
+        "no user": "postgresql://flow_no_such_user:s3cret-pw@127.0.0.1:5432/test",
+    }[case]
+    result = FlowProject(tmp_path).run("--db", url, "check")
+    assert result.code == 1
+    assert result.stdout == ""
+    line = result.error_line()
+    assert "could not be reached or opened, so it was not checked" in line
+    assert "integrity" not in line and "backup" not in line and "restore" not in line
+    assert "s3cret-pw" not in result.stderr
+    reason = {"no server": "is unreachable", "no database": "does not exist", "no user": "role"}
+    assert reason[case] in line
+
+
+@pytest.mark.postgres
+def test_check_of_a_schema_flow_never_created_says_so(tmp_path: Path) -> None:
+    base = _postgres_base()
+    url = f"{base}{'&' if '?' in base else '?'}schema=flow_check_never_created"
+    result = FlowProject(tmp_path).run("--db", url, "check")
+    assert result.code == 1 and result.stdout == ""
+    line = result.error_line()
+    assert "a Flow database in schema 'flow_check_never_created' does not exist" in line
+    assert "backup" not in line
+
+
+def test_check_of_a_missing_file_says_it_does_not_exist_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    project = FlowProject(tmp_path)
+    missing = tmp_path / "typo.db"
+    result = project.run("--db", f"sqlite:///{missing}", "check")
+    assert result.code == 1 and result.stdout == ""
+    assert result.error_line() == (
+        f"error: {missing} does not exist; nothing was checked. Pass --db to point at an "
+        "existing database."
+    )
+    assert not missing.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.toml"]
+
+
+def test_check_of_a_directory_gives_no_restore_advice(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    result = FlowProject(tmp_path).run("--db", f"sqlite:///{folder}", "check")
+    assert result.code == 1 and result.stdout == ""
+    line = result.error_line()
+    assert "is a directory" in line and "backup" not in line
+
+
+def test_check_of_a_locked_file_says_locked_without_restore_advice(project: FlowProject) -> None:
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("UPDATE runs SET last_sequence = last_sequence WHERE 0")
+        result = project.run("--db", f"sqlite:///{project.db}?busy_timeout_ms=200", "check")
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    assert result.code == 1 and result.stdout == ""
+    line = result.error_line()
+    assert "could not be reached or opened, so it was not checked" in line
+    assert "is locked by another connection" in line and "backup" not in line

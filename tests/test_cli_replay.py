@@ -120,7 +120,8 @@ def test_an_unreadable_file_is_exit_2(project: FlowProject) -> None:
     unreadable = project.run("replay-check", "--file", str(missing), "--build-id", "cli-1")
     assert (unreadable.code, unreadable.stdout.splitlines()[-1]) == (
         2,
-        "replay-check: 0 of 0 histories replay cleanly against build cli-1",
+        "replay-check: 0 of 0 histories replay cleanly against build cli-1; "
+        "1 file could not be read",
     )
     assert unreadable.error_line() == (f"error: cannot read {missing}: No such file or directory")
     not_json = project.root / "notes.json"

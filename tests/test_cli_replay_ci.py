@@ -60,7 +60,8 @@ def test_files_directories_and_globs_with_one_unreadable_file(
     result = proj.run("replay-check", *args, "--build-id", "cli-1-compatible")
     assert result.code == 2  # every readable history replays; one file could not be read
     assert result.stdout.splitlines()[-1] == (
-        "replay-check: 5 of 5 histories replay cleanly against build cli-1-compatible"
+        "replay-check: 5 of 5 histories replay cleanly against build cli-1-compatible; "
+        "1 file could not be read"
     )
     assert result.error_line().startswith(f"error: {exports / 'broken.json'} is not JSON")
     diverged = proj.run("replay-check", *args, "--build-id", "cli-2", "--format", "github")

@@ -43,6 +43,31 @@ def test_execute_times_out_then_result_waits(proj: TriageProject) -> None:
     assert waited.code == 0 and '"approved": "yes"' in waited.stdout
 
 
+def test_execute_of_a_run_whose_decision_fails_shows_the_failure(proj: TriageProject) -> None:
+    """Issue 25, item 9: not only "timed out": the error and that the run is failing."""
+    result = proj.run("execute", "broken", "--id", "bx", "--timeout", "1s")
+    assert (result.code, result.stdout) == (5, "")
+    lines = result.stderr.splitlines()
+    assert lines[0] == "run bx started"
+    assert lines[1] == (
+        "run bx is failing: its workflow code failed with ValueError: boom [red]not markup"
+        "[/red] (decision_failed); still waiting while it is retried with back-off"
+    )
+    assert lines[2] == (
+        "error: timed out after 1s waiting for run bx, which is failing, not just slow: its "
+        "workflow code failed with ValueError: boom [red]not markup[/red] (decision_failed; "
+        "still Pending, retried with back-off). Fix the code and deploy it, or end the run "
+        "with `flow terminate bx`."
+    )
+    assert len(lines) == 3
+    waited = proj.run("result", "bx", "--wait", "--timeout", "0.2s")
+    assert waited.code == 5
+    assert (
+        "which is failing, not just slow: its workflow code failed with ValueError"
+        in (waited.stderr.splitlines()[-1])
+    )
+
+
 def test_a_wait_for_an_outcome_returns_as_the_run_ends(
     proj: TriageProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,7 +74,7 @@ def test_upgrade_with_no_run_ids_on_stdin_upgrades_nothing(tmp_path: Path) -> No
     back to every open run of the --from build."""
     project = FlowProject(tmp_path)
     project.setup("start", "two-step", "--id", "r")
-    for stdin in ("", "# none\n"):
+    for stdin in ("", "\n  \n"):  # no ids; no comment syntax (an id may begin with #)
         result = project.run(
             "upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "-", "--json", stdin=stdin
         )

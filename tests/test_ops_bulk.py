@@ -77,3 +77,22 @@ def test_start_creates_a_batch_and_skips_existing_runs(engine: Engine) -> None:
     assert [r.outcome for r in start_runs(engine, again)] == [
         Outcome.SKIPPED, Outcome.SKIPPED, Outcome.SKIPPED, Outcome.DONE, Outcome.FAILED,
     ]  # fmt: skip
+
+
+def test_a_run_that_ends_during_the_one_by_one_redo_is_skipped_as_in_a_batch(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 9: the batch path says ``skipped`` of an ended run; so must the redo."""
+    count_commits(engine, monkeypatch, fail_first=True)  # the batch loses a race
+    real_cancel = engine.cancel
+
+    def cancel_after_it_ended(run_id: str, reason: str = "r") -> bool:
+        engine.terminate(run_id, "another operator was quicker")
+        return real_cancel(run_id, reason)
+
+    monkeypatch.setattr(engine, "cancel", cancel_after_it_ended)
+    results = list(cancel_runs(engine, ["w0", "w1"], "r"))
+    assert [(r.run_id, r.outcome, r.detail) for r in results] == [
+        ("w0", Outcome.SKIPPED, "already Cancelled"),
+        ("w1", Outcome.SKIPPED, "already Cancelled"),
+    ]

@@ -56,11 +56,14 @@ Reason = Annotated[
 
 
 def read_ids(text: str) -> list[str]:
-    """Run ids from stdin: one a line, or JSON objects with a ``run_id`` (``--jsonl`` output)."""
+    """Run ids from stdin: one a line, or JSON objects with a ``run_id`` (``--jsonl`` output).
+
+    Blank lines are skipped; there is no comment syntax, since a run id may begin with ``#``.
+    """
     ids: list[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line:
             continue
         if line.startswith("{"):
             try:
@@ -116,7 +119,8 @@ def act(
     """Dry run, confirmation, then one result line per run and the exit code."""
     ids = targets.ids
     if dry_run:
-        _print_dry_run(targets, as_json, jsonl)
+        if _print_dry_run(engine, targets, as_json, jsonl):
+            raise typer.Exit(1)  # as the real command: a run that does not exist fails
         return
     if not ids:
         if as_json and not jsonl:
@@ -148,13 +152,18 @@ def act(
         raise typer.Exit(1)
 
 
-def _print_dry_run(targets: Targets, as_json: bool, jsonl: bool) -> None:
+def _print_dry_run(engine: Engine, targets: Targets, as_json: bool, jsonl: bool) -> int:
+    """List the targets (workflow and status) and say which do not exist; return how many."""
     rows = []
+    missing = 0
     for run_id in targets.ids:
-        record = targets.records.get(run_id)
+        record = targets.records.get(run_id) or engine.store.get_run(run_id)
         row: dict[str, Any] = {"run_id": run_id}
         if record is not None:
             row.update(workflow=record.workflow, status=record.status.value)
+        else:
+            missing += 1
+            row.update(error="does not exist")
         rows.append(row)
     if jsonl:
         for row in rows:
@@ -164,7 +173,19 @@ def _print_dry_run(targets: Targets, as_json: bool, jsonl: bool) -> None:
     else:
         for row in rows:
             out_row(*(str(v) for v in row.values()))
-        note(f"dry run: {len(rows)} run{'s' if len(rows) != 1 else ''} would be acted on")
+    if (not as_json and not jsonl) or missing:
+        acted = len(rows) - missing
+        gone = f"; {missing} do{'es' if missing == 1 else ''} not exist" if missing else ""
+        note(f"dry run: {acted} run{'s' if acted != 1 else ''} would be acted on{gone}")
+    return missing
+
+
+def dry_run_one(ctx: typer.Context, run_id: str, as_json: bool) -> None:
+    """``--dry-run`` with one RUN: as the real command, an unknown run is exit 2."""
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
+        engine.get_run(run_id)
+        _print_dry_run(engine, Targets([run_id], False, {}), state.want_json(as_json), False)
 
 
 class _progress:
@@ -216,13 +237,14 @@ def cancel(
     """Request cancellation of runs.
 
     A run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled. Asking
-    twice is harmless. One RUN: as always (a run that ended is exit 1). Several runs (ids, - for
-    stdin, or filters): one result line each (done, skipped or failed); exit 1 if any failed.
+    twice is harmless, and a run that already ended is skipped (exit 0), as by terminate. Several
+    runs (ids, - for stdin, or filters): one result line each (done, skipped or failed); exit 1
+    if any failed. --dry-run names a run that does not exist (exit 2 for one RUN, else 1).
     """
     text = reason or "cancelled by operator"
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
         if dry_run:
-            out_row(runs[0])
+            dry_run_one(ctx, runs[0], json_output)
             return
         cmd_facts.cancel(ctx, runs[0], text, json_output)
         return
@@ -267,7 +289,7 @@ def terminate(
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
         targets = select(engine, runs or [], filters)
-        if len(targets.ids) == 1 and not targets.by_filter and not dry_run:
+        if len(targets.ids) == 1 and not targets.by_filter:
             engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
         act(
             state,
@@ -322,7 +344,7 @@ def signal_runs(
         runs = [run_id]
     if runs and runs != ["-"] and not filters.selects:
         if dry_run:
-            out_row(run_id)
+            dry_run_one(ctx, run_id, json_output)
             return
         cmd_facts.signal_run(ctx, run_id, name, payload, json_output, key)
         return
@@ -385,6 +407,9 @@ def export(
     resolves a hook); replay-check does not compare the tokens of such a file.
     """
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
+        if dry_run:
+            dry_run_one(ctx, runs[0], json_output)
+            return
         cmd_read.export(ctx, runs[0], output, include_secrets)
         return
     if output is None or str(output) == "-":

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from flow_cli.engine.engine import Engine, TickReport
+    from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.observe import Observer
     from flow_cli.engine.worker import Worker, WorkerStats
     from flow_cli.errors import StoreError
@@ -166,11 +167,21 @@ def worker(
             metavar="PORT",
             min=1,
             max=65535,
-            help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs "
-            f"{METRICS_EXTRA}).",
+            help="Serve Prometheus metrics on http://HOST:PORT/metrics, with /healthz (the "
+            "worker loop made progress in the last 5 s) and /readyz (the database answers); "
+            f"503 when not, 404 for other paths (needs {METRICS_EXTRA}).",
             show_default=False,
         ),
     ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="The address --metrics-port listens on: 127.0.0.1 keeps it on this machine; "
+            "0.0.0.0 (or ::) opens it to every interface.",
+        ),
+    ] = "127.0.0.1",  # health.DEFAULT_HOST, not imported: the CLI starts without the engine
 ) -> None:
     """Run runs continuously until interrupted.
 
@@ -201,8 +212,8 @@ def worker(
     with state.open_engine(create=True, with_runtimes=True) as engine:
         log_observer = LogObserver()
         observers: list[Observer] = [log_observer]
-        if metrics_port is not None:
-            metrics, server = _serve_metrics(engine, metrics_port)
+        metrics = _metrics_observer(engine) if metrics_port is not None else None
+        if metrics is not None:
             observers.append(metrics)
         engine.observe(Observers(observers))
         reporter = _OutageReporter(log_observer)
@@ -212,15 +223,18 @@ def worker(
             lease_seconds=lease_seconds,
             on_store_error=reporter,
         )
+        if metrics is not None and metrics_port is not None:
+            server = _serve_metrics(metrics, metrics_host, metrics_port, runner)
         handler.addFilter(reporter.already_reported)
         logs.say(
-            _banner(engine, concurrency, lease_seconds, metrics_port),
+            _banner(engine, concurrency, lease_seconds, metrics_port, metrics_host),
             "worker_started",
             worker_id=engine.worker_id,
             builds=engine.build_ids,
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             metrics_port=metrics_port,
+            metrics_host=metrics_host if metrics_port is not None else None,
         )
         previous = _install_stop_handlers(runner.stop)
         _watch_parent(runner)
@@ -253,15 +267,20 @@ def _check_metrics_extra() -> None:
         raise InputError(f"--metrics-port needs prometheus-client: {METRICS_EXTRA}")
 
 
-def _serve_metrics(engine: Engine, port: int) -> tuple[Observer, WSGIServer]:
+def _metrics_observer(engine: Engine) -> MetricsObserver:
+    return engine.metrics_observer()
+
+
+def _serve_metrics(metrics: MetricsObserver, host: str, port: int, runner: Worker) -> WSGIServer:
     from flow_cli.engine.metrics import serve
 
-    metrics = engine.metrics_observer()
     try:
-        return metrics, serve(metrics, port)
+        return serve(metrics, port, host, liveness=runner.liveness)
     except OSError as error:
         reason = error.strerror or str(error)
-        raise FlowError(f"--metrics-port {port}: cannot listen on port {port}: {reason}") from None
+        raise FlowError(
+            f"--metrics-port {port}: cannot listen on port {port} of {host}: {reason}"
+        ) from None
 
 
 def stopped_summary(stats: WorkerStats) -> str:
@@ -285,9 +304,12 @@ def _thread_crashed(args: threading.ExceptHookArgs) -> None:
     logs.say(f"{name} crashed: {error}", "thread_crashed", "error", thread=name, error=error)
 
 
-def _banner(engine: Engine, concurrency: int, lease_seconds: float, port: int | None) -> str:
+def _banner(
+    engine: Engine, concurrency: int, lease_seconds: float, port: int | None, host: str
+) -> str:
     builds = ", ".join(engine.build_ids)
-    metrics = f"; metrics on port {port}" if port is not None else ""
+    where = f"[{host}]" if ":" in host else host
+    metrics = f"; metrics on http://{where}:{port}/metrics" if port is not None else ""
     return (
         f"worker {engine.worker_id}: builds {builds}; {concurrency} step threads, "
         f"leases {lease_seconds:g} s{metrics}. Ctrl-C or SIGTERM to stop."

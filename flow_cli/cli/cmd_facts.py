@@ -13,7 +13,7 @@ import typer
 from flow_cli.cli.io import emit_json, note, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey
 from flow_cli.cli.state import CliState
-from flow_cli.errors import InputError
+from flow_cli.errors import InputError, RunFinished
 from flow_cli.model.names import check_name, check_run_id, escape_controls
 
 if TYPE_CHECKING:
@@ -196,12 +196,23 @@ def cancel(
 
     The run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled.
     Asking twice is harmless. A run that continued as new has its live successor cancelled
-    (said on stderr). Cancelling a run that already ended fails (exit 1).
+    (said on stderr). A run that already ended is skipped (exit 0), as by `flow terminate`.
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
         run_id = _follow(engine, run_id)
-        requested = engine.cancel(run_id, reason)
+        try:
+            requested = engine.cancel(run_id, reason)
+        except RunFinished as exc:
+            # What cancelling asks for, an end, is already there: skipped, exit 0, the rule
+            # of `flow terminate` and of both verbs on many runs.
+            if state.want_json(json_output):
+                emit_json(
+                    {"run_id": run_id, "requested": False, "skipped": f"already {exc.status}"}
+                )
+            else:
+                out(f"cancellation of run {run_id} skipped: already {exc.status}")
+            return
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "requested": requested})
     elif requested:

@@ -57,7 +57,8 @@ def replay_check(
             "--file",
             metavar="F",
             help="`flow export` files to check: files, directories (every *.json below) or "
-            "globs such as 'histories/**/*.json' (repeatable); needs no database.",
+            "globs such as 'histories/**/*.json' (repeatable); needs no database. Regular "
+            "files of at most 64 MiB only.",
             show_default=False,
         ),
     ] = None,
@@ -78,8 +79,11 @@ def replay_check(
     divergences (identity, field, recorded -> produced) are grouped with the number of runs and
     sample runs; produced commands are named by the event they would record, and long values
     are shown around the first differing character. Made for CI: exit 0 when every history
-    replays, 3 when any diverges, 2 when a file could not be read (the others are still
-    checked) or for usage errors, 1 when the database could not be read.
+    replays, 3 when any diverges, 2 when a file could not be read or for usage errors, 1 when
+    the database could not be read. Each bad file (not a regular file, over 64 MiB, not JSON,
+    another format version, a history not numbered 1, 2, 3, ...) gets its own error line and
+    the others are still checked; a divergence among them still exits 3 (it stands whatever
+    the other files hold), otherwise a bad file makes it 2.
     """
     state = CliState.of(ctx)
     run_ids = run_ids or []
@@ -124,9 +128,9 @@ def replay_check(
             out(line)
         for path, error in unreadable:
             out(replay_report.github_file_error(path, error))
-        _summary(results, diverged, groups, build_id)
+        _summary(results, diverged, groups, build_id, len(unreadable))
     else:
-        _report(results, diverged, groups, build_id)
+        _report(results, diverged, groups, build_id, len(unreadable))
     for _path, error in unreadable:
         note(f"error: {error}")
     for result in broken:
@@ -148,12 +152,14 @@ def expand(patterns: Sequence[str]) -> tuple[list[Path], list[tuple[str, str]]]:
         path = Path(pattern).expanduser()
         if any(c in pattern for c in "*?["):
             matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
-            files = [p for p in matches if p.is_file()]
+            # Everything but directories: a FIFO, a device or a dangling link among them is
+            # reported as unreadable, never skipped in silence.
+            files = [p for p in matches if not p.is_dir()]
             if not files:
                 missing.append((pattern, f"--file {pattern}: the pattern matches no file"))
             found.extend(files)
         elif path.is_dir():
-            files = sorted(p for p in path.rglob("*.json") if p.is_file())
+            files = sorted(p for p in path.rglob("*.json") if not p.is_dir())
             if not files:
                 missing.append((pattern, f"--file {pattern}: the directory holds no *.json file"))
             found.extend(files)
@@ -231,12 +237,13 @@ def _report(
     diverged: Sequence[ReplayResult],
     groups: Sequence[Group],
     build: str,
+    unreadable: int,
 ) -> None:
     if diverged:
         from flow_cli.cli import render, replay_report
 
         render.console().print(replay_report.table(groups))
-    _summary(results, diverged, groups, build)
+    _summary(results, diverged, groups, build, unreadable)
 
 
 def _summary(
@@ -244,17 +251,25 @@ def _summary(
     diverged: Sequence[ReplayResult],
     groups: Sequence[Group],
     build: str,
+    unreadable: int,
 ) -> None:
     noun = "history" if len(results) == 1 else "histories"
+    # A clean verdict over the files that could be read must not read as a clean verdict over
+    # all of them.
+    files = "file" if unreadable == 1 else "files"
+    skipped = f"; {unreadable} {files} could not be read" if unreadable else ""
     if not diverged:
         clean = sum(r.error is None for r in results)
         verb = "replays" if len(results) == 1 else "replay"
-        out(f"replay-check: {clean} of {len(results)} {noun} {verb} cleanly against build {build}")
+        out(
+            f"replay-check: {clean} of {len(results)} {noun} {verb} cleanly against build "
+            f"{build}{skipped}"
+        )
         return
     count = len(groups)
     verb = "diverges" if len(diverged) == 1 else "diverge"
     kinds = "distinct divergence" if count == 1 else "distinct divergences"
     out(
         f"replay-check: {len(diverged)} of {len(results)} {noun} {verb} from build {build} "
-        f"({count} {kinds})"
+        f"({count} {kinds}){skipped}"
     )

@@ -12,7 +12,7 @@ import typer
 
 from flow_cli.cli import exits
 from flow_cli.cli.filters import parse_duration
-from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg, short_json
+from flow_cli.cli.io import dumps, emit_json, note, one_line, out, parse_json_arg, short_json
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunStillOpen
@@ -35,6 +35,12 @@ def finish(waited: Waited, as_json: bool, *, timeout_text: str | None = None) ->
     """Print what ``flow result`` prints and return its exit code."""
     outcome = waited.outcome
     if outcome is None:
+        if waited.decision_error is not None:
+            note(
+                f"error: timed out after {timeout_text} waiting for run {waited.run_id}, which "
+                f"is failing, not just slow: {_failing(waited)}"
+            )
+            return exits.TIMED_OUT
         note(
             f"error: timed out after {timeout_text} waiting for run {waited.run_id} "
             f"(still {waited.status})"
@@ -49,6 +55,29 @@ def finish(waited: Waited, as_json: bool, *, timeout_text: str | None = None) ->
         return exits.OK
     note(f"run {waited.run_id} ended {outcome.kind.value}: {short_json(data, 400)}")
     return exits.ENDED_OTHERWISE
+
+
+def _failing(waited: Waited) -> str:
+    """What a failing run's decision raised, and what to do (one line)."""
+    from flow_cli.cli.render import failing_text
+
+    return one_line(
+        f"its workflow code failed with {failing_text(waited.decision_error)} (decision_failed; "
+        f"still {waited.status}, retried with back-off). Fix the code and deploy it, or end the "
+        f"run with `flow terminate {waited.run_id}`."
+    )
+
+
+def _say_failing(waited: Waited) -> None:
+    from flow_cli.cli.render import failing_text
+
+    note(
+        one_line(
+            f"run {waited.run_id} is failing: its workflow code failed with "
+            f"{failing_text(waited.decision_error)} (decision_failed); still waiting while it is "
+            "retried with back-off"
+        )
+    )
 
 
 def result(
@@ -72,7 +101,7 @@ def result(
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
         if wait:
-            waited = wait_for_outcome(engine, run_id, seconds)
+            waited = wait_for_outcome(engine, run_id, seconds, on_failing=_say_failing)
         else:
             waited = outcome_of(engine, run_id)
             if waited.outcome is None:
@@ -125,5 +154,7 @@ def execute(
     with state.open_engine(create=True, with_runtimes=True) as engine:
         started = engine.start(workflow, value, run_id=run_id)
         note(f"run {started.run_id} {'started' if started.created else 'exists; waiting'}")
-        waited = wait_for_outcome(engine, started.run_id, seconds, drive=True)
+        waited = wait_for_outcome(
+            engine, started.run_id, seconds, drive=True, on_failing=_say_failing
+        )
     raise typer.Exit(finish(waited, state.want_json(json_output), timeout_text=timeout))

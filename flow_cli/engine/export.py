@@ -24,14 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flow_cli.engine.regular_file import read_regular_file
 from flow_cli.errors import InputError
-from flow_cli.model.events import TERMINAL_KEYS, EventEnvelope
+from flow_cli.model.events import TERMINAL_KEYS, EventEnvelope, RunStarted
 
 if TYPE_CHECKING:
     from flow_cli.engine.replay_check import ReplayResult
 
 EXPORT_FORMAT = "flow-history"
 EXPORT_VERSION = 1
+"""The one format version this Flow writes and reads; a file of another version is refused."""
+MAX_EXPORT_BYTES = 64 * 1024 * 1024
+"""The largest history file ``replay-check --file`` reads: 64 MiB. A larger one is refused
+rather than read into memory (a symlink to ``/dev/zero`` would otherwise be read until memory
+runs out); check such a run from the database instead."""
 
 REDACTED_SEED = "0" * 32
 """What a redacted export records as the seed (valid hex, so the history still replays)."""
@@ -83,25 +89,52 @@ def _redact(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_export(path: Path) -> ExportFile:
-    """Read a ``flow export`` file. Raises ``InputError`` with one clear sentence."""
+    """Read a ``flow export`` file. Raises ``InputError`` with one clear sentence.
+
+    Only a regular file of at most ``MAX_EXPORT_BYTES`` is read (never a FIFO or a device), of
+    format version ``EXPORT_VERSION``, whose history is numbered 1, 2, 3, ... and starts with
+    ``run_started``.
+    """
+    data = read_regular_file(path, MAX_EXPORT_BYTES)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        document = json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
     except (RecursionError, ValueError) as exc:
         raise InputError(f"{path} cannot be read: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
         raise InputError(f"{path} is not a `flow export` file (format {EXPORT_FORMAT!r})")
-    run_id = str(document.get("run_id"))
+    version = document.get("version")
+    if type(version) is not int or version != EXPORT_VERSION:
+        raise InputError(
+            f"{path} is a `flow export` file of format version {version!r}; this Flow reads "
+            f"version {EXPORT_VERSION} only (a newer Flow wrote it? check it with that Flow)"
+        )
+    run_id = document.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        raise InputError(f"{path}: 'run_id' must be a non-empty string")
     redacted = document.get("redacted", [])
     if not isinstance(redacted, list) or not all(isinstance(r, str) for r in redacted):
         raise InputError(f"{path}: 'redacted' must be a list of strings")
+    items = document.get("events")
+    if not isinstance(items, list) or not items:
+        raise InputError(f"{path}: 'events' must be a non-empty list of events")
+    for expected, item in enumerate(items, start=1):
+        sequence = item.get("sequence") if isinstance(item, dict) else None
+        if type(sequence) is not int or sequence != expected:
+            raise InputError(
+                f"{path}: event {expected} of run {run_id!r} has sequence {sequence!r}; a "
+                "history is numbered 1, 2, 3, ... without gaps"
+            )
     try:
-        events = [EventEnvelope.from_json(run_id, item) for item in document["events"]]
+        events = [EventEnvelope.from_json(run_id, item) for item in items]
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path} holds a malformed event: {exc}") from None
+    if not isinstance(events[0].event, RunStarted):
+        raise InputError(
+            f"{path}: the history of run {run_id!r} starts with "
+            f"{events[0].event.event_key()!r}, not 'run_started'"
+        )
     return ExportFile(run_id=run_id, events=events, redacted=frozenset(redacted))
 
 

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from flow_cli.engine import health
+from flow_cli.engine.health import DEFAULT_HOST, Liveness, Readiness, health_app
 from flow_cli.engine.observe import Observer, RunRef, StepRef
 from flow_cli.errors import FlowError
 from flow_cli.model.status import RunStatus
@@ -42,6 +44,7 @@ class MetricsObserver(Observer):
     """Counts what the engine tells it into a registry of its own (``self.registry``)."""
 
     def __init__(self, store: EventStore | None = None) -> None:
+        self.store = store
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.decisions_total = Counter(
@@ -124,12 +127,26 @@ class OpenRuns(Collector):
         yield family
 
 
-def serve(observer: MetricsObserver, port: int, host: str = "0.0.0.0") -> WSGIServer:
-    """Serve ``observer``'s registry on ``http://HOST:PORT/metrics`` from a daemon thread.
+def serve(
+    observer: MetricsObserver,
+    port: int,
+    host: str = DEFAULT_HOST,
+    *,
+    liveness: Liveness | None = None,
+    readiness: Readiness | None = None,
+) -> WSGIServer:
+    """Serve ``observer``'s registry on ``http://HOST:PORT/metrics`` from a daemon thread, with
+    ``/healthz`` and ``/readyz`` beside it and a 404 for any other path (``health``).
 
     Returns the server (``shutdown()`` stops it). Raises ``OSError`` when the port is taken.
     """
-    from prometheus_client import start_http_server
+    from prometheus_client import make_wsgi_app
 
-    server, _thread = start_http_server(port, addr=host, registry=observer.registry)
-    return server
+    if readiness is None:
+        readiness = Readiness.of_store(observer.store) if observer.store is not None else None
+    app = health_app(
+        make_wsgi_app(observer.registry),
+        liveness or Liveness(),
+        readiness or Readiness(lambda: None),
+    )
+    return health.serve(app, host, port)

@@ -117,10 +117,10 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
         diverge(1, "run", "workflow", spec.workflow, None)
         return ReplayResult(run_id=run_id, ok=False, divergences=tuple(found))
 
-    snap = WorkflowRunSnapshot.start(history[0])
     points = 0
     index = 1
     try:
+        snap = WorkflowRunSnapshot.start(history[0])
         while index < len(history):
             chunk = _chunk(history, index)
             if chunk:

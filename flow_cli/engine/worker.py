@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
+from flow_cli.engine.health import Liveness
 from flow_cli.errors import StoreError
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import StepLease
@@ -76,6 +77,9 @@ class Worker:
         self._step_done = threading.Event()
         self._quiet = False
         """The last pass took steps handed to an idle worker (``_idle`` lets them commit)."""
+        self.liveness = Liveness()
+        """Beaten at every turn of the loop and before each wait it means to make: what the
+        metrics port's ``/healthz`` reads."""
 
     def stop(self) -> None:
         self._stop.set()
@@ -95,6 +99,7 @@ class Worker:
         outage: float | None = None  # when the database started failing
         try:
             while not self._stop.is_set():
+                self.liveness.beat()
                 try:
                     busy = self._pass(pool, in_flight)
                     if outage is not None:
@@ -111,6 +116,7 @@ class Worker:
                         self.on_store_error(exc)
                     else:
                         log.warning("%s", exc)
+                    self.liveness.beat(waiting=backoff)  # an outage is no stall of the loop
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
             self._last_handoffs(pool, in_flight)
@@ -226,6 +232,7 @@ class Worker:
         if len(in_flight) >= self.concurrency:
             # Every thread is taken: nothing more can start before an attempt ends, and its end
             # wakes us without a store round trip.
+            self.liveness.beat(waiting=min(self.max_idle_sleep, 0.25))
             self._step_done.wait(min(self.max_idle_sleep, 0.25))
             self._step_done.clear()
             return
@@ -247,4 +254,5 @@ class Worker:
         if timeout > 0:
             # A thread is free: a start may hand this worker its run's first step meanwhile.
             self.engine.offer_idle(self.lease_seconds)
+            self.liveness.beat(waiting=timeout)
             self.engine.store.wait_for_change(timeout, work_only=True)

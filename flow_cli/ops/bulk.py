@@ -8,8 +8,9 @@ Termination goes run by run through ``Engine.terminate``: its commit may also to
 parents, which the decider assembles.
 
 Every operation yields one ``BulkResult`` per run, in input order, and is idempotent: cancelling
-a run whose cancellation was requested, terminating a run that ended, or starting a run that
-exists with the same spec are reported as ``skipped`` and change nothing.
+a run whose cancellation was requested, cancelling or terminating a run that ended (whichever
+path, batch or one by one, found it ended), or starting a run that exists with the same spec are
+reported as ``skipped`` and change nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TypeVar
 
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.streams import Write
-from flow_cli.errors import EventConflict, FlowError, InputError
+from flow_cli.errors import EventConflict, FlowError, InputError, RunFinished
 from flow_cli.model.events import CancelRequested, Event, SignalReceived
 from flow_cli.model.jsonval import JsonValue, normalise
 from flow_cli.model.names import check_run_id
@@ -130,6 +131,10 @@ def cancel_runs(
             if engine.cancel(run_id, reason):
                 return BulkResult(run_id, Outcome.DONE, "cancellation requested")
             return BulkResult(run_id, Outcome.SKIPPED, "cancellation already requested")
+        except RunFinished as exc:
+            # It ended after the look above: skipped, as the batch path says of an ended run,
+            # so the outcome never depends on which path a race sent the run down.
+            return BulkResult(run_id, Outcome.SKIPPED, f"already {exc.status}")
         except FlowError as exc:
             return BulkResult(run_id, Outcome.FAILED, str(exc))
 

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 from flow_cli.ops.chain import chain_from
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from flow_cli.engine.engine import Engine
+    from flow_cli.model.jsonval import JsonValue
     from flow_cli.model.status import WorkflowTerminalOutcome
 
 POLL_SECONDS = 1.0
@@ -31,26 +34,42 @@ class Waited:
     outcome: WorkflowTerminalOutcome | None
     """``None`` when the time ran out first."""
     status: str
+    decision_error: JsonValue = None
+    """The last ``decision_failed`` data while the run's decisions fail (``None`` otherwise):
+    a run that is failing, not merely slow."""
 
 
 def outcome_of(engine: Engine, run_id: str) -> Waited:
     """The outcome now (``None`` while open), following a continue-as-new chain."""
     live = chain_from(engine, run_id)[-1]
     snap = engine.snapshot(live)
-    return Waited(live, snap.outcome, snap.status.value)
+    return Waited(live, snap.outcome, snap.status.value, snap.decision_error)
 
 
 def wait_for_outcome(
-    engine: Engine, run_id: str, timeout: float | None, *, drive: bool = False
+    engine: Engine,
+    run_id: str,
+    timeout: float | None,
+    *,
+    drive: bool = False,
+    on_failing: Callable[[Waited], None] | None = None,
 ) -> Waited:
-    """Block until the run (or its live successor) ends, or ``timeout`` seconds pass."""
+    """Block until the run (or its live successor) ends, or ``timeout`` seconds pass.
+
+    ``on_failing`` is called each time the run's decision starts failing with a new error, so a
+    caller can say at once that the run is failing rather than let the wait look like slowness.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
+    reported: JsonValue = None
     while True:
         if drive:
             engine.tick(until_idle=True)
         waited = outcome_of(engine, run_id)
         if waited.outcome is not None:
             return waited
+        if on_failing is not None and waited.decision_error not in (None, reported):
+            reported = waited.decision_error
+            on_failing(waited)
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             return waited

@@ -14,7 +14,7 @@ from contextlib import closing, contextmanager, suppress
 import psycopg
 from psycopg import pq, sql
 
-from flow_cli.errors import StoreError
+from flow_cli.errors import StoreError, StoreUnreachable
 from flow_cli.store.due import DueHints
 from flow_cli.store.postgres import handoffs, hints
 from flow_cli.store.postgres.batch import Connection, Prepared
@@ -364,12 +364,12 @@ class PostgresConnections:
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
         if lost and REFUSED.search(reason):
-            return StoreError(
+            return StoreUnreachable(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
                 "user, password and database name."
             )
         if lost:
-            return StoreError(
+            return StoreUnreachable(
                 f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
                 "is running (the next call reconnects)."
             )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from flow_cli.errors import StoreError
+from flow_cli.errors import DatabaseMissing, StoreError
 from flow_cli.store.postgres.batch import Connection
 
 _LOCK_CLASS = 0x466C6F77
@@ -221,9 +221,10 @@ def ensure_schema(
         found = _read_version(conn, schema)
         _refuse_newer(schema, found, target)
         if found == 0 and not create:
-            raise StoreError(
+            raise DatabaseMissing(
                 f"No Flow database in schema {schema!r}; start a run or a worker against it "
-                "first, or check the database URL and its ?schema= option."
+                "first, or check the database URL and its ?schema= option.",
+                f"a Flow database in schema {schema!r}",
             )
         if found == target:
             conn.commit()  # the common case takes no lock at all

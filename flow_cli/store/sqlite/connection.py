@@ -29,7 +29,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from flow_cli.errors import ConfigError, DatabaseCorrupt, StoreError
+from flow_cli.errors import (
+    ConfigError,
+    DatabaseCorrupt,
+    DatabaseMissing,
+    StoreError,
+    StoreUnreachable,
+)
 from flow_cli.store import damage
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.due import DueHints
@@ -137,12 +143,13 @@ class SQLiteConnections:
                 "An in-memory SQLite database cannot be shared; use memory:// instead."
             )
         if self.path.is_dir():
-            raise StoreError(f"{self.path} is a directory, not a Flow database file.")
+            raise StoreUnreachable(f"{self.path} is a directory, not a Flow database file.")
         if not self.path.exists():
             if not create:
-                raise StoreError(
+                raise DatabaseMissing(
                     f"No Flow database at {self.path}; run `flow start` to create one, "
-                    "or pass --db to point at an existing database."
+                    "or pass --db to point at an existing database.",
+                    str(self.path),
                 )
             if not self.path.parent.is_dir():
                 raise StoreError(
@@ -150,7 +157,7 @@ class SQLiteConnections:
                     f"directory {self.path.parent} does not exist."
                 )
         elif not os.access(self.path, os.R_OK):
-            raise StoreError(f"Cannot read Flow database {self.path}: permission denied.")
+            raise StoreUnreachable(f"Cannot read Flow database {self.path}: permission denied.")
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
@@ -291,7 +298,7 @@ class SQLiteConnections:
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
         if "locked" in text or "busy" in text:
-            return StoreError(
+            return StoreUnreachable(
                 f"Flow database {self.path} is locked by another connection; gave up after "
                 f"{self.busy_timeout_ms} ms (retry, or raise the busy timeout)."
             )
