@@ -155,8 +155,8 @@ def test_a_divergence_still_exits_3_beside_a_bad_file(project: FlowProject) -> N
 def test_replay_history_reports_a_history_not_numbered_from_1(project: FlowProject) -> None:
     """The database path has no file check: a bad history there is one broken result."""
     from cli_workflows import runtime
-    from flow_cli.engine.replay import replay_history
 
+    from flow_cli.engine.replay_check import replay_history
     from flow_cli.model.events import EventEnvelope
 
     events = [{**e, "sequence": e["sequence"] + 2} for e in _good(project)["events"]]

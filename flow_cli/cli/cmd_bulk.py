@@ -157,7 +157,7 @@ def _print_dry_run(engine: Engine, targets: Targets, as_json: bool, jsonl: bool)
     rows = []
     missing = 0
     for run_id in targets.ids:
-        record = targets.records.get(run_id) or engine.store.get_run(run_id)
+        record = targets.records.get(run_id) or engine.find_run(run_id)
         row: dict[str, Any] = {"run_id": run_id}
         if record is not None:
             row.update(workflow=record.workflow, status=record.status.value)
