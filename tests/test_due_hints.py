@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_store_conformance import BUILD, create, idx, signal
+from store_helpers import BUILD, create, idx, signal
 
 from flow_cli.model.clock import ManualClock
 from flow_cli.store import due

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from test_store_conformance import BUILD, create, idx, keys, signal
+from store_helpers import BUILD, create, idx, keys, signal
 
 from flow_cli.errors import EventConflict
 from flow_cli.model.clock import ManualClock

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_store_conformance import BUILD, create, idx, new_run, signal
+from store_helpers import BUILD, create, idx, new_run, signal
 
 import flow_cli.store.sqlite.schema as schema_module
 from flow_cli.errors import RunNotFound

@@ -1,7 +1,7 @@
 """Store conformance for the fleet-health queries (workers registry, open-run index, builds).
 
 Runs once per ``store`` param (memory, SQLite, PostgreSQL when configured), like
-``test_store_conformance.py``.
+the store conformance suites (``test_store_*.py``).
 """
 
 from __future__ import annotations
