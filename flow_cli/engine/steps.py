@@ -25,10 +25,10 @@ from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
-from flow_cli.errors import EventConflict, HookTokenInUse
+from flow_cli.errors import EventConflict, HookTokenInUse, StepOutputNotJSON
 from flow_cli.model.clock import Clock
 from flow_cli.model.events import Event, StepCompleted, StepFailed
-from flow_cli.model.jsonval import normalise
+from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
@@ -191,17 +191,21 @@ class StepExecutor:
         event: Event
         began = time.monotonic()
         try:
-            output = normalise(runtime.run_step(step.name, payload, info))
-            event = StepCompleted(step_id=step.step_id, attempt=step.attempt, output=output)
-            state = "completed"
+            returned = runtime.run_step(step.name, payload, info)
         except KeyboardInterrupt:
             self.streams.put(snap)
             raise
         except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
             event = self._failure(step.step_id, step.attempt, step.retry, exc)
-            state = (
-                "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
-            )
+        else:
+            event = self._output(step.name, step.step_id, step.attempt, returned)
+        state = (
+            "completed"
+            if isinstance(event, StepCompleted)
+            else "retrying"
+            if not event.exhausted
+            else "failed"
+        )
         seconds = time.monotonic() - began
 
         def settled(recorded: bool | None) -> str:
@@ -235,6 +239,34 @@ class StepExecutor:
             return state, 1, None, None, True
         return settled(recorded), 1, following, after, False
 
+    def _output(
+        self, name: str, step_id: str, attempt: int, returned: object
+    ) -> StepCompleted | StepFailed:
+        """The attempt's end for what its handler returned: completed with the value as it will
+        read back, or failed without retry when the value cannot be stored (not JSON, a NUL,
+        too large). Retrying would run the handler's side effects again for the same end."""
+        try:
+            output = normalise(returned)
+        except PayloadTooLarge as exc:
+            error_type = type(exc).__name__
+            message = f"Step {name!r} returned a value Flow cannot store: {exc}."
+        except RecursionError:
+            error_type = StepOutputNotJSON.__name__
+            message = str(StepOutputNotJSON(name, "it is nested too deeply"))
+        except (TypeError, ValueError) as exc:
+            error_type = StepOutputNotJSON.__name__
+            message = str(StepOutputNotJSON(name, str(exc)))
+        else:
+            return StepCompleted(step_id=step_id, attempt=attempt, output=output)
+        return StepFailed(
+            step_id=step_id,
+            attempt=attempt,
+            error_type=error_type,
+            message=storable_text(message),
+            next_attempt_at=None,
+            exhausted=True,
+        )
+
     def _failure(
         self, step_id: str, attempt: int, policy: RetryPolicy, exc: BaseException
     ) -> StepFailed:
@@ -247,7 +279,7 @@ class StepExecutor:
             step_id=step_id,
             attempt=attempt,
             error_type=error_type,
-            message=str(exc) or repr(exc),
+            message=storable_text(str(exc) or repr(exc)),
             next_attempt_at=next_at,
             exhausted=exhausted,
         )

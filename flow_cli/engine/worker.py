@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
-from flow_cli.errors import StoreError
+from flow_cli.errors import StoreError, StoreUnavailable
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import StepLease
 
@@ -105,12 +105,17 @@ class Worker:
                     backoff = 0.5
                 except StoreError as exc:
                     self.stats.store_errors += 1
-                    if outage is None:
-                        outage = time.monotonic()
-                    if self.on_store_error is not None:
-                        self.on_store_error(exc)
+                    if not isinstance(exc, StoreUnavailable):
+                        # Not an outage (the database answered, and refused something): said
+                        # as it is, never as "database unavailable".
+                        log.error("%s", exc)
                     else:
-                        log.warning("%s", exc)
+                        if outage is None:
+                            outage = time.monotonic()
+                        if self.on_store_error is not None:
+                            self.on_store_error(exc)
+                        else:
+                            log.warning("%s", exc)
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
             self._last_handoffs(pool, in_flight)

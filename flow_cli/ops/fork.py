@@ -49,7 +49,7 @@ from flow_cli.model.events import (
     StepCompleted,
     StepScheduled,
 )
-from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.protocol import NewRun, StreamWrite
 
@@ -112,6 +112,8 @@ def fork_run(
     if input is not _KEEP_INPUT:
         try:
             value = normalise(input)
+        except JsonLimitError as exc:
+            raise InputError(f"the fork's input is refused: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise InputError(f"the fork's input is not a JSON value: {exc}") from None
     copied, cut = _prefix(history, from_step)

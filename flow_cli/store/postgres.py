@@ -43,7 +43,15 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from flow_cli.errors import ConfigError, EventConflict, FlowError, RunNotFound, StoreError
+from flow_cli.errors import (
+    ConfigError,
+    EventConflict,
+    FlowError,
+    RunNotFound,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import postgres_handoffs as handoffs
@@ -292,7 +300,7 @@ class PostgresStore(AppendViaCommit):
                 with self._transaction() as conn:
                     locked = tables.lock_runs(conn, (w.run_id for w in group.writes))
                     self._apply(conn, group.writes, group.creates, group.now, locked)
-            except GROUP_ERRORS as exc:
+            except (*GROUP_ERRORS, StoreRefused) as exc:
                 self._count_conflict(exc)
                 return [exc]
             return [None]
@@ -302,18 +310,26 @@ class PostgresStore(AppendViaCommit):
             for group in groups:
                 # A failed group's savepoint undoes its writes; so must our copy of the rows.
                 before = {run_id: run.last_sequence for run_id, run in locked.items()}
+                error: FlowError
                 try:
                     with conn.transaction():
                         self._apply(conn, group.writes, group.creates, group.now, locked)
-                except GROUP_ERRORS as exc:
+                except (*GROUP_ERRORS, psycopg.DataError) as exc:
+                    # A data error is this group's alone (a value PostgreSQL cannot store): the
+                    # others commit, and the caller records why this one could not.
+                    error = (
+                        self._store_error(exc, lost=False)
+                        if isinstance(exc, psycopg.DataError)
+                        else exc
+                    )
                     self._rolled_back(conn)  # to its savepoint
                     for run_id in list(locked):
                         if run_id in before:
                             locked[run_id].last_sequence = before[run_id]
                         else:  # locked by this group (it created the run): gone with it
                             del locked[run_id]
-                    self._count_conflict(exc)
-                    results.append(exc)
+                    self._count_conflict(error)
+                    results.append(error)
                 else:
                     results.append(None)
         return results
@@ -1499,13 +1515,18 @@ class PostgresStore(AppendViaCommit):
         reason = (lines[0] if lines else type(exc).__name__).removeprefix("connection failed: ")
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
+        if isinstance(exc, psycopg.DataError):
+            return StoreRefused(
+                f"PostgreSQL at {self._where} refused a value of this commit ({reason}); "
+                "nothing of it was written."
+            )
         if lost and _REFUSED.search(reason):
             return StoreError(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
                 "user, password and database name."
             )
         if lost:
-            return StoreError(
+            return StoreUnavailable(
                 f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
                 "is running (the next call reconnects)."
             )

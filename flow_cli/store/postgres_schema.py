@@ -446,8 +446,11 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     psycopg.errors.UniqueViolation,
     EventConflict,
     HookTokenInUse,
+    psycopg.DataError,
 )
-"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
+"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"; a data
+error too (a value one group holds that PostgreSQL cannot store, such as a NUL in text): the
+checking path then finds the group and commits the others."""
 
 
 Statements: TypeAlias = Connection | Batch

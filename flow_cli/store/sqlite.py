@@ -38,6 +38,8 @@ from flow_cli.errors import (
     HookTokenInUse,
     RunNotFound,
     StoreError,
+    StoreRefused,
+    StoreUnavailable,
 )
 from flow_cli.model.events import (
     Event,
@@ -48,6 +50,7 @@ from flow_cli.model.events import (
     event_json,
 )
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store import sqlite_file
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.due import DueHints
 from flow_cli.store.integrity import structural_problems
@@ -302,6 +305,11 @@ def _rows(write: StreamWrite) -> list[tuple[str, str]]:
     return [(e.event_key(), text) for e, text in zip(write.events, data, strict=True)]
 
 
+_DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, OverflowError)
+"""What SQLite (or its binding) raises for a value it cannot take: a string that is not valid
+UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
+
+
 def _guarded(
     method: Callable[Concatenate[SQLiteStore, P], R],
 ) -> Callable[Concatenate[SQLiteStore, P], R]:
@@ -394,8 +402,16 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                     f"Cannot create Flow database {self.path}: "
                     f"directory {self.path.parent} does not exist."
                 )
+            try:
+                if sqlite_file.create_private(self.path):
+                    return  # ours, empty until the schema is written
+            except OSError as exc:
+                raise StoreError(
+                    f"Cannot create Flow database {self.path}: {exc.strerror or exc}."
+                ) from None
         elif not os.access(self.path, os.R_OK):
             raise StoreError(f"Cannot read Flow database {self.path}: permission denied.")
+        sqlite_file.refuse_empty(self.path, self.busy_timeout_ms / 1000)
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
@@ -533,10 +549,16 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 time.sleep(min(pause, remaining))
             pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
 
+    def _refused(self, exc: Exception) -> StoreRefused:
+        return StoreRefused(
+            f"Flow database {self.path} refused a value of this commit ({exc}); nothing of it "
+            "was written."
+        )
+
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
         if "locked" in text or "busy" in text:
-            return StoreError(
+            return StoreUnavailable(
                 f"Flow database {self.path} is locked by another connection; gave up after "
                 f"{self.busy_timeout_ms} ms (retry, or raise the busy timeout)."
             )
@@ -549,7 +571,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 f"Flow database {self.path} was opened read-only; this command cannot write."
             )
         if "disk is full" in text:
-            return StoreError(
+            return StoreUnavailable(
                 f"Flow database {self.path}: the disk is full; nothing was written (free space "
                 "on its filesystem; a worker retries on its own)."
             )
@@ -845,6 +867,8 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         except EventConflict:
             self.stats.conflicts += 1
             raise
+        except _DATA_ERRORS as exc:
+            raise self._refused(exc) from exc
         self._doorbell.ring(work=makes_work(writes, creates))
         return _envelopes(writes, stamp)
 
@@ -864,6 +888,8 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 if isinstance(exc, EventConflict):
                     self.stats.conflicts += 1
                 return [exc]
+            except _DATA_ERRORS as exc:
+                return [self._refused(exc)]
             self._doorbell.ring(work=makes_work(group.writes, group.creates))
             return [None]
         results: list[FlowError | None] = []
@@ -877,6 +903,10 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                     if isinstance(exc, EventConflict):
                         self.stats.conflicts += 1
                     results.append(exc)
+                except _DATA_ERRORS as exc:
+                    # This group's alone (a value SQLite cannot take): the others commit.
+                    conn.execute("ROLLBACK TO flow_group")
+                    results.append(self._refused(exc))
                 else:
                     results.append(None)
                 conn.execute("RELEASE flow_group")
