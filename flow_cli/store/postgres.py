@@ -281,6 +281,8 @@ class PostgresStore(AppendViaCommit):
             with self._lock:
                 self.stats.conflicts += 1
             raise
+        except UnicodeEncodeError as exc:
+            raise self._refused(exc) from exc
 
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``).
@@ -303,6 +305,8 @@ class PostgresStore(AppendViaCommit):
             except (*GROUP_ERRORS, StoreRefused) as exc:
                 self._count_conflict(exc)
                 return [exc]
+            except UnicodeEncodeError as exc:
+                return [self._refused(exc)]
             return [None]
         results: list[FlowError | None] = []
         with self._transaction() as conn:
@@ -314,12 +318,12 @@ class PostgresStore(AppendViaCommit):
                 try:
                     with conn.transaction():
                         self._apply(conn, group.writes, group.creates, group.now, locked)
-                except (*GROUP_ERRORS, psycopg.DataError) as exc:
+                except (*GROUP_ERRORS, psycopg.DataError, UnicodeEncodeError) as exc:
                     # A data error is this group's alone (a value PostgreSQL cannot store): the
                     # others commit, and the caller records why this one could not.
                     error = (
-                        self._store_error(exc, lost=False)
-                        if isinstance(exc, psycopg.DataError)
+                        self._refused(exc)
+                        if isinstance(exc, psycopg.DataError | UnicodeEncodeError)
                         else exc
                     )
                     self._rolled_back(conn)  # to its savepoint
@@ -1509,6 +1513,14 @@ class PostgresStore(AppendViaCommit):
         with self._lock:
             self.stats.scheduler_rows_read += rows
 
+    def _refused(self, exc: psycopg.DataError | UnicodeEncodeError) -> StoreRefused:
+        """A value of one commit PostgreSQL (or the client's encoding) cannot take."""
+        reason = " ".join(str(exc).split())
+        return StoreRefused(
+            f"PostgreSQL at {self._where} refused a value of this commit ({reason}); nothing "
+            "of it was written."
+        )
+
     def _store_error(self, exc: psycopg.Error, *, lost: bool) -> StoreError:
         """One sentence naming the server (never the password) and what to do."""
         lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
@@ -1516,10 +1528,7 @@ class PostgresStore(AppendViaCommit):
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
         if isinstance(exc, psycopg.DataError):
-            return StoreRefused(
-                f"PostgreSQL at {self._where} refused a value of this commit ({reason}); "
-                "nothing of it was written."
-            )
+            return self._refused(exc)
         if lost and _REFUSED.search(reason):
             return StoreError(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "

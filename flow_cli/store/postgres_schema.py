@@ -447,10 +447,12 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     EventConflict,
     HookTokenInUse,
     psycopg.DataError,
+    UnicodeEncodeError,
 )
 """The errors of a guarded commit that mean "a guard or a key said no", not "broken"; a data
-error too (a value one group holds that PostgreSQL cannot store, such as a NUL in text): the
-checking path then finds the group and commits the others."""
+error too (a value one group holds that PostgreSQL cannot store, such as a NUL in text or a
+lone surrogate, which the client cannot even encode): the checking path then finds the group
+and commits the others."""
 
 
 Statements: TypeAlias = Connection | Batch

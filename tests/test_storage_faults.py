@@ -1,0 +1,276 @@
+"""Storage-facing defects of issue 25, each pinned by a test that failed before its fix.
+
+- A NUL (U+0000) anywhere in a JSON value is refused at the door, on every backend (it stalled
+  PostgreSQL workers, whose batched insert could not store it, and took good runs with it).
+- A step output Flow cannot store fails the attempt once, without retry (``StepOutputNotJSON``,
+  ``PayloadTooLarge``); workflow code that builds such a value fails its decision.
+- A group commit with one member the database refuses commits the others; the refused run
+  records a failed decision that ``flow doctor`` shows.
+- A new SQLite database is created 0600; an empty file is refused, not made a database.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import FlowProject
+from engine_workflows import make_engine
+
+from flow_cli import Runtime, StepInfo, WorkflowContext
+from flow_cli.errors import InputError, StoreRefused
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.commands import RuntimeCommand
+from flow_cli.model.jsonval import MAX_PAYLOAD_BYTES, JsonLimitError, normalise
+from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.status import RunStatus
+from flow_cli.ops.doctor import diagnose
+from flow_cli.store.memory import MemoryStore
+from flow_cli.store.protocol import CommitGroup, EventStore, NewRun, RunFilter
+from flow_cli.store.sqlite import SQLiteStore
+
+NUL_VALUES: list[Any] = ["a\x00b", {"k": ["x\x00"]}, {"k\x00": 1}, [{"deep": {"\x00": None}}]]
+
+
+class Calls:
+    """What the test's step handler is given to return, and how often it ran."""
+
+    def __init__(self) -> None:
+        self.returns: Any = None
+        self.count = 0
+
+
+def _runtime(calls: Calls) -> Runtime:
+    runtime = Runtime(build_id="faults-1")
+
+    @runtime.workflow("one-step")
+    def one_step(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete(ctx.step("s", "give", None))
+
+    @runtime.workflow("echo")
+    def echo(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete(ctx.input)
+
+    @runtime.workflow("complete-with-nul")
+    def complete_with_nul(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete({"x": "a\x00b"})
+
+    @runtime.workflow("complete-unencodable")
+    def complete_unencodable(ctx: WorkflowContext) -> RuntimeCommand:
+        # A lone surrogate: JSON, but no database can store it as text. It stands for any
+        # value that gets past Flow's checks and is refused by the store itself.
+        return ctx.complete({"x": "\ud800"})
+
+    @runtime.step("give")
+    def give(input: Any, info: StepInfo) -> Any:
+        calls.count += 1
+        return calls.returns
+
+    return runtime
+
+
+# -- NUL at the door -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", NUL_VALUES)
+def test_normalise_refuses_nul_as_a_json_limit(value: Any) -> None:
+    with pytest.raises(JsonLimitError, match=r"NUL character \(\\u0000\)"):
+        normalise(value)
+
+
+def test_the_engine_refuses_nul_in_inputs_and_payloads(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [_runtime(Calls())], clock)
+    for value in NUL_VALUES:
+        with pytest.raises(InputError, match="the run input is refused: it holds a NUL"):
+            engine.start("echo", value)
+    engine.start("echo", "fine", run_id="r")
+    before = [e.sequence for e in engine.history("r")]
+    for value in NUL_VALUES:
+        with pytest.raises(InputError, match="the payload is refused: it holds a NUL"):
+            engine.signal("r", "go", value)
+    with pytest.raises(InputError, match="the payload is refused: it holds a NUL"):
+        engine.resolve_hook("tok", "a\x00b")
+    assert [r.run_id for r in engine.list_runs()] == ["r"]
+    assert [e.sequence for e in engine.history("r")] == before
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> FlowProject:
+    return FlowProject(tmp_path)
+
+
+def test_nul_on_the_command_line_is_exit_2_and_writes_nothing(project: FlowProject) -> None:
+    result = project.invoke("start", "two-step", "--input", '{"n": 1, "s": "a\\u0000b"}')
+    assert (result.code, result.stdout) == (2, "")
+    assert result.error_line() == (
+        "error: --input is refused: it holds a NUL character (\\u0000), which Flow cannot "
+        "store; remove it, or encode binary data (e.g. as base64)."
+    )
+    assert not project.db.exists()
+    project.setup("start", "two-step", "--id", "r")
+    before = project.dump()
+    for args in (("signal", "r", "go"), ("hook", "resolve", "tok")):
+        result = project.invoke(*args, "--payload", '"x\\u0000y"')
+        assert (result.code, result.stdout) == (2, ""), args
+        assert result.error_line().startswith("error: --payload is refused: it holds a NUL")
+    lines = '{"workflow": "two-step", "run_id": "j", "input": {"k\\u0000": 1}}\n'
+    bulk = project.invoke("start", "--from-jsonl", "-", stdin=lines)
+    assert bulk.code != 0 and "NUL" in bulk.stdout + bulk.stderr
+    assert project.dump() == before
+
+
+def test_a_payload_over_the_size_limit_is_refused(store: EventStore, clock: ManualClock) -> None:
+    engine = make_engine(store, [_runtime(Calls())], clock)
+    big = "x" * (MAX_PAYLOAD_BYTES + 1)
+    with pytest.raises(InputError, match="the run input is refused: its JSON text is"):
+        engine.start("echo", {"big": big})
+    assert engine.list_runs() == []
+    normalise("x" * (MAX_PAYLOAD_BYTES - 2))  # its JSON text, quotes included, fits exactly
+
+
+# -- step outputs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("returned", "error_type", "says"),
+    [
+        ("a\x00b", "StepOutputNotJSON", "NUL character"),
+        ({"k\x00": 1}, "StepOutputNotJSON", "NUL character"),
+        ({1, 2}, "StepOutputNotJSON", "set is not JSON serializable"),
+        (b"bytes", "StepOutputNotJSON", "bytes is not JSON serializable"),
+        (datetime(2026, 1, 1, tzinfo=UTC), "StepOutputNotJSON", "datetime is not JSON"),
+        (float("nan"), "StepOutputNotJSON", "Out of range float"),
+        ("x" * (MAX_PAYLOAD_BYTES + 1), "PayloadTooLarge", "more than Flow's limit"),
+    ],
+)
+def test_a_step_returning_an_unstorable_value_fails_once_without_retry(
+    store: EventStore, clock: ManualClock, returned: Any, error_type: str, says: str
+) -> None:
+    """Before: the completion could not be recorded (NUL on PostgreSQL) and the step ran again
+    every lease; other values were retried like any error, repeating the side effects."""
+    calls = Calls()
+    calls.returns = returned
+    engine = make_engine(store, [_runtime(calls)], clock)
+    engine.start("one-step", run_id="r")
+    for _ in range(5):
+        engine.tick(until_idle=True)
+        clock.advance(3600)
+    assert calls.count == 1
+    failures = [e.event.to_data() for e in engine.history("r") if e.event_key == "step_failed"]
+    assert len(failures) == 1
+    assert failures[0]["error_type"] == error_type
+    assert failures[0]["exhausted"] is True
+    assert "'give'" in failures[0]["message"] and says in failures[0]["message"]
+    assert engine.get_run("r").status is RunStatus.FAILED
+
+
+def test_workflow_code_building_a_nul_fails_its_decision(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [_runtime(Calls())], clock)
+    engine.start("complete-with-nul", run_id="r")
+    engine.tick(until_idle=True)
+    failed = [e.event.to_data() for e in engine.history("r") if e.event_key == "decision_failed"]
+    assert len(failed) == 1 and "result is refused: it holds a NUL" in failed[0]["message"]
+    assert not engine.get_run("r").status.terminal
+
+
+# -- a member the database refuses ---------------------------------------------------------------
+
+
+def _new_run(run_id: str, build_id: str, now: datetime) -> NewRun:
+    spec = WorkflowSpec(workflow="echo", input=None, runtime_build_id=build_id)
+    return NewRun(run_id=run_id, spec=spec, seed="00", decide_at=now)
+
+
+def test_a_group_commit_with_one_refused_member_commits_the_others(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """Below the door: a value the database itself cannot take (a lone surrogate; on PostgreSQL
+    a NUL in a text column too). Before: the whole batch failed, 20 good runs with it."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("the memory store holds any Python value")
+    now = clock.now()
+    bad = ["b\ud800"]
+    if not isinstance(store, SQLiteStore):
+        bad.append("b\x00")
+    for poison in bad:
+        groups = [
+            CommitGroup(writes=[], creates=[_new_run(f"{poison!r}{i}", "b", now)], now=now)
+            for i in range(5)
+        ]
+        groups[2] = CommitGroup(writes=[], creates=[_new_run("bad", poison, now)], now=now)
+        results = store.commit_groups(groups)
+        assert [type(r).__name__ if r else None for r in results] == [
+            None,
+            None,
+            "StoreRefused",
+            None,
+            None,
+        ]
+        assert "refused a value of this commit" in str(results[2])
+        alone = store.commit_groups([groups[2]])
+        assert isinstance(alone[0], StoreRefused)
+    assert len(store.list_runs()) == 4 * len(bad)
+    assert store.get_run("bad") is None
+
+
+def test_a_run_the_database_refuses_shows_in_doctor(store: EventStore, clock: ManualClock) -> None:
+    """Before: the refused commit was reported as "database unavailable", again and again, and
+    `flow doctor` said nothing was stuck."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("the memory store holds any Python value")
+    engine = make_engine(store, [_runtime(Calls())], clock)
+    engine.start("echo", "fine", run_id="good")
+    engine.start("complete-unencodable", run_id="poison")
+    report = engine.tick(until_idle=True)
+    assert report.decision_failures >= 1
+    assert engine.get_run("good").status is RunStatus.COMPLETED
+    failed = [
+        e.event.to_data() for e in engine.history("poison") if e.event_key == "decision_failed"
+    ]
+    assert [f["error_type"] for f in failed] == ["StoreRefused"]
+    found = diagnose(store, RunFilter(), clock.now())
+    assert [(d.run_id, d.cause) for d in found.runs] == [("poison", "decision-failing")]
+    clock.advance(600)  # retried later: refused again, not recorded twice
+    engine.tick(until_idle=True)
+    again = [e for e in engine.history("poison") if e.event_key == "decision_failed"]
+    assert len(again) == 1
+
+
+# -- the SQLite file -----------------------------------------------------------------------------
+
+
+def test_a_new_sqlite_database_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = SQLiteStore(tmp_path / "flow.db")
+        store.create_run(_new_run("r", "b", datetime.now(UTC)), datetime.now(UTC))
+        modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+        store.close()
+    finally:
+        os.umask(old)
+    assert modes["flow.db"] == 0o600
+    assert modes["flow.db-wal"] == 0o600
+    assert modes["flow.db-shm"] == 0o600
+
+
+@pytest.mark.parametrize("command", [("start", "two-step"), ("tick",), ("worker",)])
+def test_an_empty_sqlite_file_is_refused_by_commands_that_write(
+    project: FlowProject, command: tuple[str, ...]
+) -> None:
+    project.db.touch()
+    url = f"sqlite:///{project.db}?busy_timeout_ms=100"
+    result = project.run("--db", url, *command, timeout=30)
+    assert (result.code, result.stdout) == (1, "")
+    assert result.error_line() == (
+        f"error: {project.db} is an empty file (0 bytes), not a Flow database. If it should "
+        "hold your runs, restore it from a backup; to start a new database there, delete the "
+        "empty file and run the command again."
+    )
+    assert project.db.stat().st_size == 0
