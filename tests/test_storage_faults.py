@@ -12,6 +12,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -274,3 +279,53 @@ def test_an_empty_sqlite_file_is_refused_by_commands_that_write(
         "empty file and run the command again."
     )
     assert project.db.stat().st_size == 0
+
+
+# -- an outage when a worker starts --------------------------------------------------------------
+
+
+def _stop(worker: subprocess.Popen[str]) -> tuple[int, str]:
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=30)
+    return worker.returncode, stderr
+
+
+def test_a_worker_started_while_sqlite_is_locked_waits_then_works(project: FlowProject) -> None:
+    """Before: exit 1 after the busy timeout (under a supervisor, a restart loop)."""
+    project.setup("start", "two-step", "--id", "r", "--input", '{"n": 2}')
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    url = f"sqlite:///{project.db}?busy_timeout_ms=200"
+    worker = project.popen("--db", url, "worker", "--concurrency", "1")
+    try:
+        time.sleep(2)
+        assert worker.poll() is None, worker.communicate()
+        holder.execute("COMMIT")
+        holder.close()
+        waited = project.run("--db", url, "result", "r", "--wait", "--timeout", "30s")
+        assert (waited.code, waited.json()) == (0, {"result": 8}), waited.stderr
+    finally:
+        holder.close()
+        code, stderr = _stop(worker)
+    assert code == 0, stderr
+    lines = stderr.splitlines()
+    assert sum("database unavailable" in line for line in lines) == 1, stderr
+    assert any("database reachable again" in line for line in lines), stderr
+
+
+def test_a_worker_started_while_postgres_is_unreachable_waits(project: FlowProject) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2"
+    worker = project.popen("--db", url, "worker")
+    try:
+        time.sleep(2)
+        alive = worker.poll() is None
+    finally:
+        code, stderr = _stop(worker)
+    assert alive, stderr
+    assert code == 0, stderr
+    assert "database unavailable" in stderr and "is unreachable" in stderr, stderr
+    assert "stopping (worker was waiting for the database)" in stderr, stderr
