@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,14 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import FlowProject
+from cli_helpers import CONFIG, FlowProject
 from engine_workflows import make_engine
 
 from flow_cli import Runtime, StepInfo, WorkflowContext
 from flow_cli.errors import InputError, StoreRefused
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
-from flow_cli.model.jsonval import MAX_PAYLOAD_BYTES, JsonLimitError, normalise
+from flow_cli.model.jsonval import (
+    MAX_PAYLOAD_BYTES,
+    JsonLimitError,
+    normalise,
+    set_payload_limit,
+)
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.ops.doctor import diagnose
@@ -138,6 +144,26 @@ def test_a_payload_over_the_size_limit_is_refused(store: EventStore, clock: Manu
     normalise("x" * (MAX_PAYLOAD_BYTES - 2))  # its JSON text, quotes included, fits exactly
 
 
+def test_the_payload_limit_comes_from_the_config_file(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path, CONFIG + "max_payload_bytes = 2048\n")
+    try:
+        small = project.invoke("start", "two-step", "--input", json.dumps({"s": "x" * 2000}))
+        assert small.code == 0, small.stderr
+        big = project.invoke("start", "two-step", "--input", json.dumps({"s": "x" * 2100}))
+        assert (big.code, big.stdout) == (2, "")
+        assert big.error_line().startswith(
+            "error: the run input is refused: its JSON text is 2,108 bytes, more than Flow's "
+            "limit of 2,048 bytes ([flow] max_payload_bytes)"
+        )
+    finally:
+        set_payload_limit(MAX_PAYLOAD_BYTES)
+    (tmp_path / "bad").mkdir()
+    bad = FlowProject(tmp_path / "bad", CONFIG + "max_payload_bytes = 'lots'\n")
+    refused = bad.invoke("start", "two-step")
+    assert refused.code == 2
+    assert "[flow] max_payload_bytes must be a whole number of bytes" in refused.error_line()
+
+
 # -- step outputs --------------------------------------------------------------------------------
 
 
@@ -150,6 +176,7 @@ def test_a_payload_over_the_size_limit_is_refused(store: EventStore, clock: Manu
         (b"bytes", "StepOutputNotJSON", "bytes is not JSON serializable"),
         (datetime(2026, 1, 1, tzinfo=UTC), "StepOutputNotJSON", "datetime is not JSON"),
         (float("nan"), "StepOutputNotJSON", "Out of range float"),
+        ({"ok": {1: "x"}}, "StepOutputNotJSON", "a key of type int (1)"),
         ("x" * (MAX_PAYLOAD_BYTES + 1), "PayloadTooLarge", "more than Flow's limit"),
     ],
 )

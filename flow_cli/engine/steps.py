@@ -246,7 +246,7 @@ class StepExecutor:
         read back, or failed without retry when the value cannot be stored (not JSON, a NUL,
         too large). Retrying would run the handler's side effects again for the same end."""
         try:
-            output = normalise(returned)
+            output = normalise(returned, string_keys=True)
         except PayloadTooLarge as exc:
             error_type = type(exc).__name__
             message = f"Step {name!r} returned a value Flow cannot store: {exc}."

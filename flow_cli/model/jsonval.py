@@ -6,10 +6,11 @@ Limits (checked where values enter from outside: ``Engine.start`` input, ``Engin
 - ``MAX_DEPTH`` = 100 levels of nested arrays and objects;
 - ``MAX_INT_DIGITS`` = 1,000 decimal digits in an integer (Python's own default, 4,300, depends
   on the interpreter's settings; Flow's limit does not);
-- no NUL character (U+0000) in any string, key or value: PostgreSQL's ``jsonb`` cannot hold
-  one, and a value must be storable the same way on every backend;
-- ``MAX_PAYLOAD_BYTES`` = 2 MiB of JSON text (UTF-8, compact) per value, checked by
-  ``normalise`` (run inputs and results, step inputs and outputs, signal and hook payloads).
+- no NUL character (U+0000) in any string, key or value: PostgreSQL cannot hold one in text
+  or ``jsonb``, and a value must be storable the same way on every backend;
+- ``MAX_PAYLOAD_BYTES`` = 2 MiB of JSON text (UTF-8, compact) per value (``[flow]
+  max_payload_bytes``, see ``set_payload_limit``), checked by ``normalise``: run inputs and
+  results, step inputs and outputs, signal and hook payloads.
 
 A value beyond them is an input error (exit 2 on the command line), never a crash deep inside
 the JSON encoder, and never a commit the database refuses later.
@@ -31,7 +32,27 @@ MAX_INT_DIGITS = 1000
 """Most decimal digits accepted in one integer of a run input or payload."""
 
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
-"""Largest JSON text (UTF-8 bytes, compact) of one stored value (DESIGN §2.6)."""
+"""Largest JSON text (UTF-8 bytes, compact) of one stored value by default (DESIGN §2.6)."""
+
+_payload_limit = MAX_PAYLOAD_BYTES
+
+
+def set_payload_limit(max_bytes: int) -> None:
+    """Set the process's cap on one value's JSON text (``[flow] max_payload_bytes``).
+
+    Process-wide, as the config file it comes from is: the command line sets it once, before it
+    opens the database, and every check in the process (the door, step outputs, the values
+    workflow code builds) uses it.
+    """
+    global _payload_limit
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"the payload limit must be a positive number of bytes, not {max_bytes!r}")
+    _payload_limit = max_bytes
+
+
+def payload_limit() -> int:
+    """The cap ``normalise`` applies unless told another (``set_payload_limit``)."""
+    return _payload_limit
 
 
 class JsonLimitError(ValueError):
@@ -74,9 +95,10 @@ def canonical(value: JsonValue) -> str:
     return _CANONICAL.encode(value)
 
 
-def check_limits(value: JsonValue) -> None:
+def check_limits(value: JsonValue, *, string_keys: bool = False) -> None:
     """Raise ``JsonLimitError`` if ``value`` exceeds ``MAX_DEPTH`` or ``MAX_INT_DIGITS``, or
-    ``JsonNulError`` if a key or string in it holds U+0000.
+    ``JsonNulError`` if a key or string in it holds U+0000. With ``string_keys``, a key that is
+    not a string is a ``TypeError`` (else it becomes one, as ``json.dumps`` makes it).
 
     Walks without recursion, so any depth is measured safely.
     """
@@ -93,8 +115,14 @@ def check_limits(value: JsonValue) -> None:
                 )
             if isinstance(item, dict):
                 for key in item:
-                    if isinstance(key, str) and "\x00" in key:
-                        raise JsonNulError()
+                    if isinstance(key, str):
+                        if "\x00" in key:
+                            raise JsonNulError()
+                    elif string_keys:
+                        raise TypeError(
+                            f"an object has a key of type {type(key).__name__} ({key!r}); "
+                            "JSON keys are strings"
+                        )
                 children: Any = item.values()
             else:
                 children = item
@@ -135,14 +163,19 @@ def parse_int(text: str) -> int:
     return int(text)
 
 
-def normalise(value: JsonValue, max_bytes: int = MAX_PAYLOAD_BYTES) -> JsonValue:
+def normalise(
+    value: JsonValue, max_bytes: int | None = None, *, string_keys: bool = False
+) -> JsonValue:
     """The value as it will read back from storage (tuples become lists, keys strings).
 
-    Raises TypeError or ValueError when the value is not JSON, and ``JsonLimitError`` (a
-    ``ValueError``) when it exceeds Flow's limits: ``JsonNulError`` for a NUL,
-    ``PayloadTooLarge`` when its JSON text is over ``max_bytes``.
+    Raises TypeError or ValueError when the value is not JSON (with ``string_keys``, when a
+    key is not a string), and ``JsonLimitError`` (a ``ValueError``) when it exceeds Flow's
+    limits: ``JsonNulError`` for a NUL, ``PayloadTooLarge`` when its JSON text is over
+    ``max_bytes``.
     """
-    check_limits(value)
+    check_limits(value, string_keys=string_keys)
+    if max_bytes is None:
+        max_bytes = _payload_limit
     if type(value) in _AS_STORED:
         if type(value) is str and len(value) * 4 > max_bytes:  # UTF-8: at most 4 bytes a char
             _check_size(value, max_bytes)
