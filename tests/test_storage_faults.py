@@ -17,6 +17,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,8 @@ from cli_helpers import CONFIG, FlowProject
 from engine_workflows import make_engine
 
 from flow_cli import Runtime, StepInfo, WorkflowContext
+from flow_cli.engine.engine import Engine
+from flow_cli.engine.worker import Worker
 from flow_cli.errors import InputError, StoreRefused
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
@@ -273,6 +276,52 @@ def test_a_run_the_database_refuses_shows_in_doctor(store: EventStore, clock: Ma
     engine.tick(until_idle=True)
     again = [e for e in engine.history("poison") if e.event_key == "decision_failed"]
     assert len(again) == 1
+
+
+def _refused_end(engine: Engine, calls: Calls) -> None:
+    assert calls.count == 1
+    failures = [e.event.to_data() for e in engine.history("r") if e.event_key == "step_failed"]
+    assert [(f["error_type"], f["exhausted"]) for f in failures] == [("StoreRefused", True)]
+    assert "refused a value of this commit" in failures[0]["message"]
+    assert engine.get_run("r").status is RunStatus.FAILED
+
+
+def test_a_step_end_the_database_refuses_fails_once_without_retry(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """A step output that passes Flow's checks and that the database still refuses (a lone
+    surrogate). Before: the attempt's end was never recorded; the step ran again every lease."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("the memory store holds any Python value")
+    calls = Calls()
+    calls.returns = {"x": "\ud800"}
+    engine = make_engine(store, [_runtime(calls)], clock)
+    engine.start("one-step", run_id="r")
+    for _ in range(3):
+        engine.tick(until_idle=True)
+        clock.advance(3600)
+    _refused_end(engine, calls)
+
+
+def test_a_worker_hands_a_refused_step_end_over_and_records_the_failure(tmp_path: Path) -> None:
+    """The same through a worker's group committer (its step threads hand their ends over)."""
+    calls = Calls()
+    calls.returns = {"x": "\ud800"}
+    engine = Engine.open(f"sqlite:///{tmp_path / 'flow.db'}", [_runtime(calls)])
+    engine.start("one-step", run_id="r")
+    worker = Worker(engine, concurrency=2, max_idle_sleep=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not engine.get_run("r").status.terminal:
+            assert time.monotonic() < deadline, "the run did not end"
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    _refused_end(engine, calls)
+    engine.close()
 
 
 # -- the SQLite file -----------------------------------------------------------------------------
