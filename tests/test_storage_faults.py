@@ -11,14 +11,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import select
 import signal
 import socket
 import sqlite3
 import subprocess
 import threading
 import time
+import urllib.parse
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ from engine_workflows import make_engine
 from flow_cli import Runtime, StepInfo, WorkflowContext
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.worker import Worker
-from flow_cli.errors import InputError, StoreRefused
+from flow_cli.errors import InputError, StoreRefused, StoreUnavailable
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.jsonval import (
@@ -360,10 +365,27 @@ def test_an_empty_sqlite_file_is_refused_by_commands_that_write(
 # -- an outage when a worker starts --------------------------------------------------------------
 
 
-def _stop(worker: subprocess.Popen[str]) -> tuple[int, str]:
+def _stop(worker: subprocess.Popen[str], seen: str = "") -> tuple[int, str]:
     worker.send_signal(signal.SIGTERM)
     _, stderr = worker.communicate(timeout=30)
-    return worker.returncode, stderr
+    return worker.returncode, seen + stderr
+
+
+def _await_line(process: subprocess.Popen[str], text: str, timeout: float = 30) -> str:
+    """stderr of ``process`` up to the first line holding ``text`` (which must come)."""
+    assert process.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 0.1)
+        if ready:
+            line = process.stderr.readline()
+            if not line:
+                break  # exited
+            seen += line
+            if text in line:
+                return seen
+    raise AssertionError(f"no line with {text!r} on stderr: {seen!r}")
 
 
 def test_a_worker_started_while_sqlite_is_locked_waits_then_works(project: FlowProject) -> None:
@@ -374,8 +396,10 @@ def test_a_worker_started_while_sqlite_is_locked_waits_then_works(project: FlowP
     holder.execute("BEGIN EXCLUSIVE")
     url = f"sqlite:///{project.db}?busy_timeout_ms=200"
     worker = project.popen("--db", url, "worker", "--concurrency", "1")
+    seen = ""
     try:
-        time.sleep(2)
+        seen = _await_line(worker, "database unavailable")
+        time.sleep(0.5)  # a retry or two meet the lock as well
         assert worker.poll() is None, worker.communicate()
         holder.execute("COMMIT")
         holder.close()
@@ -383,7 +407,7 @@ def test_a_worker_started_while_sqlite_is_locked_waits_then_works(project: FlowP
         assert (waited.code, waited.json()) == (0, {"result": 8}), waited.stderr
     finally:
         holder.close()
-        code, stderr = _stop(worker)
+        code, stderr = _stop(worker, seen)
     assert code == 0, stderr
     lines = stderr.splitlines()
     assert sum("database unavailable" in line for line in lines) == 1, stderr
@@ -396,12 +420,170 @@ def test_a_worker_started_while_postgres_is_unreachable_waits(project: FlowProje
         port = probe.getsockname()[1]
     url = f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2"
     worker = project.popen("--db", url, "worker")
+    seen = ""
     try:
-        time.sleep(2)
+        seen = _await_line(worker, "database unavailable")
+        time.sleep(0.5)
         alive = worker.poll() is None
     finally:
-        code, stderr = _stop(worker)
+        code, stderr = _stop(worker, seen)
     assert alive, stderr
     assert code == 0, stderr
     assert "database unavailable" in stderr and "is unreachable" in stderr, stderr
     assert "stopping (worker was waiting for the database)" in stderr, stderr
+
+
+def test_a_tick_started_while_sqlite_is_locked_waits_then_works(project: FlowProject) -> None:
+    project.setup("start", "two-step", "--id", "r", "--input", '{"n": 2}')
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    url = f"sqlite:///{project.db}?busy_timeout_ms=200"
+    tick = project.popen("--db", url, "tick", "--until-idle")
+    try:
+        seen = _await_line(tick, "database unavailable")
+        assert tick.poll() is None, tick.communicate()
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    _, stderr = tick.communicate(timeout=60)
+    stderr = seen + stderr
+    assert tick.returncode == 0, stderr
+    assert "database unavailable" in stderr, stderr
+    assert project.run("--db", url, "result", "r").json() == {"result": 8}
+
+
+def test_a_tick_stopped_while_waiting_for_the_database_did_nothing(project: FlowProject) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tick = project.popen("--db", f"postgresql://postgres@127.0.0.1:{port}/test", "tick")
+    seen = _await_line(tick, "database unavailable")
+    assert tick.poll() is None
+    code, stderr = _stop(tick, seen)
+    assert code == 1, stderr
+    assert stderr.splitlines()[-1] == (
+        "error: tick stopped while waiting for the database; nothing was done."
+    )
+
+
+class _Forwarder:
+    """A TCP port that forwards to PostgreSQL once ``open()`` is called (before: nothing listens
+    there, as with a server that is down)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._server: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+
+    def open(self) -> None:
+        server = socket.create_server(("127.0.0.1", self.port))
+        self._server = server
+        self._start(self._accept, server)
+
+    def _start(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                self._start(self._pipe, a, b)
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+            self._server.close()
+        for end in self._sockets:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        for end in self._sockets:
+            end.close()
+
+
+@pytest.mark.postgres
+def test_a_worker_started_while_postgres_is_down_works_once_it_is_back(
+    project: FlowProject,
+) -> None:
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL tests")
+    from flow_cli.store.postgres import PostgresStore
+
+    parts = urllib.parse.urlsplit(url)
+    schema = f"flow_test_{uuid.uuid4().hex[:16]}"
+    direct = f"{url}?schema={schema}"
+    project.setup("--db", direct, "start", "two-step", "--id", "r", "--input", '{"n": 2}')
+    forwarder = _Forwarder((parts.hostname or "127.0.0.1", parts.port or 5432))
+    netloc = f"{parts.username}@127.0.0.1:{forwarder.port}"
+    via = urllib.parse.urlunsplit(parts._replace(netloc=netloc)) + f"?schema={schema}"
+    worker = project.popen("--db", via, "worker", "--concurrency", "1")
+    seen = ""
+    try:
+        seen = _await_line(worker, "database unavailable")
+        assert worker.poll() is None, worker.communicate()
+        forwarder.open()
+        waited = project.run("--db", direct, "result", "r", "--wait", "--timeout", "30s")
+        assert (waited.code, waited.json()) == (0, {"result": 8}), waited.stderr
+    finally:
+        code, stderr = _stop(worker, seen)
+        forwarder.close()
+        cleanup = PostgresStore(url, schema=schema)
+        cleanup.drop_schema()
+        cleanup.close()
+    assert code == 0, stderr
+    assert sum("database unavailable" in line for line in stderr.splitlines()) == 1, stderr
+    assert "database reachable again" in stderr, stderr
+
+
+def test_a_store_refusal_in_a_worker_pass_is_no_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Engine.open(f"sqlite:///{tmp_path / 'flow.db'}", [_runtime(Calls())])
+    outages: list[Exception] = []
+    worker = Worker(engine, max_idle_sleep=0.05, on_store_error=outages.append)
+    real = worker._pass
+    raised = [
+        StoreRefused("the database refused a value of this commit"),
+        StoreUnavailable("the database is unreachable"),
+    ]
+
+    def failing(*args: Any) -> bool:
+        if raised:
+            raise raised.pop(0)
+        worker.stop()
+        return real(*args)
+
+    worker._pass = failing  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="flow"):
+        worker.run()
+    assert [str(e) for e in outages] == ["the database is unreachable"]
+    refused = [r for r in caplog.records if "refused a value" in r.getMessage()]
+    assert [r.levelname for r in refused] == ["ERROR"]
+    engine.close()

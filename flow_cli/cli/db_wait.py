@@ -50,10 +50,11 @@ def open_when_reachable(
             except StoreUnavailable as exc:
                 if began is None:
                     began = time.monotonic()
+                    # Only while waiting (a healthy start is not changed), and before the line
+                    # that says so: a supervisor that reads it and stops us gets a clean stop.
+                    for signum in (signal.SIGINT, signal.SIGTERM):
+                        previous[signum] = signal.signal(signum, handle)
                     observer.store_error(exc)
-                    if not previous:  # only while waiting: a healthy start is not changed
-                        for signum in (signal.SIGINT, signal.SIGTERM):
-                            previous[signum] = signal.signal(signum, handle)
                 if stopped.wait(pause):
                     return None
                 pause = min(pause * 2, LONGEST_PAUSE)
