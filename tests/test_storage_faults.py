@@ -587,3 +587,17 @@ def test_a_store_refusal_in_a_worker_pass_is_no_outage(
     refused = [r for r in caplog.records if "refused a value" in r.getMessage()]
     assert [r.levelname for r in refused] == ["ERROR"]
     engine.close()
+
+
+def test_a_step_output_reads_back_as_written(store: EventStore, clock: ManualClock) -> None:
+    """PostgreSQL stored the writer's JSON text through a ``jsonb`` cast, which reorders keys
+    and turns the float 1e20 into an integer: the event read back was not the one recorded."""
+    calls = Calls()
+    calls.returns = {"z": 1e20, "a": [0.5, "x"], "m": {"b": 1, "a": 2}}
+    engine = make_engine(store, [_runtime(calls)], clock)
+    engine.start("one-step", run_id="r")
+    engine.tick(until_idle=True)
+    (done,) = [e.event.to_data() for e in engine.history("r") if e.event_key == "step_completed"]
+    assert list(done["output"]) == ["z", "a", "m"]
+    assert list(done["output"]["m"]) == ["b", "a"]
+    assert type(done["output"]["z"]) is float

@@ -529,7 +529,9 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
 
 _INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
 _EVENT_ROW = "(%s, %s, %s, %s, %s)"
-_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::jsonb)"
+_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::json)"
+"""The writer's JSON text, cast to the column's ``json`` (a ``jsonb`` cast on the way would
+reorder keys, turn 1e20 into an integer and refuse ``\\u0000``)."""
 
 
 def insert_events(
