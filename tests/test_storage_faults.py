@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,9 @@ from engine_workflows import make_engine
 
 from flow_cli import Runtime, StepInfo, WorkflowContext
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.worker import Worker
-from flow_cli.errors import InputError, StoreRefused, StoreUnavailable
+from flow_cli.errors import FlowError, InputError, StoreRefused, StoreUnavailable
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.jsonval import (
@@ -601,3 +603,26 @@ def test_a_step_output_reads_back_as_written(store: EventStore, clock: ManualClo
     assert list(done["output"]) == ["z", "a", "m"]
     assert list(done["output"]["m"]) == ["b", "a"]
     assert type(done["output"]["z"]) is float
+
+
+def test_the_group_committer_commits_each_alone_when_a_whole_batch_is_refused(
+    clock: ManualClock,
+) -> None:
+    """The fallback for a store that refuses a whole transaction for one member's value."""
+    store = MemoryStore()
+    real = store.commit_groups
+
+    def refusing(groups: Sequence[CommitGroup]) -> list[FlowError | None]:
+        if any(run.run_id == "bad" for g in groups for run in g.creates):
+            raise StoreRefused("the database refused a value of this commit")
+        return real(groups)
+
+    store.commit_groups = refusing  # type: ignore[method-assign]
+    now = clock.now()
+    groups = [
+        CommitGroup(writes=[], creates=[_new_run(run_id, "b", now)], now=now)
+        for run_id in ("a", "bad", "c")
+    ]
+    results = GroupCommitter(store).commit_many(groups)
+    assert [type(r).__name__ if r else None for r in results] == [None, "StoreRefused", None]
+    assert sorted(r.run_id for r in store.list_runs()) == ["a", "c"]
