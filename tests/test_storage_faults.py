@@ -626,3 +626,29 @@ def test_the_group_committer_commits_each_alone_when_a_whole_batch_is_refused(
     results = GroupCommitter(store).commit_many(groups)
     assert [type(r).__name__ if r else None for r in results] == [None, "StoreRefused", None]
     assert sorted(r.run_id for r in store.list_runs()) == ["a", "c"]
+
+
+@pytest.mark.postgres
+def test_nul_on_the_command_line_is_exit_2_on_postgres(project: FlowProject) -> None:
+    """The probe's own commands: accepted before (exit 0), then PostgreSQL's next batch failed."""
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL tests")
+    from flow_cli.store.postgres import PostgresStore
+
+    schema = f"flow_test_{uuid.uuid4().hex[:16]}"
+    db = f"{url}?schema={schema}"
+    try:
+        refused = project.invoke("--db", db, "start", "two-step", "--input", '"a\\u0000b"')
+        assert (refused.code, refused.stdout) == (2, "")
+        assert refused.error_line().startswith("error: --input is refused: it holds a NUL")
+        project.setup("--db", db, "start", "two-step", "--id", "r")
+        signal_refused = project.invoke("--db", db, "signal", "r", "go", "--payload", '"x\\u0000y"')
+        assert signal_refused.code == 2
+        assert [r["run_id"] for r in project.ok("--db", db, "runs", "--json").json()] == ["r"]
+        history = project.ok("--db", db, "history", "r", "--json").json()
+        assert [e["event_key"] for e in history] == ["run_started"]
+    finally:
+        cleanup = PostgresStore(url, schema=schema)
+        cleanup.drop_schema()
+        cleanup.close()
