@@ -139,6 +139,12 @@ def test_nul_on_the_command_line_is_exit_2_and_writes_nothing(project: FlowProje
         result = project.invoke(*args, "--payload", '"x\\u0000y"')
         assert (result.code, result.stdout) == (2, ""), args
         assert result.error_line().startswith("error: --payload is refused: it holds a NUL")
+    assert project.dump() == before
+    project.setup("tick", "--until-idle")
+    forked = project.invoke("fork", "r", "--input", '"a\\u0000b"')
+    assert (forked.code, forked.stdout) == (2, "")
+    assert forked.error_line().startswith("error: --input is refused: it holds a NUL")
+    before = project.dump()
     lines = '{"workflow": "two-step", "run_id": "j", "input": {"k\\u0000": 1}}\n'
     bulk = project.invoke("start", "--from-jsonl", "-", stdin=lines)
     assert bulk.code != 0 and "NUL" in bulk.stdout + bulk.stderr
