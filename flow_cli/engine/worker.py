@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
-from flow_cli.errors import StoreError, StoreUnavailable
+from flow_cli.errors import StoreError, StoreRefused
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import StepLease
 
@@ -105,9 +105,9 @@ class Worker:
                     backoff = 0.5
                 except StoreError as exc:
                     self.stats.store_errors += 1
-                    if not isinstance(exc, StoreUnavailable):
-                        # Not an outage (the database answered, and refused something): said
-                        # as it is, never as "database unavailable".
+                    if isinstance(exc, StoreRefused):
+                        # Not an outage (the database answered, and refused one run's data):
+                        # said as it is, never as "database unavailable".
                         log.error("%s", exc)
                     else:
                         if outage is None:
