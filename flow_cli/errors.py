@@ -16,9 +16,13 @@
     ├── HookTokenInUse           another hook already owns that token
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
+    ├── StepOutputNotJSON        a step returned a value Flow cannot store (fails without retry)
     └── StoreError               the database is missing, locked, unreachable or corrupt
         ├── StoreUnreachable     it cannot be reached or opened (says nothing of its contents)
-        └── DatabaseMissing      there is no Flow database at that location
+        │   └── StoreUnavailable locked or unreachable for now: waiting and retrying helps
+        ├── DatabaseMissing      there is no Flow database at that location
+        ├── DatabaseCorrupt      stored data cannot be read back (`flow check` says what to do)
+        └── StoreRefused         the database refused one run's data: retrying will not help
 
 Messages say what happened, where, and what to do next; the ids are attributes so that the
 command line can render them without parsing strings.
@@ -243,6 +247,31 @@ class DatabaseMissing(StoreError):
     def __init__(self, message: str, where: str) -> None:
         super().__init__(message)
         self.where = where
+
+
+class StoreUnavailable(StoreUnreachable):
+    """The database is locked by another process or its server is unreachable: an outage,
+    which a worker waits out (one line when it starts, one when it ends)."""
+
+
+class StoreRefused(StoreError):
+    """The database refused the data of one commit (a value it cannot hold): not an outage.
+    Other runs' commits go on; the run is shown failing its decision (``flow doctor``)."""
+
+
+class StepOutputNotJSON(FlowError):
+    """A step handler returned a value Flow cannot store: not JSON (a set, bytes, a datetime,
+    NaN, a non-string key) or a string holding NUL. The attempt fails without retry: running
+    the step again would repeat its side effects and return the same kind of value."""
+
+    def __init__(self, step: str, problem: str) -> None:
+        super().__init__(
+            f"Step {step!r} returned a value Flow cannot store: {problem}. Return JSON "
+            "(dict, list, str, int, float, bool or None), e.g. convert sets to lists, "
+            "datetimes to ISO text and bytes to base64."
+        )
+        self.step = step
+        self.problem = problem
 
 
 def _short(value: Any, limit: int = 120) -> str:

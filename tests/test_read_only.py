@@ -1,9 +1,10 @@
 """Read commands work on a read-only database (issue 8, defect 5).
 
-`flow runs`, `show`, `history`, `export`, `replay-check --all`, `doctor`, `builds`, `workers` and
-`upgrade --dry-run` open SQLite with ``mode=ro``; where even that cannot open the file (a WAL
-database in a read-only directory or mount, whose ``-shm`` cannot be created) they fall back to
-``immutable=1`` unless a ``-wal`` file holds commits that are not in the main file yet.
+`flow runs`, `show`, `history`, `result` (issue 25), `export`, `replay-check --all`, `doctor`,
+`builds`, `workers` and `upgrade --dry-run` open SQLite with ``mode=ro``; where even that cannot
+open the file (a WAL database in a read-only directory or mount, whose ``-shm`` cannot be
+created) they fall back to ``immutable=1`` unless a ``-wal`` file holds commits that are not in
+the main file yet.
 
 Tests run as root in CI, and root ignores file permissions: the directory is made read-only with
 a read-only bind mount when the test may mount, and with chmod when it does not run as root.
@@ -31,6 +32,8 @@ READS = (
     ("runs",),
     ("show", "r"),
     ("history", "r"),
+    ("result", "r"),
+    ("result", "r", "--wait", "--timeout", "5s"),
     ("export", "r"),
     ("replay-check", "--all", "--build-id", "cli-1"),
     ("doctor",),

@@ -147,13 +147,14 @@ def test_schema_version_is_recorded(db_path: Path) -> None:
     assert {"flow_meta", "events", "runs", "step_tasks", "hooks"} <= tables
 
 
-def test_an_empty_sqlite_file_gets_the_schema(db_path: Path) -> None:
+def test_an_empty_sqlite_file_is_refused_not_made_a_database(db_path: Path) -> None:
+    """Issue 25 (item 9): a 0-byte file (a failed copy, a stray `touch`) used to become a
+    fresh, empty database silently; the runs the operator expected seemed gone."""
     sqlite3.connect(db_path).close()
     db_path.touch()
-    store = SQLiteStore(db_path)
-    assert store.create_run(new_run("r1"), NOW) is not None
-    store.close()
-    assert meta_version(db_path) == str(MIGRATIONS[-1][0])
+    with pytest.raises(StoreError, match=r"is an empty file \(0 bytes\), not a Flow database"):
+        SQLiteStore(db_path, busy_timeout_ms=100)
+    assert db_path.stat().st_size == 0
 
 
 LATEST = MIGRATIONS[-1][0]

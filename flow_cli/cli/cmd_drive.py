@@ -25,7 +25,7 @@ from flow_cli.cli.options import (
     LogLevelOption,
 )
 from flow_cli.cli.state import CliState
-from flow_cli.errors import FlowError, InputError
+from flow_cli.errors import FlowError, InputError, StoreError
 
 if TYPE_CHECKING:
     import logging
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.observe import Observer
     from flow_cli.engine.worker import Worker, WorkerStats
-    from flow_cli.errors import StoreError
 
 METRICS_EXTRA = "pip install 'flow-cli[metrics]'"
 
@@ -59,7 +58,9 @@ def tick(
     A pass fires due timers and retries, decides runnable runs and runs ready steps. Prints a
     one-line summary (or a JSON report with --json). With --until-idle on a terminal, progress
     is shown on stderr while it works. Failed decisions and step attempts are logged on stderr
-    as `flow worker` logs them.
+    as `flow worker` logs them. A database that is locked or unreachable is waited for (one
+    line on stderr, retried with a growing pause) until it answers or SIGINT/SIGTERM stops the
+    wait (exit 1, nothing done).
     """
     from flow_cli.cli import logs
     from flow_cli.engine.observe import LogObserver
@@ -67,7 +68,10 @@ def tick(
 
     logs.install(log_format, log_level)
     state = CliState.of(ctx)
-    with state.open_engine(create=True, with_runtimes=True) as engine:
+    opened = _open_when_reachable(state, LogObserver(), "tick")
+    if opened is None:
+        raise StoreError("tick stopped while waiting for the database; nothing was done.")
+    with opened as engine:
         engine.observe(LogObserver())
         progress = _TickProgress() if until_idle and sys.stderr.isatty() else None
         with Registration(engine), progress or nullcontext():
@@ -191,7 +195,8 @@ def worker(
     at once, on many machines sharing one database. Quiet while healthy: stderr gets one line
     per notable event (a decision failed or recovered, a step attempt failed and when the next
     one is due, a step exhausted, a run failed, a lease lost, the database unavailable or
-    back), as text or JSON (--log-format).
+    back), as text or JSON (--log-format). A database that is locked or unreachable when the
+    worker starts is waited for in the same way (SIGINT/SIGTERM while waiting: exit 0).
     """
     from flow_cli.cli import logs
     from flow_cli.engine.observe import LogObserver, Observers
@@ -209,8 +214,12 @@ def worker(
         )
     state = CliState.of(ctx)
     server: WSGIServer | None = None
-    with state.open_engine(create=True, with_runtimes=True) as engine:
-        log_observer = LogObserver()
+    log_observer = LogObserver()
+    opened = _open_when_reachable(state, log_observer, "worker")
+    if opened is None:
+        logs.say("stopped before the database was reachable", "worker_stopped")
+        return
+    with opened as engine:
         observers: list[Observer] = [log_observer]
         metrics = _metrics_observer(engine) if metrics_port is not None else None
         if metrics is not None:
@@ -256,6 +265,20 @@ def worker(
         runs_decided=stats.runs_decided,
         steps_run=stats.steps_run,
         store_errors=stats.store_errors,
+    )
+
+
+def _open_when_reachable(state: CliState, observer: Observer, command: str) -> Engine | None:
+    """The engine, once the database answers (``flow_cli.cli.db_wait``); ``None`` when
+    SIGINT or SIGTERM came while waiting for it."""
+    from flow_cli.cli import logs
+    from flow_cli.cli.db_wait import open_when_reachable
+
+    def stopping(name: str) -> None:
+        logs.say(f"{name}: stopping ({command} was waiting for the database)", "worker_stopping")
+
+    return open_when_reachable(
+        lambda: state.open_engine(create=True, with_runtimes=True), observer, stopping
     )
 
 

@@ -99,7 +99,7 @@ def result(
     if timeout is not None and not wait:
         raise InputError("--timeout goes with --wait.")
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         if wait:
             waited = wait_for_outcome(engine, run_id, seconds, on_failing=_say_failing)
         else:

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_cli.errors import ConfigError
+from flow_cli.model.jsonval import MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
     from flow_cli.runtime import Runtime
 
 DEFAULT_CONFIG = Path("flow.toml")
-KNOWN_KEYS = ("database", "build_id", "runtimes")
+KNOWN_KEYS = ("database", "build_id", "runtimes", "max_payload_bytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class FlowConfig:
     """``"module:attribute"`` references to ``Runtime`` objects."""
     unknown_keys: tuple[str, ...] = ()
     """Keys of ``[flow]`` this version does not know (reported as a warning)."""
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    """Cap on the JSON text of one stored value: run input and result, step input and output,
+    signal and hook payloads (DESIGN §2.6)."""
 
     @property
     def label(self) -> str:
@@ -89,7 +93,18 @@ def read_config(path: Path, explicit: bool) -> FlowConfig:
         build_id=_optional_str(table, "build_id", path),
         runtimes=_runtimes(table, path),
         unknown_keys=tuple(sorted(k for k in table if k not in KNOWN_KEYS)),
+        max_payload_bytes=_payload_bytes(table, path),
     )
+
+
+def _payload_bytes(table: dict[str, Any], path: Path) -> int:
+    value = table.get("max_payload_bytes", MAX_PAYLOAD_BYTES)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1024 <= value <= 2**30:
+        raise ConfigError(
+            f"Config file {path}: [flow] max_payload_bytes must be a whole number of bytes "
+            f"from 1024 to {2**30} (default {MAX_PAYLOAD_BYTES})."
+        )
+    return value
 
 
 def _optional_str(table: dict[str, Any], key: str, path: Path) -> str | None:

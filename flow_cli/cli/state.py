@@ -17,6 +17,7 @@ import typer
 
 from flow_cli.cli.config import FlowConfig, config_path, database_url, load_runtimes, read_config
 from flow_cli.errors import BuildNotHosted, ConfigError, StoreError, WorkflowNotFound
+from flow_cli.model.jsonval import set_payload_limit
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -46,6 +47,8 @@ class CliState:
         if self._config is None:
             path, explicit = config_path(self.config_option)
             self._config = read_config(path, explicit)
+            # Process-wide, as the file is: every value checked from here on meets it.
+            set_payload_limit(self._config.max_payload_bytes)
             if self._config.unknown_keys:
                 keys = ", ".join(self._config.unknown_keys)
                 sys.stderr.write(

@@ -22,7 +22,14 @@ from datetime import datetime, timedelta
 
 from flow_cli.engine.sticky import StickyCalls, StickyCode
 from flow_cli.engine.streams import Pending, Streams, stored_size
-from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunIdTaken, RunNotFound
+from flow_cli.errors import (
+    EventConflict,
+    FlowError,
+    HookTokenInUse,
+    RunIdTaken,
+    RunNotFound,
+    StoreRefused,
+)
 from flow_cli.model.clock import Clock
 from flow_cli.model.commands import Cancelled, Complete, ContinueAsNew, Fail, TerminalCommand
 from flow_cli.model.decision import (
@@ -183,9 +190,10 @@ class Decider:
                     if effects.more:
                         again.append(pending.snapshot.run_id)
                 else:
-                    report.conflicts += 1
-                    self.conflicts += 1
-                    self.streams.observer.conflict()
+                    if not isinstance(error, StoreRefused):  # decided again alone, recorded
+                        report.conflicts += 1
+                        self.conflicts += 1
+                        self.streams.observer.conflict()
                     again.append(pending.snapshot.run_id)
                     run_id = pending.snapshot.run_id
                     report.started = [s for s in report.started if s.run_id != run_id]
@@ -233,8 +241,30 @@ class Decider:
                 run_id, pending.expected_sequence, _decide_at(pending)
             )
             return moved  # a fact arrived meanwhile: decide again
-        self.commit(pending, effects)
+        try:
+            self.commit(pending, effects)
+        except StoreRefused as refused:
+            self._refused(run_id, refused, report)
+            return False
         return effects.more
+
+    def _refused(self, run_id: str, refused: StoreRefused, report: DecideReport) -> None:
+        """The database refused the run's decision (a value it cannot store): record that as
+        the run's failed decision, retried with the usual back-off, so that the run shows as
+        failing its decision (``flow doctor``) and other runs' commits go on. Raises
+        ``EventConflict`` when the run moved meanwhile (the caller decides again)."""
+        snap = self.streams.take(run_id)
+        pending = Pending.on(snap, self.clock.now())
+        failure = failed(snap, refused, pending.now, error_type=StoreRefused.__name__)
+        report.decision_failures += 1
+        self.streams.observer.decisions(0, 1)
+        if failure.event is None:  # recorded already: wait for the retry
+            self.streams.put(snap)
+            self.streams.store.park_run(run_id, pending.expected_sequence, failure.retry_at)
+            return
+        pending.add([failure.event])
+        pending.decide_at = failure.retry_at
+        self.commit(pending, Effects())
 
     def advance(
         self, pending: Pending, runtime: Runtime, report: DecideReport, *, sticky: bool = False

@@ -32,6 +32,7 @@ from flow_cli.errors import (
     RunAlreadyExists,
     RunFinished,
     RunNotFound,
+    StoreRefused,
     WorkflowNotFound,
 )
 from flow_cli.model.clock import Clock, SystemClock
@@ -300,9 +301,10 @@ class Engine:
                 starts = self._start_committer()
                 self.streams.commit_pending([pending], [created, *effects.creates], group=starts)
                 return True
-            except (EventConflict, HookTokenInUse):
+            except (EventConflict, HookTokenInUse, StoreRefused):
                 # The id is taken (the caller finds out by what), or a child's id or a hook's
-                # token the decision claims was taken meanwhile: a worker decides the run then.
+                # token the decision claims was taken meanwhile, or the database refused a value
+                # the decision made: a worker decides the run then (and records a refusal).
                 pass
         return self.store.create_run(run, now) is not None
 

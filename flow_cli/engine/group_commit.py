@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from flow_cli.errors import StoreRefused
 from flow_cli.store.protocol import CommitGroup, EventStore
 
 log = logging.getLogger("flow.commit")
@@ -139,12 +140,31 @@ class GroupCommitter:
             results: Sequence[BaseException | None] = self.store.commit_groups(
                 [t.group for t in batch]
             )
+        except StoreRefused as refused:
+            # The database refused a value of one member (the stores leave such a member out
+            # themselves; this is the fallback): each on its own, so that one bad run never
+            # takes the others' commits down.
+            results = [refused] if len(batch) == 1 else [self._alone(t.group) for t in batch]
         except BaseException as exc:  # the whole transaction failed: every member learns it
             results = [exc] * len(batch)
             whole = True
         else:
             self.transactions += 1
             self.groups += len(batch)
+        self._tell(batch, results, whole)
+
+    def _alone(self, group: CommitGroup) -> BaseException | None:
+        try:
+            (error,) = self.store.commit_groups([group])
+        except Exception as exc:
+            return exc
+        self.transactions += 1
+        self.groups += 1
+        return error
+
+    def _tell(
+        self, batch: Sequence[_Ticket], results: Sequence[BaseException | None], whole: bool
+    ) -> None:
         for ticket, error in zip(batch, results, strict=True):
             ticket.error = error
             ticket.whole = whole

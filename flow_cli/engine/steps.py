@@ -19,16 +19,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import Enum
 
 from flow_cli.engine.decider import Decider, DecideReport, Effects, start_scheduled
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
-from flow_cli.errors import EventConflict, HookTokenInUse
+from flow_cli.errors import EventConflict, HookTokenInUse, StepOutputNotJSON, StoreRefused
 from flow_cli.model.clock import Clock
 from flow_cli.model.events import Event, StepCompleted, StepFailed
-from flow_cli.model.jsonval import normalise
+from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
@@ -60,6 +61,38 @@ class StepOutcome:
     deferred: bool = False
     """The last attempt's end was handed to the group committer (``Streams.group``), which
     records it and then drops the attempt's lease."""
+
+
+class Refusal(Enum):
+    """How far the database's refusals of an attempt's end have gone (``_after_refusal``)."""
+
+    NONE = "none"
+    """Not refused: the end goes with the run's next decision."""
+    ALONE = "alone"
+    """The end with its decision was refused: the end goes alone, and a worker decides the
+    run afterwards (recording a refusal of that decision as the run's failed decision)."""
+    ALONE_FAILED = "alone-failed"
+    """The end itself was refused (its output): it becomes a failure without retry."""
+
+
+def _after_refusal(refused: Refusal, event: Event, error: StoreRefused) -> tuple[Refusal, Event]:
+    """The next try after the database refused an attempt's end: first the end without the
+    decision that came with it (the decision may hold what was refused), then, if the end
+    itself is refused, the attempt failed without retry (its handler must not run again: its
+    side effects happened). Raises ``error`` once even that was refused."""
+    if refused is Refusal.NONE:
+        return Refusal.ALONE, event
+    if refused is Refusal.ALONE and isinstance(event, StepCompleted | StepFailed):
+        failure = StepFailed(
+            step_id=event.step_id,
+            attempt=event.attempt,
+            error_type=StoreRefused.__name__,
+            message=storable_text(str(error)),
+            next_attempt_at=None,
+            exhausted=True,
+        )
+        return Refusal.ALONE_FAILED, failure
+    raise error
 
 
 class StepExecutor:
@@ -191,17 +224,21 @@ class StepExecutor:
         event: Event
         began = time.monotonic()
         try:
-            output = normalise(runtime.run_step(step.name, payload, info))
-            event = StepCompleted(step_id=step.step_id, attempt=step.attempt, output=output)
-            state = "completed"
+            returned = runtime.run_step(step.name, payload, info)
         except KeyboardInterrupt:
             self.streams.put(snap)
             raise
         except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
             event = self._failure(step.step_id, step.attempt, step.retry, exc)
-            state = (
-                "retrying" if isinstance(event, StepFailed) and not event.exhausted else "failed"
-            )
+        else:
+            event = self._output(step.name, step.step_id, step.attempt, returned)
+        state = (
+            "completed"
+            if isinstance(event, StepCompleted)
+            else "retrying"
+            if not event.exhausted
+            else "failed"
+        )
         seconds = time.monotonic() - began
 
         def settled(recorded: bool | None) -> str:
@@ -235,6 +272,34 @@ class StepExecutor:
             return state, 1, None, None, True
         return settled(recorded), 1, following, after, False
 
+    def _output(
+        self, name: str, step_id: str, attempt: int, returned: object
+    ) -> StepCompleted | StepFailed:
+        """The attempt's end for what its handler returned: completed with the value as it will
+        read back, or failed without retry when the value cannot be stored (not JSON, a NUL,
+        too large). Retrying would run the handler's side effects again for the same end."""
+        try:
+            output = normalise(returned, string_keys=True)
+        except PayloadTooLarge as exc:
+            error_type = type(exc).__name__
+            message = f"Step {name!r} returned a value Flow cannot store: {exc}."
+        except RecursionError:
+            error_type = StepOutputNotJSON.__name__
+            message = str(StepOutputNotJSON(name, "it is nested too deeply"))
+        except (TypeError, ValueError) as exc:
+            error_type = StepOutputNotJSON.__name__
+            message = str(StepOutputNotJSON(name, str(exc)))
+        else:
+            return StepCompleted(step_id=step_id, attempt=attempt, output=output)
+        return StepFailed(
+            step_id=step_id,
+            attempt=attempt,
+            error_type=error_type,
+            message=storable_text(message),
+            next_attempt_at=None,
+            exhausted=True,
+        )
+
     def _failure(
         self, step_id: str, attempt: int, policy: RetryPolicy, exc: BaseException
     ) -> StepFailed:
@@ -247,7 +312,7 @@ class StepExecutor:
             step_id=step_id,
             attempt=attempt,
             error_type=error_type,
-            message=str(exc) or repr(exc),
+            message=storable_text(str(exc) or repr(exc)),
             next_attempt_at=next_at,
             exhausted=exhausted,
         )
@@ -267,10 +332,15 @@ class StepExecutor:
         this worker leased with its owned snapshot, and whether the commit was handed to the
         group committer instead (``later`` is then told the outcome, see ``_submit``)."""
         current: WorkflowRunSnapshot | None = snap
+        refused: Refusal = Refusal.NONE
         for _ in range(MAX_CONFLICT_RETRIES):
             if current is None:
                 current = self.streams.take(lease.run_id)
-            prepared = self._prepare(current, lease, event, worker, lease_seconds, report)
+            if refused is not Refusal.NONE:
+                lease_seconds = None  # the end alone: nothing is decided or started with it
+            prepared = self._prepare(
+                current, lease, event, worker, lease_seconds, report, refused is Refusal.NONE
+            )
             if not isinstance(prepared, tuple):
                 return prepared, None, None, False
             pending, effects, following = prepared
@@ -278,13 +348,17 @@ class StepExecutor:
             if later is not None and following is None and group is not None:
                 # Nothing here needs the commit's result: the run waits (or ended). This thread
                 # may run its next attempt while the end joins other threads' ends in one commit.
-                self._submit(group, pending, effects, lease, event, later, 1)
+                self._submit(group, pending, effects, lease, event, later, 1, refused)
                 return None, None, None, True
             try:
                 self.decider.commit(pending, effects, keep=following is not None)
             except (EventConflict, HookTokenInUse):
                 self.conflicts += 1
                 self.streams.observer.conflict()
+                current = None  # dropped; read again
+                continue
+            except StoreRefused as error:
+                refused, event = _after_refusal(refused, event, error)
                 current = None  # dropped; read again
                 continue
             return True, following, (pending.snapshot if following is not None else None), False
@@ -299,10 +373,12 @@ class StepExecutor:
         worker: str,
         lease_seconds: float | None,
         report: DecideReport,
+        decide: bool = True,
     ) -> tuple[Pending, Effects, StepLease | None] | bool | None:
         """The attempt's end folded into ``current`` (now owned by the returned ``Pending``)
-        with the run's next decision; or, when the attempt is no longer ours to end, whether
-        it was settled for good (``False``) or taken by another worker (``None``)."""
+        with the run's next decision (without ``decide``: the end alone, the run due for a
+        decision now); or, when the attempt is no longer ours to end, whether it was settled
+        for good (``False``) or taken by another worker (``None``)."""
         step = current.steps.get(lease.step_id)
         if (
             current.terminal
@@ -324,7 +400,7 @@ class StepExecutor:
         deciding = self.runtimes.get(current.spec.runtime_build_id)
         if isinstance(event, StepFailed) and not event.exhausted:
             pass  # the retry is due in the step index; nothing to decide
-        elif deciding is None:
+        elif deciding is None or not decide:
             pending.decide_at = now  # a worker of the run's build decides it
         else:
             effects = self.decider.advance(pending, deciding, report, sticky=True)
@@ -341,10 +417,12 @@ class StepExecutor:
         event: Event,
         later: Later,
         tries: int,
+        refused: Refusal = Refusal.NONE,
     ) -> None:
         """Hand the end to the group committer; ``later`` learns the outcome. A conflict is
         met as ``_record`` meets it, on the committing thread: read again, decide again,
-        submit again (never waiting for a commit there: that thread is the one committing)."""
+        submit again (never waiting for a commit there: that thread is the one committing).
+        So is a refusal of the database (``_after_refusal``)."""
         pendings = [pending, *effects.others]
 
         def done(error: BaseException | None) -> None:
@@ -352,18 +430,30 @@ class StepExecutor:
                 self.streams.committed(pendings)
                 later(True, None)
                 return
-            if not isinstance(error, EventConflict | HookTokenInUse):
+            again_refused, again_event = refused, event
+            if isinstance(error, StoreRefused) and refused is not Refusal.ALONE_FAILED:
+                again_refused, again_event = _after_refusal(refused, event, error)
+            elif not isinstance(error, EventConflict | HookTokenInUse):
                 later(None, error)  # the transaction failed; the snapshots are dropped
                 return
-            self.conflicts += 1
-            self.streams.observer.conflict()
+            else:
+                self.conflicts += 1
+                self.streams.observer.conflict()
             if tries >= MAX_CONFLICT_RETRIES:
                 log.warning("gave up recording the end of %s after repeated conflicts", lease)
                 later(False, None)
                 return
             try:
                 current = self.streams.take(lease.run_id)
-                prepared = self._prepare(current, lease, event, "", None, DecideReport())
+                prepared = self._prepare(
+                    current,
+                    lease,
+                    again_event,
+                    "",
+                    None,
+                    DecideReport(),
+                    again_refused is Refusal.NONE,
+                )
             except Exception as exc:
                 later(None, exc)
                 return
@@ -371,7 +461,9 @@ class StepExecutor:
                 later(prepared, None)
                 return
             again, again_effects, _ = prepared
-            self._submit(group, again, again_effects, lease, event, later, tries + 1)
+            self._submit(
+                group, again, again_effects, lease, again_event, later, tries + 1, again_refused
+            )
 
         group.submit(
             CommitGroup(

@@ -18,7 +18,7 @@ from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.health import Liveness
-from flow_cli.errors import StoreError
+from flow_cli.errors import StoreError, StoreRefused
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import StepLease
 
@@ -110,12 +110,17 @@ class Worker:
                     backoff = 0.5
                 except StoreError as exc:
                     self.stats.store_errors += 1
-                    if outage is None:
-                        outage = time.monotonic()
-                    if self.on_store_error is not None:
-                        self.on_store_error(exc)
+                    if isinstance(exc, StoreRefused):
+                        # Not an outage (the database answered, and refused one run's data):
+                        # said as it is, never as "database unavailable".
+                        log.error("%s", exc)
                     else:
-                        log.warning("%s", exc)
+                        if outage is None:
+                            outage = time.monotonic()
+                        if self.on_store_error is not None:
+                            self.on_store_error(exc)
+                        else:
+                            log.warning("%s", exc)
                     self.liveness.beat(waiting=backoff)  # an outage is no stall of the loop
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 10.0)

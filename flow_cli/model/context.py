@@ -29,7 +29,7 @@ from flow_cli.model.commands import (
     WaitForSignal,
     WaitUntil,
 )
-from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
 from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
@@ -633,6 +633,8 @@ class WorkflowContext:
 def _json(value: JsonValue, what: str) -> JsonValue:
     try:
         return normalise(value)
+    except JsonLimitError as exc:
+        raise InputError(f"{what} is refused: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not a JSON value: {exc}") from None
 

@@ -46,7 +46,7 @@ from flow_cli.model.events import (
     StepScheduled,
     WaitCompleted,
 )
-from flow_cli.model.jsonval import canonical
+from flow_cli.model.jsonval import canonical, storable_text
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 
@@ -216,7 +216,9 @@ def failed(
     if isinstance(error, NonDeterminismError):
         mismatches = [_mismatch_json(m) for m in error.mismatches]
     event = DecisionFailed(
-        error_type=error_type or type(error).__name__, message=str(error), mismatches=mismatches
+        error_type=error_type or type(error).__name__,
+        message=storable_text(str(error)),
+        mismatches=mismatches,
     )
     since = snapshot.failing_since or now
     delay = min(max(now - since, DECISION_RETRY_MIN), DECISION_RETRY_MAX)

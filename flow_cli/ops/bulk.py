@@ -25,7 +25,7 @@ from flow_cli.engine.engine import Engine
 from flow_cli.engine.streams import Write
 from flow_cli.errors import EventConflict, FlowError, InputError, RunFinished
 from flow_cli.model.events import CancelRequested, Event, SignalReceived
-from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
@@ -229,6 +229,8 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
     runtime = engine.runtime_for(line.workflow, line.build_id)
     try:
         value = normalise(line.input)
+    except JsonLimitError as exc:
+        raise InputError(f"the run input is refused: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"the run input is not a JSON value: {exc}") from None
     check_run_id(line.run_id)

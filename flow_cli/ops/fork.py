@@ -48,7 +48,7 @@ from flow_cli.model.events import (
     StepCompleted,
     StepScheduled,
 )
-from flow_cli.model.jsonval import JsonValue, normalise
+from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot, project
 from flow_cli.store.index import index_for
@@ -95,6 +95,8 @@ def fork_run(
     if input is not _KEEP_INPUT:
         try:
             value = normalise(input)
+        except JsonLimitError as exc:
+            raise InputError(f"the fork's input is refused: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise InputError(f"the fork's input is not a JSON value: {exc}") from None
     copied, cut = _prefix(history, from_step)

@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from flow_cli.errors import EventConflict, FlowError, RunNotFound
+import psycopg
+
+from flow_cli.errors import EventConflict, FlowError, RunNotFound, StoreRefused
 from flow_cli.model.events import EventEnvelope, RunStarted
 from flow_cli.store.index import row_changes
 from flow_cli.store.postgres import handoffs, hints, tables
@@ -64,6 +66,8 @@ class PostgresCommits(PostgresReads):
             with self._lock:
                 self.stats.conflicts += 1
             raise
+        except UnicodeEncodeError as exc:
+            raise self._refused(exc) from exc
 
     def commit_groups(self, groups: Sequence[CommitGroup]) -> list[FlowError | None]:
         """Each group in its own savepoint of one transaction (see ``EventStore``).
@@ -84,9 +88,11 @@ class PostgresCommits(PostgresReads):
                 with self._transaction() as conn:
                     locked = tables.lock_runs(conn, (w.run_id for w in group.writes))
                     self._apply(conn, group.writes, group.creates, group.now, locked)
-            except GROUP_ERRORS as exc:
+            except (*GROUP_ERRORS, StoreRefused) as exc:
                 self._count_conflict(exc)
                 return [exc]
+            except UnicodeEncodeError as exc:
+                return [self._refused(exc)]
             return [None]
         results: list[FlowError | None] = []
         with self._transaction() as conn:
@@ -94,18 +100,26 @@ class PostgresCommits(PostgresReads):
             for group in groups:
                 # A failed group's savepoint undoes its writes; so must our copy of the rows.
                 before = {run_id: run.last_sequence for run_id, run in locked.items()}
+                error: FlowError
                 try:
                     with conn.transaction():
                         self._apply(conn, group.writes, group.creates, group.now, locked)
-                except GROUP_ERRORS as exc:
+                except (*GROUP_ERRORS, psycopg.DataError, UnicodeEncodeError) as exc:
+                    # A data error is this group's alone (a value PostgreSQL cannot store): the
+                    # others commit, and the caller records why this one could not.
+                    error = (
+                        self._refused(exc)
+                        if isinstance(exc, psycopg.DataError | UnicodeEncodeError)
+                        else exc
+                    )
                     self._rolled_back(conn)  # to its savepoint
                     for run_id in list(locked):
                         if run_id in before:
                             locked[run_id].last_sequence = before[run_id]
                         else:  # locked by this group (it created the run): gone with it
                             del locked[run_id]
-                    self._count_conflict(exc)
-                    results.append(exc)
+                    self._count_conflict(error)
+                    results.append(error)
                 else:
                     results.append(None)
         return results

@@ -14,7 +14,7 @@ from contextlib import closing, contextmanager, suppress
 import psycopg
 from psycopg import pq, sql
 
-from flow_cli.errors import StoreError, StoreUnreachable
+from flow_cli.errors import StoreError, StoreRefused, StoreUnavailable, StoreUnreachable
 from flow_cli.store.due import DueHints
 from flow_cli.store.postgres import handoffs, hints
 from flow_cli.store.postgres.batch import Connection, Prepared
@@ -357,19 +357,29 @@ class PostgresConnections:
         with self._lock:
             self.stats.scheduler_rows_read += rows
 
+    def _refused(self, exc: psycopg.DataError | UnicodeEncodeError) -> StoreRefused:
+        """A value of one commit PostgreSQL (or the client's encoding) cannot take."""
+        reason = " ".join(str(exc).split())
+        return StoreRefused(
+            f"PostgreSQL at {self._where} refused a value of this commit ({reason}); nothing "
+            "of it was written."
+        )
+
     def _store_error(self, exc: psycopg.Error, *, lost: bool) -> StoreError:
         """One sentence naming the server (never the password) and what to do."""
         lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
         reason = (lines[0] if lines else type(exc).__name__).removeprefix("connection failed: ")
         for secret in self._secrets:
             reason = reason.replace(secret, "***")
+        if isinstance(exc, psycopg.DataError):
+            return self._refused(exc)
         if lost and REFUSED.search(reason):
             return StoreUnreachable(
                 f"PostgreSQL at {self._where} refused the connection ({reason}); check the "
                 "user, password and database name."
             )
         if lost:
-            return StoreUnreachable(
+            return StoreUnavailable(
                 f"PostgreSQL at {self._where} is unreachable ({reason}); check that the server "
                 "is running (the next call reconnects)."
             )

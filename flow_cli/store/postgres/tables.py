@@ -137,8 +137,13 @@ GUARD_FAILURES: tuple[type[Exception], ...] = (
     psycopg.errors.UniqueViolation,
     EventConflict,
     HookTokenInUse,
+    psycopg.DataError,
+    UnicodeEncodeError,
 )
-"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"."""
+"""The errors of a guarded commit that mean "a guard or a key said no", not "broken"; a data
+error too (a value one group holds that PostgreSQL cannot store, such as a NUL in text or a
+lone surrogate, which the client cannot even encode): the checking path then finds the group
+and commits the others."""
 
 
 Statements: TypeAlias = Connection | Batch
@@ -215,7 +220,9 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
 
 _INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
 _EVENT_ROW = "(%s, %s, %s, %s, %s)"
-_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::jsonb)"
+_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::json)"
+"""The writer's JSON text, cast to the column's ``json`` (a ``jsonb`` cast on the way would
+reorder keys, turn 1e20 into an integer and refuse ``\\u0000``)."""
 
 
 def insert_events(

@@ -34,13 +34,15 @@ from flow_cli.errors import (
     DatabaseCorrupt,
     DatabaseMissing,
     StoreError,
+    StoreRefused,
+    StoreUnavailable,
     StoreUnreachable,
 )
 from flow_cli.store import damage
 from flow_cli.store.doorbell import Doorbell
 from flow_cli.store.due import DueHints
 from flow_cli.store.protocol import StoreStats
-from flow_cli.store.sqlite import schema
+from flow_cli.store.sqlite import file, schema
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -156,8 +158,16 @@ class SQLiteConnections:
                     f"Cannot create Flow database {self.path}: "
                     f"directory {self.path.parent} does not exist."
                 )
+            try:
+                if file.create_private(self.path):
+                    return  # ours, empty until the schema is written
+            except OSError as exc:
+                raise StoreError(
+                    f"Cannot create Flow database {self.path}: {exc.strerror or exc}."
+                ) from None
         elif not os.access(self.path, os.R_OK):
             raise StoreUnreachable(f"Cannot read Flow database {self.path}: permission denied.")
+        file.refuse_empty(self.path, self.busy_timeout_ms / 1000)
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use."""
@@ -295,10 +305,16 @@ class SQLiteConnections:
                 time.sleep(min(pause, remaining))
             pause = min(pause * 1.5, _LOCK_PAUSE_MAX)
 
+    def _refused(self, exc: Exception) -> StoreRefused:
+        return StoreRefused(
+            f"Flow database {self.path} refused a value of this commit ({exc}); nothing of it "
+            "was written."
+        )
+
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
         if "locked" in text or "busy" in text:
-            return StoreUnreachable(
+            return StoreUnavailable(
                 f"Flow database {self.path} is locked by another connection; gave up after "
                 f"{self.busy_timeout_ms} ms (retry, or raise the busy timeout)."
             )
@@ -314,7 +330,7 @@ class SQLiteConnections:
                 f"Flow database {self.path} was opened read-only; this command cannot write."
             )
         if "disk is full" in text:
-            return StoreError(
+            return StoreUnavailable(
                 f"Flow database {self.path}: the disk is full; nothing was written (free space "
                 "on its filesystem; a worker retries on its own)."
             )

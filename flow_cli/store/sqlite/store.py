@@ -44,6 +44,10 @@ from flow_cli.store.sqlite.rows import (
     ts_or_none,
 )
 
+DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, OverflowError)
+"""What SQLite (or its binding) raises for a value it cannot take: a string that is not valid
+UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
+
 
 class SQLiteStore(SQLiteReads, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
@@ -228,6 +232,8 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
         except EventConflict:
             self.stats.conflicts += 1
             raise
+        except DATA_ERRORS as exc:
+            raise self._refused(exc) from exc
         self._doorbell.ring(work=makes_work(writes, creates))
         return envelopes(writes, stamp)
 
@@ -247,6 +253,8 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
                 if isinstance(exc, EventConflict):
                     self.stats.conflicts += 1
                 return [exc]
+            except DATA_ERRORS as exc:
+                return [self._refused(exc)]
             self._doorbell.ring(work=makes_work(group.writes, group.creates))
             return [None]
         results: list[FlowError | None] = []
@@ -260,6 +268,10 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
                     if isinstance(exc, EventConflict):
                         self.stats.conflicts += 1
                     results.append(exc)
+                except DATA_ERRORS as exc:
+                    # This group's alone (a value SQLite cannot take): the others commit.
+                    conn.execute("ROLLBACK TO flow_group")
+                    results.append(self._refused(exc))
                 else:
                     results.append(None)
                 conn.execute("RELEASE flow_group")
