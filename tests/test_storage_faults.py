@@ -264,7 +264,7 @@ def test_a_group_commit_with_one_refused_member_commits_the_others(
         assert "refused a value of this commit" in str(results[2])
         alone = store.commit_groups([groups[2]])
         assert isinstance(alone[0], StoreRefused)
-    assert len(store.list_runs()) == 4 * len(bad)
+    assert len(store.find_runs(RunFilter())) == 4 * len(bad)
     assert store.get_run("bad") is None
 
 
@@ -631,7 +631,7 @@ def test_the_group_committer_commits_each_alone_when_a_whole_batch_is_refused(
     ]
     results = GroupCommitter(store).commit_many(groups)
     assert [type(r).__name__ if r else None for r in results] == [None, "StoreRefused", None]
-    assert sorted(r.run_id for r in store.list_runs()) == ["a", "c"]
+    assert sorted(r.run_id for r in store.find_runs(RunFilter())) == ["a", "c"]
 
 
 @pytest.mark.postgres
