@@ -9,6 +9,10 @@
     ├── EventConflict            append_if_sequence saw a stale expected sequence
     ├── NonDeterminismError      a command re-issued a recorded identity with other parameters
     ├── WorkflowError            workflow code raised or returned something that is not a command
+    ├── NonDeterministicCall     workflow code read the clock, randomness or a fresh id
+    ├── CommandNotReturned       workflow code built a command and returned another one
+    ├── SuspensionCaught         workflow code caught Flow's suspension (a bare ``except``)
+    ├── UnknownPatch             ``ctx.patched(name)`` names a marker the build does not declare
     ├── HookNotFound             no hook was ever created with that token
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
@@ -156,6 +160,66 @@ class WorkflowError(FlowError):
         self.run_id = run_id
         self.error_type = error_type
         self.detail = message
+
+
+class NonDeterministicCall(FlowError):
+    """Workflow code called the wall clock, module-level ``random`` or ``uuid`` while deciding:
+    the value would differ on replay."""
+
+    def __init__(self, run_id: str, call: str, replacement: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code called {call} while deciding; it gives another "
+            f"value on every replay. Hint: use {replacement} instead (steps may call it)."
+        )
+        self.run_id = run_id
+        self.call = call
+        self.replacement = replacement
+
+
+class CommandNotReturned(FlowError):
+    """Workflow code built a command (``ctx.schedule_step`` ...) and returned another one: the
+    command it built would never happen."""
+
+    def __init__(self, run_id: str, built: str, returned: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code built {built} but returned {returned}, so it would "
+            "never happen. Hint: return it, or gather it with ctx.all_steps (ctx.all_children, "
+            "ctx.schedule_steps)."
+        )
+        self.run_id = run_id
+        self.built = built
+        self.returned = returned
+
+
+class SuspensionCaught(FlowError):
+    """Workflow code caught the suspension a sequential helper raises (``ctx.step`` ...) and
+    went on: the helper's command would never happen."""
+
+    def __init__(self, run_id: str, identity: str, returned: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code caught Flow's suspension of {identity} and went on "
+            f"to {returned}; {identity} would never run. Hint: do not wrap ctx helpers in a bare "
+            "`except:` or `except BaseException:`; catch the exceptions you mean "
+            "(`except StepFailedError:`, `except Exception:`)."
+        )
+        self.run_id = run_id
+        self.identity = identity
+        self.returned = returned
+
+
+class UnknownPatch(FlowError):
+    """``ctx.patched(name)`` names a patch marker the run's build does not declare."""
+
+    def __init__(self, run_id: str, name: str, declared: Sequence[str]) -> None:
+        known = ", ".join(repr(p) for p in sorted(declared)) or "none"
+        super().__init__(
+            f"Run {run_id!r}: ctx.patched({name!r}) names a patch marker the build does not "
+            f"declare (declared: {known}). Hint: add it to Runtime(patches=[...]) or fix the "
+            "name."
+        )
+        self.run_id = run_id
+        self.name = name
+        self.declared = tuple(declared)
 
 
 class HookNotFound(FlowError):
