@@ -18,6 +18,7 @@ import pytest
 from engine_workflows import data, keys, make_engine
 
 from flow_cli import Runtime
+from flow_cli.engine.sticky import STICKY_FROM
 from flow_cli.errors import WorkflowError
 from flow_cli.model import deciding
 from flow_cli.model.clock import ManualClock
@@ -310,3 +311,60 @@ def test_a_declared_marker_is_false_for_runs_started_before_it() -> None:
         event=RunStarted(spec=spec, seed="00" * 16),
     )
     assert new.decide(WorkflowRunSnapshot.start(started)) == Complete(result=False)
+
+
+# -- in a kept workflow call (flow_cli.engine.sticky) -------------------------------------------
+
+
+def _long_chain(after: Callable[[object], object]) -> Runtime:
+    def chain(ctx):
+        x = 0
+        for i in range(STICKY_FROM + 4):
+            x = ctx.step(f"s{i}", "echo", x + 1)
+        return after(ctx)
+
+    return _runtime("sticky-guard-1", chain)
+
+
+@pytest.mark.parametrize(
+    ("after", "error_type"),
+    [
+        (lambda ctx: ctx.complete(random.random()), "NonDeterministicCall"),
+        (lambda ctx: ctx.complete(ctx.patched("nope")), "UnknownPatch"),
+        (
+            lambda ctx: (ctx.schedule_step("audit", "echo", 1), ctx.complete(None))[1],
+            "CommandNotReturned",
+        ),
+    ],
+)
+def test_the_guards_hold_in_a_kept_workflow_call(
+    store: EventStore, clock: ManualClock, after: Callable[[object], object], error_type: str
+) -> None:
+    engine = make_engine(store, [_long_chain(after)], clock)
+    engine.start("w", run_id="r")
+    engine.tick(until_idle=True)
+    assert engine.decider.sticky.resumed > 0  # the call was kept, not replayed
+    assert data(engine, "r", "decision_failed")[0]["error_type"] == error_type
+    assert engine.snapshot("r").status is not RunStatus.COMPLETED
+
+
+def test_a_suspension_caught_in_a_kept_call_is_a_decision_failed(
+    store: EventStore, clock: ManualClock
+) -> None:
+    def chain(ctx):
+        x = 0
+        for i in range(STICKY_FROM + 4):
+            x = ctx.step(f"s{i}", "echo", x + 1)
+        try:
+            got = ctx.receive("go", "go")
+        except:  # noqa: E722 - the mistake under test
+            got = None
+        x = got or x
+        return ctx.complete(ctx.step("last", "echo", x))
+
+    engine = make_engine(store, [_runtime("sticky-caught-1", chain)], clock)
+    engine.start("w", run_id="r")
+    engine.tick(until_idle=True)
+    assert engine.decider.sticky.resumed > 0
+    assert data(engine, "r", "decision_failed")[0]["error_type"] == "SuspensionCaught"
+    assert "last" not in engine.snapshot("r").steps
