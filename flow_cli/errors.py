@@ -136,11 +136,13 @@ class NonDeterminismError(FlowError):
 
     def __init__(self, run_id: str, sequence: int, mismatches: Sequence[Mismatch]) -> None:
         parts = "; ".join(
-            f"{m.identity}: {m.field} was recorded as {_short(m.recorded)} "
-            f"but the workflow now proposes {_short(m.produced)}"
+            "{}: {} was recorded as {} but the workflow now proposes {}".format(
+                m.identity, m.field, *_side_by_side(m.recorded, m.produced)
+            )
             if m.field != REUSED_ID_FIELD
-            else f"{m.identity}: used twice in one decision, first with {_short(m.recorded)} "
-            f"then with {_short(m.produced)}"
+            else "{}: used twice in one decision, first with {} then with {}".format(
+                m.identity, *_side_by_side(m.recorded, m.produced)
+            )
             for m in mismatches
         )
         hints = list(dict.fromkeys(m.hint for m in mismatches))
@@ -268,11 +270,41 @@ class StoreError(FlowError):
     """The database is missing, locked, unreachable or not a Flow database."""
 
 
-def _short(value: Any, limit: int = 120) -> str:
+SHOWN_CHARS = 120
+"""How much of a recorded or produced value a message shows."""
+
+
+def _text(value: Any) -> str:
     import json
 
     try:
-        text = json.dumps(value, sort_keys=True, default=str)
+        return json.dumps(value, sort_keys=True, default=str)
     except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return repr(value)
+
+
+def _side_by_side(recorded: Any, produced: Any, limit: int = SHOWN_CHARS) -> tuple[str, str]:
+    """Both values as JSON text, cut to ``limit`` characters around their first difference.
+
+    Cutting each at its start would hide a difference that lies further in (two step inputs
+    equal but for a time stamp at the end): both sides show the same window, starting a little
+    before the first character where they differ, so the difference stays visible.
+    """
+    a, b = _text(recorded), _text(produced)
+    if len(a) <= limit and len(b) <= limit:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None:
+        first = min(len(a), len(b))
+    # Shifted only when the difference would fall outside a window that starts at 0.
+    start = 0 if first + limit // 4 < limit else first - limit // 4
+    return _window(a, start, limit), _window(b, start, limit)
+
+
+def _window(text: str, start: int, limit: int) -> str:
+    if start == 0 and len(text) <= limit:
+        return text
+    head = "…" if start > 0 else ""
+    body = text[start : start + limit - len(head)]
+    tail = "…" if start + len(body) < len(text) else ""
+    return head + (body[: len(body) - len(tail)] if tail else body) + tail

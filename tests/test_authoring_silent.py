@@ -19,7 +19,7 @@ from engine_workflows import data, keys, make_engine
 
 from flow_cli import Runtime
 from flow_cli.engine.sticky import STICKY_FROM
-from flow_cli.errors import WorkflowError
+from flow_cli.errors import Mismatch, NonDeterminismError, WorkflowError
 from flow_cli.model import deciding
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import Complete
@@ -368,3 +368,15 @@ def test_a_suspension_caught_in_a_kept_call_is_a_decision_failed(
     assert engine.decider.sticky.resumed > 0
     assert data(engine, "r", "decision_failed")[0]["error_type"] == "SuspensionCaught"
     assert "last" not in engine.snapshot("r").steps
+
+
+def test_a_long_value_shows_where_recorded_and_produced_differ() -> None:
+    recorded = {"order": "x" * 300, "stamp": "2026-12-04T10:00:00.000001"}
+    produced = {"order": "x" * 300, "stamp": "2026-12-04T10:00:07.123456"}
+    error = NonDeterminismError(
+        "r", 4, [Mismatch(identity="step 'a'", field="input", recorded=recorded, produced=produced)]
+    )
+    message = str(error)
+    assert '"stamp": "2026-12-04T10:00:00.000001"' in message
+    assert '"stamp": "2026-12-04T10:00:07.123456"' in message
+    assert "was recorded as …" in message  # the common start is left out, on both sides
