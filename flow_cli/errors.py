@@ -98,6 +98,8 @@ class Mismatch:
     """The value in history (``None`` when the identity was never recorded)."""
     produced: Any
     """The value the workflow code proposes now."""
+    cause: str | None = None
+    """What is known of the cause beyond the field (``MOVES_WITH_NOW``), for the hint."""
 
     @property
     def hint(self) -> str:
@@ -106,6 +108,11 @@ class Mismatch:
 
 
 HINT_CLOCK = "did workflow code read the clock? derive deadlines from ctx.now or ctx.started_at"
+HINT_MOVING_DEADLINE = (
+    "the deadline moves with ctx.now (ctx.now + a duration is later at every decision): "
+    "derive it from ctx.started_at, or use timeout= (counted from the decision that opened the "
+    "wait)"
+)
 HINT_REUSED_ID = "ids are unique within a run: give each call its own id (e.g. f'send-{recipient}')"
 HINT_PATCHED = (
     "a change under the same build: guard it with ctx.patched('...') or start new runs "
@@ -114,6 +121,8 @@ HINT_PATCHED = (
 HINT_MISSING_RETURN = (
     "the workflow returned None: return the command, e.g. `return ctx.complete(result)`"
 )
+MOVES_WITH_NOW = "moves-with-now"
+"""``Mismatch.cause`` of a deadline that is ctx.now plus the same duration at every decision."""
 REUSED_ID_FIELD = "id"
 """The ``Mismatch.field`` of one identity used twice in one decision."""
 
@@ -125,7 +134,7 @@ def mismatch_hint(mismatch: Mismatch) -> str:
     else is a change of code under the same build.
     """
     if mismatch.field == "deadline":
-        return HINT_CLOCK
+        return HINT_MOVING_DEADLINE if mismatch.cause == MOVES_WITH_NOW else HINT_CLOCK
     if mismatch.field == REUSED_ID_FIELD:
         return HINT_REUSED_ID
     return HINT_PATCHED

@@ -10,10 +10,11 @@ import hashlib
 import hmac
 import random as _random
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NoReturn, assert_never
 
 from flow_cli.errors import (
+    MOVES_WITH_NOW,
     REUSED_ID_FIELD,
     CommandNotReturned,
     InputError,
@@ -40,7 +41,7 @@ from flow_cli.model.commands import (
 )
 from flow_cli.model.jsonval import JsonValue, normalise
 from flow_cli.model.retry import RetryPolicy, intern
-from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
+from flow_cli.model.snapshot import WaitState, WorkflowRunSnapshot, deadline_wait_id
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
 DEFAULT_RETRY = intern(RetryPolicy())
@@ -491,32 +492,53 @@ class WorkflowContext:
         wait = self._snap.waits.get(wait_id)
         self.sleep_until(wait_id, wait.deadline if wait is not None else self.now + delta)
 
-    def timer(self, wait_id: str, deadline: datetime) -> bool:
+    def timer(
+        self,
+        wait_id: str,
+        deadline: datetime | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+    ) -> bool:
         """Open a timer without waiting on it; True once it has fired.
 
-        The first call ends this decision to record the timer; later calls return at once, and
-        the run wakes when the timer fires whatever it is waiting on then (a deadline).
+        Give ``deadline`` (a UTC datetime) or ``timeout`` (seconds or a ``timedelta``, counted
+        from ``ctx.now`` at the decision that opens the timer, as ``ctx.sleep`` does). The
+        first call ends this decision to record the timer; later calls return at once, and the
+        run wakes when the timer fires whatever it is waiting on then (a deadline).
         """
+        deadline = self._timeout(f"timer {wait_id!r}", wait_id, deadline, timeout)
+        if deadline is None:
+            raise InputError(f"timer {wait_id!r}: give deadline= or timeout=")
         self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
         wait = self._snap.waits.get(wait_id)
         if wait is None:
             self.suspend(self._wait_until(wait_id, deadline))  # not blocking: the code goes on
         if wait.deadline != deadline:
-            self._check(self._wait_until(wait_id, deadline))
+            self._check_deadline(wait_id, wait, deadline)
         return wait.done
 
     def receive(
-        self, wait_id: str, signal_name: str, deadline: datetime | None = None
+        self,
+        wait_id: str,
+        signal_name: str,
+        deadline: datetime | None = None,
+        *,
+        timeout: float | timedelta | None = None,
     ) -> JsonValue:
         """The payload of signal ``signal_name`` once delivered; otherwise wait for it.
 
-        With ``deadline`` (a UTC datetime), returns ``TIMED_OUT`` if the deadline passes first;
-        a signal that arrives later is kept for the next wait on that name. Waiting on both
+        With ``deadline`` (a UTC datetime) or ``timeout`` (seconds or a ``timedelta``, counted
+        from ``ctx.now`` at the decision that opens the wait's timer, as ``ctx.sleep`` does),
+        returns ``TIMED_OUT`` if that time passes first; a signal that arrives later is kept for
+        the next wait on that name. Waiting on both
         takes two decisions: the first opens the signal wait (a signal that came early is
         delivered at once), the second opens the timer ``f"{wait_id}:deadline"``; then the run
         parks until one of them happens.
         """
         snap = self._snap
+        deadline = self._timeout(
+            f"signal wait {wait_id!r}", deadline_wait_id(wait_id), deadline, timeout
+        )
         given = {"signal_name": signal_name, "deadline": _iso(deadline)}
         self._use("wait", wait_id, f"signal wait {wait_id!r}", given)
         wait = snap.signal_waits.get(wait_id)
@@ -540,18 +562,21 @@ class WorkflowContext:
         hook_id: str,
         deadline: datetime | None = None,
         *,
+        timeout: float | timedelta | None = None,
         token: str | None = None,
         metadata: JsonValue = None,
     ) -> JsonValue:
         """The hook's callback payload once resolved, else ``None`` (a reader).
 
-        Given ``deadline`` or ``token`` it waits instead: it creates the hook (token
-        ``ctx.new_token(hook_id)`` unless given) and ends this decision until the callback
-        arrives, or returns ``TIMED_OUT`` once ``deadline`` passed first. As with
+        Given ``deadline``, ``timeout`` or ``token`` it waits instead: it creates the hook
+        (token ``ctx.new_token(hook_id)`` unless given) and ends this decision until the
+        callback arrives, or returns ``TIMED_OUT`` once the deadline passed first (``timeout``
+        counts from ``ctx.now`` at the decision that opens the hook's timer). As with
         ``ctx.receive``, the hook and its timer ``f"{hook_id}:deadline"`` are opened by two
         decisions.
         """
         snap = self._snap
+        deadline = self._timeout(f"hook {hook_id!r}", deadline_wait_id(hook_id), deadline, timeout)
         hook = snap.hooks.get(hook_id)
         if deadline is None and token is None:
             if hook is None or not hook.resolved:
@@ -732,8 +757,42 @@ class WorkflowContext:
             )
             raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
         if timer.deadline != deadline:
-            self._check(self._wait_until(deadline_wait_id(wait_id), deadline))
+            self._check_deadline(deadline_wait_id(wait_id), timer, deadline)
         return timer.done
+
+    def _timeout(
+        self,
+        label: str,
+        timer_id: str,
+        deadline: datetime | None,
+        timeout: float | timedelta | None,
+    ) -> datetime | None:
+        """The deadline a ``timeout`` gives: ``ctx.now`` at the decision that opens timer
+        ``timer_id`` plus ``timeout``; once the timer is recorded, its recorded deadline."""
+        if timeout is None:
+            return deadline
+        if deadline is not None:
+            raise InputError(f"{label}: give deadline= or timeout=, not both")
+        timer = self._snap.waits.get(timer_id)
+        if timer is not None:
+            return timer.deadline
+        delta = timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout)
+        return self.now + delta
+
+    def _check_deadline(self, timer_id: str, timer: WaitState, deadline: datetime) -> None:
+        """A recorded timer asked for with another deadline: a ``NonDeterminismError``, whose
+        hint says so when the deadline is ``ctx.now`` plus the same duration as when the timer
+        opened (it moves with every decision)."""
+        if timer.opened_at is not None and deadline - self.now == timer.deadline - timer.opened_at:
+            mismatch = Mismatch(
+                identity=f"wait {timer_id!r}",
+                field="deadline",
+                recorded=timer.deadline.astimezone(UTC).isoformat(),
+                produced=deadline.astimezone(UTC).isoformat(),
+                cause=MOVES_WITH_NOW,
+            )
+            raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
+        self._check(self._wait_until(timer_id, deadline))
 
 
 def _recorded(snap: WorkflowRunSnapshot, command: RuntimeCommand) -> bool:

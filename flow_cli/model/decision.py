@@ -306,12 +306,15 @@ def _check_hosted(snapshot: WorkflowRunSnapshot, code: WorkflowCode, result: Pla
 
 
 def _mismatch_json(m: Mismatch) -> dict[str, Any]:
-    return {
+    data = {
         "identity": m.identity,
         "field": m.field,
         "recorded": m.recorded,
         "produced": m.produced,
     }
+    if m.cause is not None:
+        data["cause"] = m.cause
+    return data
 
 
 __all__ = [

@@ -80,6 +80,8 @@ class WaitState:
     fired_at: datetime | None = None
     fired_sequence: int | None = None
     """Sequence of its ``wait_completed``."""
+    opened_at: datetime | None = None
+    """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -424,7 +426,10 @@ class WorkflowRunSnapshot:
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
-                    wait_id=event.wait_id, deadline=event.deadline, sequence=envelope.sequence
+                    wait_id=event.wait_id,
+                    deadline=event.deadline,
+                    sequence=envelope.sequence,
+                    opened_at=at,
                 )
                 self.open_deadlines[event.wait_id] = event.deadline
             case WaitCompleted():
