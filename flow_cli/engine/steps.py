@@ -32,6 +32,7 @@ from flow_cli.model.jsonval import normalise
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
+from flow_cli.model.tracebacks import code_traceback
 from flow_cli.runtime import Runtime, StepInfo
 from flow_cli.store.protocol import CommitGroup, StepLease
 
@@ -250,6 +251,7 @@ class StepExecutor:
             message=str(exc) or repr(exc),
             next_attempt_at=next_at,
             exhausted=exhausted,
+            traceback=code_traceback(exc),
         )
 
     def _record(

@@ -41,7 +41,12 @@ from flow_cli.model.commands import (
 )
 from flow_cli.model.jsonval import JsonValue, normalise
 from flow_cli.model.retry import RetryPolicy, intern
-from flow_cli.model.snapshot import WaitState, WorkflowRunSnapshot, deadline_wait_id
+from flow_cli.model.snapshot import (
+    WaitState,
+    WorkflowRunSnapshot,
+    deadline_wait_id,
+    without_traceback,
+)
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
 DEFAULT_RETRY = intern(RetryPolicy())
@@ -187,7 +192,7 @@ class WorkflowContext:
         step = self._snap.steps.get(step_id)
         if step is None or step.status is not StepStatus.FAILED:
             return None
-        return self._snap.json_payload(step.error)
+        return self._snap.json_payload(without_traceback(step.error))
 
     def wait_done(self, wait_id: str) -> bool:
         """True once the timer fired or the signal wait received its signal."""
@@ -436,13 +441,13 @@ class WorkflowContext:
         if step.status is StepStatus.COMPLETED:
             return self._snap.json_payload(step.output)
         if step.status is StepStatus.FAILED:
-            raise StepFailedError(step_id, self._snap.json_payload(step.error))
+            raise StepFailedError(step_id, self._snap.json_payload(without_traceback(step.error)))
         self.suspend(self._schedule_step(step_id, name, input, policy), blocking=True)
 
     def _settled_output(self, step_id: str) -> JsonValue:
         step = self._snap.steps[step_id]
         if step.status is StepStatus.FAILED:
-            raise StepFailedError(step_id, self._snap.json_payload(step.error))
+            raise StepFailedError(step_id, self._snap.json_payload(without_traceback(step.error)))
         return self._snap.json_payload(step.output)
 
     def all_steps(
@@ -473,7 +478,9 @@ class WorkflowContext:
         outputs: list[JsonValue] = []
         for step in recorded:
             if step is not None and step.status is StepStatus.FAILED:
-                raise StepFailedError(step.step_id, self._snap.json_payload(step.error))
+                raise StepFailedError(
+                    step.step_id, self._snap.json_payload(without_traceback(step.error))
+                )
         for step in recorded:
             if step is None or step.status is not StepStatus.COMPLETED:
                 self.suspend(batch, blocking=True)
