@@ -7,6 +7,7 @@ in workflow code, and an undeclared patch marker.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -380,3 +381,33 @@ def test_a_long_value_shows_where_recorded_and_produced_differ() -> None:
     assert '"stamp": "2026-12-04T10:00:00.000001"' in message
     assert '"stamp": "2026-12-04T10:00:07.123456"' in message
     assert "was recorded as …" in message  # the common start is left out, on both sides
+
+
+# -- a blocking call in workflow code -----------------------------------------------------------
+
+
+def test_a_decision_that_blocks_is_a_warning_naming_the_run(
+    store: EventStore,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from flow_cli.engine import decider
+    from flow_cli.engine.observe import EVENTS_LOGGER, LogObserver
+
+    monkeypatch.setattr(decider, "SLOW_DECISION_SECONDS", 0.05)
+
+    def blocks(ctx):
+        time.sleep(0.1)  # the mistake: it stalls every run this worker decides
+        return ctx.complete(None)
+
+    engine = make_engine(store, [_runtime("blocks-1", blocks)], clock)
+    engine.observe(LogObserver())
+    engine.start("w", run_id="sleepy")
+    with caplog.at_level(logging.WARNING, logger=EVENTS_LOGGER):
+        engine.tick(until_idle=True)
+    (record,) = [r for r in caplog.records if getattr(r, "flow_event", None) == "decision_slow"]
+    assert record.levelno == logging.WARNING
+    assert "slow decision: run sleepy (w, build blocks-1) spent 0.1 s" in record.getMessage()
+    assert "move blocking calls (time.sleep, I/O) into a step" in record.getMessage()
+    assert record.flow_fields["run_id"] == "sleepy"  # type: ignore[attr-defined]

@@ -134,6 +134,10 @@ class Observer:
     def timer_fired(self, run: RunRef, wait_id: str, lateness: float) -> None:
         """A due timer was recorded as fired, ``lateness`` seconds after its deadline."""
 
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        """One decision of the run took ``seconds`` (more than ``SLOW_DECISION_SECONDS``): its
+        workflow code blocked, and every run this worker decides waited meanwhile."""
+
     def lease_lost(self, lease: StepLease) -> None:
         """This worker no longer holds the lease of an attempt it runs: another worker may run
         the same attempt again (the first end recorded counts; a later one is discarded)."""
@@ -211,6 +215,10 @@ class Observers(Observer):
         for o in self.observers:
             o.timer_fired(run, wait_id, lateness)
 
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        for o in self.observers:
+            o.decision_slow(run, seconds)
+
     def lease_lost(self, lease: StepLease) -> None:
         for o in self.observers:
             o.lease_lost(lease)
@@ -282,7 +290,8 @@ class LogObserver(Observer):
     """One log record per notable event on the ``flow.events`` logger; quiet while healthy.
 
     Levels: ``ERROR`` a decision failed, a step exhausted, a run failed; ``WARNING`` a step
-    attempt failed (with its next attempt), a lease lost, the database unavailable; ``INFO`` a
+    attempt failed (with its next attempt), a decision that blocked for more than a second, a
+    lease lost, the database unavailable; ``INFO`` a
     decision recovered, the database back; ``DEBUG`` every other run ending. Each record's
     ``message`` is one sentence; ``record.flow_event`` names the event and ``record.flow_fields``
     holds its fields (``run_id``, ``workflow``, ``build_id``, ``step_id``, ``step``,
@@ -390,6 +399,18 @@ class LogObserver(Observer):
         else:
             message = f"run ended: {run.run_id} ({_of(run)}): {status.value}"
             self._emit(level, "run_ended", message, fields)
+
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        if not self.log.isEnabledFor(logging.WARNING):
+            return
+        self._emit(
+            logging.WARNING,
+            "decision_slow",
+            f"slow decision: run {run.run_id} ({_of(run)}) spent {seconds:.1f} s in workflow "
+            "code, and the worker's other decisions waited; move blocking calls (time.sleep, "
+            "I/O) into a step, and wait with ctx.sleep",
+            {**_run_fields(run), "seconds": round(seconds, 3)},
+        )
 
     def lease_lost(self, lease: StepLease) -> None:
         if not self.log.isEnabledFor(logging.WARNING):
