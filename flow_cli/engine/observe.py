@@ -289,7 +289,8 @@ def notify_committed(
 class LogObserver(Observer):
     """One log record per notable event on the ``flow.events`` logger; quiet while healthy.
 
-    Levels: ``ERROR`` a decision failed, a step exhausted, a run failed; ``WARNING`` a step
+    Levels: ``ERROR`` a decision failed, a step exhausted, a run failed (the first two with the
+    code's traceback in ``flow_fields["traceback"]``); ``WARNING`` a step
     attempt failed (with its next attempt), a decision that blocked for more than a second, a
     lease lost, the database unavailable; ``INFO`` a
     decision recovered, the database back; ``DEBUG`` every other run ending. Each record's
@@ -361,7 +362,6 @@ class LogObserver(Observer):
                 "error_type": error_type,
                 "error": message,
                 "next_attempt_at": _time(next_attempt_at),
-                "traceback": traceback,
             },
         )
 
