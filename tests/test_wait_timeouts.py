@@ -129,3 +129,20 @@ def test_the_moving_deadline_hint_in_the_testing_kit() -> None:
     with pytest.raises(NonDeterminismError) as raised:
         env.signal(run, "approve", {"ok": True})
     assert "use timeout=" in str(raised.value)
+
+
+def test_a_timer_deadline_that_moves_with_ctx_now_gets_the_hint_too() -> None:
+    rt = Runtime(build_id="moving-timer-1")
+
+    @rt.workflow("nap")
+    def nap(ctx):
+        ctx.sleep_until("nap", ctx.now + timedelta(hours=1))  # the mistake: use ctx.sleep
+        return ctx.complete("rested")
+
+    env = WorkflowEnvironment(rt)
+    env.start("nap")
+    env.run_until_idle()
+    with pytest.raises(NonDeterminismError) as raised:
+        env.advance(hours=2)
+    assert "wait 'nap': deadline" in str(raised.value)
+    assert HINT_MOVING_DEADLINE in str(raised.value)
