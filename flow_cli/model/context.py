@@ -109,8 +109,10 @@ class WorkflowContext:
         self._built: list[RuntimeCommand] = []
         """Commands the workflow code built with ``ctx`` methods in this call: each must be
         returned, or be part of what is returned (``CommandNotReturned``)."""
-        self._suspended: Suspend | None = None
-        """The first suspension a sequential helper raised in this call."""
+        self._suspended: RuntimeCommand | None = None
+        """The command of the first suspension a sequential helper raised in this call (not
+        the exception: its traceback holds the frames that hold this ctx, a reference cycle
+        that would keep every decision's snapshot alive until the garbage collector runs)."""
         self._rng: _random.Random | None = None
         # Identities the sequential helpers used in this decision, with what they were given.
         self._used_steps: dict[str, tuple[str, JsonValue]] = {}
@@ -681,10 +683,9 @@ class WorkflowContext:
         ``blocking=True`` promises that, called again before the command's identity settles, the
         code would stop at the same place: the engine then parks the run without asking again.
         """
-        suspension = Suspend(command, blocking=blocking)
         if self._suspended is None:
-            self._suspended = suspension
-        raise suspension
+            self._suspended = command
+        raise Suspend(command, blocking=blocking)
 
     # -- guards --------------------------------------------------------------------------------
 
@@ -696,17 +697,15 @@ class WorkflowContext:
         built for a new identity is neither ``command`` nor one of its members.
         """
         first = self._suspended
-        if first is not None and first is not suspension:
-            raise SuspensionCaught(self._snap.run_id, describe(first.command), describe(command))
+        if first is not None and (suspension is None or first is not suspension.command):
+            raise SuspensionCaught(self._snap.run_id, describe(first), describe(command))
         if self._built and suspension is None:
             self._all_returned(command)
 
     def _before_handoff(self, command: ScheduleStep) -> None:
         """What ``_ended`` checks, for a kept call handing a new step to the engine."""
         if self._suspended is not None:
-            raise SuspensionCaught(
-                self._snap.run_id, describe(self._suspended.command), describe(command)
-            )
+            raise SuspensionCaught(self._snap.run_id, describe(self._suspended), describe(command))
         refused = deciding.refused()
         if refused is not None:
             raise refused
