@@ -11,6 +11,10 @@
     ├── WorkflowError            workflow code raised or returned something that is not a command
     ├── RunIdTaken               a child's or successor's derived run id belongs to another run
     ├── ForkDiverges             a fork's copied history does not replay on its build
+    ├── NonDeterministicCall     workflow code read the clock, randomness or a fresh id
+    ├── CommandNotReturned       workflow code built a command and returned another one
+    ├── SuspensionCaught         workflow code caught Flow's suspension (a bare ``except``)
+    ├── UnknownPatch             ``ctx.patched(name)`` names a marker the build does not declare
     ├── HookNotFound             no hook was ever created with that token
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
@@ -111,6 +115,8 @@ class Mismatch:
     """The value in history (``None`` when the identity was never recorded)."""
     produced: Any
     """The value the workflow code proposes now."""
+    cause: str | None = None
+    """What is known of the cause beyond the field (``MOVES_WITH_NOW``), for the hint."""
 
     @property
     def hint(self) -> str:
@@ -119,6 +125,11 @@ class Mismatch:
 
 
 HINT_CLOCK = "did workflow code read the clock? derive deadlines from ctx.now or ctx.started_at"
+HINT_MOVING_DEADLINE = (
+    "the deadline moves with ctx.now (ctx.now + a duration is later at every decision): "
+    "derive it from ctx.started_at, or use timeout= (counted from the decision that opened the "
+    "wait)"
+)
 HINT_REUSED_ID = "ids are unique within a run: give each call its own id (e.g. f'send-{recipient}')"
 HINT_PATCHED = (
     "a change under the same build: guard it with ctx.patched('...') or start new runs "
@@ -127,6 +138,8 @@ HINT_PATCHED = (
 HINT_MISSING_RETURN = (
     "the workflow returned None: return the command, e.g. `return ctx.complete(result)`"
 )
+MOVES_WITH_NOW = "moves-with-now"
+"""``Mismatch.cause`` of a deadline that is ctx.now plus the same duration at every decision."""
 REUSED_ID_FIELD = "id"
 """The ``Mismatch.field`` of one identity used twice in one decision."""
 
@@ -138,7 +151,7 @@ def mismatch_hint(mismatch: Mismatch) -> str:
     else is a change of code under the same build.
     """
     if mismatch.field == "deadline":
-        return HINT_CLOCK
+        return HINT_MOVING_DEADLINE if mismatch.cause == MOVES_WITH_NOW else HINT_CLOCK
     if mismatch.field == REUSED_ID_FIELD:
         return HINT_REUSED_ID
     return HINT_PATCHED
@@ -149,11 +162,13 @@ class NonDeterminismError(FlowError):
 
     def __init__(self, run_id: str, sequence: int, mismatches: Sequence[Mismatch]) -> None:
         parts = "; ".join(
-            f"{m.identity}: {m.field} was recorded as {_short(m.recorded)} "
-            f"but the workflow now proposes {_short(m.produced)}"
+            "{}: {} was recorded as {} but the workflow now proposes {}".format(
+                m.identity, m.field, *_side_by_side(m.recorded, m.produced)
+            )
             if m.field != REUSED_ID_FIELD
-            else f"{m.identity}: used twice in one decision, first with {_short(m.recorded)} "
-            f"then with {_short(m.produced)}"
+            else "{}: used twice in one decision, first with {} then with {}".format(
+                m.identity, *_side_by_side(m.recorded, m.produced)
+            )
             for m in mismatches
         )
         hints = list(dict.fromkeys(m.hint for m in mismatches))
@@ -173,6 +188,66 @@ class WorkflowError(FlowError):
         self.run_id = run_id
         self.error_type = error_type
         self.detail = message
+
+
+class NonDeterministicCall(FlowError):
+    """Workflow code called the wall clock, module-level ``random`` or ``uuid`` while deciding:
+    the value would differ on replay."""
+
+    def __init__(self, run_id: str, call: str, replacement: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code called {call} while deciding; it gives another "
+            f"value on every replay. Hint: use {replacement} instead (steps may call it)."
+        )
+        self.run_id = run_id
+        self.call = call
+        self.replacement = replacement
+
+
+class CommandNotReturned(FlowError):
+    """Workflow code built a command (``ctx.schedule_step`` ...) and returned another one: the
+    command it built would never happen."""
+
+    def __init__(self, run_id: str, built: str, returned: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code built {built} but returned {returned}, so it would "
+            "never happen. Hint: return it, or gather it with ctx.all_steps (ctx.all_children, "
+            "ctx.schedule_steps)."
+        )
+        self.run_id = run_id
+        self.built = built
+        self.returned = returned
+
+
+class SuspensionCaught(FlowError):
+    """Workflow code caught the suspension a sequential helper raises (``ctx.step`` ...) and
+    went on: the helper's command would never happen."""
+
+    def __init__(self, run_id: str, identity: str, returned: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: workflow code caught Flow's suspension of {identity} and went on "
+            f"to {returned}; {identity} would never run. Hint: do not wrap ctx helpers in a bare "
+            "`except:` or `except BaseException:`; catch the exceptions you mean "
+            "(`except StepFailedError:`, `except Exception:`)."
+        )
+        self.run_id = run_id
+        self.identity = identity
+        self.returned = returned
+
+
+class UnknownPatch(FlowError):
+    """``ctx.patched(name)`` names a patch marker the run's build does not declare."""
+
+    def __init__(self, run_id: str, name: str, declared: Sequence[str]) -> None:
+        known = ", ".join(repr(p) for p in sorted(declared)) or "none"
+        super().__init__(
+            f"Run {run_id!r}: ctx.patched({name!r}) names a patch marker the build does not "
+            f"declare (declared: {known}). Hint: add it to Runtime(patches=[...]) or fix the "
+            "name."
+        )
+        self.run_id = run_id
+        self.name = name
+        self.declared = tuple(declared)
 
 
 class HookNotFound(FlowError):
@@ -274,14 +349,44 @@ class StepOutputNotJSON(FlowError):
         self.problem = problem
 
 
-def _short(value: Any, limit: int = 120) -> str:
+SHOWN_CHARS = 120
+"""How much of a recorded or produced value a message shows."""
+
+
+def _text(value: Any) -> str:
     import json
 
     try:
-        text = json.dumps(value, sort_keys=True, default=str)
+        return json.dumps(value, sort_keys=True, default=str)
     except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return repr(value)
+
+
+def _side_by_side(recorded: Any, produced: Any, limit: int = SHOWN_CHARS) -> tuple[str, str]:
+    """Both values as JSON text, cut to ``limit`` characters around their first difference.
+
+    Cutting each at its start would hide a difference that lies further in (two step inputs
+    equal but for a time stamp at the end): both sides show the same window, starting a little
+    before the first character where they differ, so the difference stays visible.
+    """
+    a, b = _text(recorded), _text(produced)
+    if len(a) <= limit and len(b) <= limit:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None:
+        first = min(len(a), len(b))
+    # Shifted only when the difference would fall outside a window that starts at 0.
+    start = 0 if first + limit // 4 < limit else first - limit // 4
+    return _window(a, start, limit), _window(b, start, limit)
+
+
+def _window(text: str, start: int, limit: int) -> str:
+    if start == 0 and len(text) <= limit:
+        return text
+    head = "…" if start > 0 else ""
+    body = text[start : start + limit - len(head)]
+    tail = "…" if start + len(body) < len(text) else ""
+    return head + (body[: len(body) - len(tail)] if tail else body) + tail
 
 
 class RunIdTaken(FlowError):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
+from flow_cli.model import deciding
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import STEP_NAME_ATTRIBUTE, Suspend, WorkflowContext
 from flow_cli.model.decision import Proposal
@@ -46,6 +47,7 @@ class Runtime:
             raise ConfigError("Runtime(build_id=...) must not be empty")
         self.build_id = build_id
         self.patches = tuple(patches)
+        deciding.install()  # refuse the clock, randomness and fresh ids in workflow code
         self.workflows: dict[str, WorkflowFn] = {}
         self.steps: dict[str, StepFn] = {}
 
@@ -94,11 +96,30 @@ class Runtime:
         fn = self.workflows.get(snapshot.spec.workflow)
         if fn is None:
             raise WorkflowNotFound(snapshot.spec.workflow, list(self.workflows))
+        previous = deciding.enter(snapshot.run_id)
         try:
-            command = fn(WorkflowContext(snapshot))
+            proposal = self.call(fn, WorkflowContext(snapshot, self.patches), snapshot)
+        except BaseException as exc:
+            refused = deciding.leave(previous)
+            if refused is not None and refused is not exc:
+                # The code caught the refused call and failed otherwise: the call is the cause.
+                raise refused from None
+            raise
+        refused = deciding.leave(previous)
+        if refused is not None:
+            raise refused  # the code caught it and went on
+        return proposal
+
+    def call(self, fn: WorkflowFn, ctx: WorkflowContext, snapshot: WorkflowRunSnapshot) -> Proposal:
+        """Call workflow ``fn`` once with ``ctx`` and check how it ended (``ctx._ended``)."""
+        try:
+            command = fn(ctx)
         except Suspend as suspend:
+            ctx._ended(suspend.command, suspend)
             return Proposal(suspend.command, suspend.blocking)
-        return self.proposal(snapshot, command)
+        proposal = self.proposal(snapshot, command)
+        ctx._ended(proposal.command)
+        return proposal
 
     def proposal(self, snapshot: WorkflowRunSnapshot, command: object) -> Proposal:
         """What the workflow function returned, checked to be one command."""

@@ -197,6 +197,7 @@ class WorkflowEnvironment:
                         field=str(m.get("field")),
                         recorded=m.get("recorded"),
                         produced=m.get("produced"),
+                        cause=m.get("cause") if isinstance(m.get("cause"), str) else None,
                     )
                     for m in event.mismatches
                     if isinstance(m, dict)

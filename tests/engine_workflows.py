@@ -375,7 +375,8 @@ def scenario_runtime(
         n = ctx.input["n"]
         if n < ctx.input["until"]:
             return ctx.continue_as_new({"n": n + 1, "until": ctx.input["until"]})
-        return ctx.complete({"n": n, "patched": ctx.patched("p1")})
+        # ctx.patched names only markers its build declares (an undeclared one is an error).
+        return ctx.complete({"n": n, "patched": "p1" in rt.patches and ctx.patched("p1")})
 
     # -- cancellation --
     @rt.workflow("cancel-plain")
@@ -392,7 +393,7 @@ def scenario_runtime(
     # -- versioning --
     @rt.workflow("which-build")
     def which_build(ctx):
-        return ctx.complete({"build": build_id, "fix": ctx.patched("fix")})
+        return ctx.complete({"build": build_id, "fix": "fix" in rt.patches and ctx.patched("fix")})
 
     return rt
 

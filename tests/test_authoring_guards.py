@@ -3,6 +3,7 @@ id, a clock read or a missing ``return`` is a ``decision_failed`` with a hint th
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -59,6 +60,15 @@ def test_a_reused_step_id_is_a_decision_failed_naming_it(
     assert engine.snapshot("reuse").status is not RunStatus.COMPLETED
 
 
+_ticks = itertools.count()
+
+
+def _wall_clock() -> datetime:
+    """A clock the guard of flow_cli.model.deciding cannot see (like ``from time import time``
+    bound before Flow was imported): it moves on every call."""
+    return datetime(2100, 1, 1, tzinfo=UTC) + timedelta(seconds=next(_ticks))
+
+
 def _clock_runtime() -> Runtime:
     rt = Runtime(build_id="clock-1")
 
@@ -68,7 +78,7 @@ def _clock_runtime() -> Runtime:
 
     @rt.workflow("clock-timer")
     def clock_timer(ctx):
-        passed = ctx.timer("deadline", datetime.now(UTC) + timedelta(hours=1))  # the mistake
+        passed = ctx.timer("deadline", _wall_clock() + timedelta(hours=1))  # the mistake
         ctx.step("work", "ok", 1)
         return ctx.complete(passed)
 
@@ -76,7 +86,7 @@ def _clock_runtime() -> Runtime:
     def clock_wait_until(ctx):
         if ctx.wait_done("deadline"):
             return ctx.complete("late")
-        return ctx.wait_until("deadline", datetime.now(UTC) + timedelta(hours=1))  # the mistake
+        return ctx.wait_until("deadline", _wall_clock() + timedelta(hours=1))  # the mistake
 
     return rt
 

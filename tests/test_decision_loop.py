@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -71,13 +72,22 @@ def test_breaking_the_closing_rule_changes_the_engine_and_replay_check_alike(
 # -- failed decisions ------------------------------------------------------------------------------
 
 
+_ticks = itertools.count()
+
+
+def _wall_clock() -> datetime:
+    """A clock the guard of flow_cli.model.deciding cannot see (like ``from time import time``
+    bound before Flow was imported): it moves on every call."""
+    return datetime(2100, 1, 1, tzinfo=UTC) + timedelta(seconds=next(_ticks))
+
+
 def _clock_reader() -> Runtime:
     rt = Runtime(build_id="clock-1")
 
     @rt.workflow("reads-clock")
     def reads_clock(ctx):  # type: ignore[no-untyped-def]
         # The mistake: a deadline from the wall clock, different on every call.
-        ctx.sleep_until("deadline", datetime.now(UTC) + timedelta(hours=1))
+        ctx.sleep_until("deadline", _wall_clock() + timedelta(hours=1))
         return ctx.complete(None)
 
     return rt

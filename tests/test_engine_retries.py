@@ -186,6 +186,7 @@ def test_non_retryable_error_fails_the_step_at_once(store: EventStore, clock: Ma
         "run_failed",
     ]
     (failed,) = data(engine, "r", "step_failed")
+    assert "raise ValueError" in failed.pop("traceback")
     assert failed == {
         "step_id": "s",
         "attempt": 1,

@@ -41,7 +41,9 @@ class Recorder(Observer):
     def step_finished(self, step: StepRef, outcome: str, seconds: float) -> None:
         self._add("step_finished", step.step_id, outcome)
 
-    def step_failed(self, step: StepRef, error_type: str, message: str, next_at: Any) -> None:
+    def step_failed(
+        self, step: StepRef, error_type: str, message: str, next_at: Any, traceback: Any = None
+    ) -> None:
         self._add("step_failed", step.step_id, step.attempt, error_type, next_at)
 
     def run_ended(self, run: RunRef, status: RunStatus, error: Any) -> None:

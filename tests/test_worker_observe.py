@@ -110,18 +110,22 @@ def test_worker_logs_notable_events_as_text(project: Project) -> None:
     drive_notable_events(project, project.worker())
     lines = project.lines()
     assert lines[0].startswith("worker ") and lines[-1].startswith("worker stopped: ")
-    events = sorted(lines[1:-2])  # between the start line and SIGTERM + stop lines
+    # Between the start line and SIGTERM + stop lines; indented lines are tracebacks.
+    events = sorted(line for line in lines[1:-2] if not line.startswith("    "))
     assert len(events) == 6, lines
+    failed = next(i for i, line in enumerate(lines) if line.startswith("error: decision failed"))
+    assert lines[failed + 1] == "    Traceback (most recent call last):"
+    assert lines[failed + 2].startswith('      File "') and "obs_workflows.py" in lines[failed + 2]
     at = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
     expected = [
+        r"error: decision failed: run fragile-1 \(fragile, build obs-1\): ValueError: bad "
+        rf"deploy; retrying at {at}",
         r"error: run failed: doomed-1 \(doomed, build obs-1\): StepExhausted: step 'charge' "
         r"failed after 2 attempt\(s\)",
         r"error: step exhausted: 'charge' of run doomed-1 \(doomed, build obs-1\) failed for "
         r"good on attempt 2: ValueError: card declined",
         r"info: decision recovered: run fragile-1 \(fragile, build obs-1\) decides again after "
         r"ValueError",
-        r"warning: decision failed: run fragile-1 \(fragile, build obs-1\): ValueError: bad "
-        rf"deploy; retrying at {at}",
         r"warning: step failed: 'charge' of run doomed-1 \(doomed, build obs-1\), attempt 1: "
         rf"ValueError: card declined; next attempt at {at}",
         r"warning: step failed: 'charge' of run flaky-1 \(flaky, build obs-1\), attempt 1: "
@@ -221,7 +225,8 @@ def test_tick_logs_in_json_too(project: Project) -> None:
     time.sleep(0.3)  # the retry is due 0.2 s later
     second = project.run("tick", "--until-idle")
     assert second.code == 0
-    assert [line.split(":")[0] for line in second.stderr.splitlines()] == ["error", "error"]
+    levels = [line.split(":")[0] for line in second.stderr.splitlines() if line[:1] != " "]
+    assert levels == ["error", "error"]  # and the exhausted step's traceback, indented
 
 
 # -- metrics ----------------------------------------------------------------------------------

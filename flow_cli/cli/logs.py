@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flow_cli.cli.io import note, one_line
+from flow_cli.model.names import escape_controls
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -38,6 +39,12 @@ class LineHandler(logging.Handler):
                 note(json_line(record, message))
             else:
                 note(f"{record.levelname.lower()}: {one_line(message)}")
+                # Where the code raised (a decision_failed or step_failed), indented under it.
+                fields = getattr(record, "flow_fields", None)
+                trace = fields.get("traceback") if isinstance(fields, dict) else None
+                if isinstance(trace, str):
+                    for line in trace.splitlines():
+                        note(f"    {escape_controls(line.rstrip())}")
         except Exception:  # a log line must never take the process down
             self.handleError(record)
 

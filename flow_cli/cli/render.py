@@ -187,11 +187,23 @@ def show_view(
     """The ``flow show`` screen, built from the stable ``--json`` shape of the snapshot."""
     # Only the rows that are printed are escaped: a long run's steps mostly are not.
     shown, hidden = _shown_steps(snap["steps"], all_steps)
+    # Tracebacks keep their lines: taken before ``clean`` escapes the newlines.
+    traces = _step_traces(shown)
+    decision_error = snap.get("decision_error")
+    decision_trace = (
+        decision_error.get("traceback") if isinstance(decision_error, Mapping) else None
+    )
     snap = {**snap, "steps": dict(shown)}
     snap, failing, child_status = clean(snap), clean(failing), clean(child_status)
     parts: list[RenderableType] = [_header(snap, failing)]
+    if isinstance(decision_trace, str):
+        parts.append(traceback_text(decision_trace))
     if snap["steps"]:
         parts.append(_steps(snap["steps"], hidden))
+        parts.extend(
+            Group(Text(f"step {step_id!r}, attempt {attempt}:", "bold"), traceback_text(trace))
+            for step_id, attempt, trace in traces
+        )
     if snap["waits"]:
         parts.append(_timers(snap["waits"]))
     signals = snap["signals"]
@@ -240,6 +252,27 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     return Panel(
         grid, title=Text(f"run {snap['run_id']}", "bold"), title_align="left", expand=False
     )
+
+
+def traceback_text(trace: str) -> Text:
+    """A recorded traceback, each line escaped, indented under the error it explains."""
+    lines = [f"  {escape_controls(line.rstrip())}" for line in trace.splitlines()]
+    return Text("\n".join(lines), "dim")
+
+
+def _step_traces(
+    steps: list[tuple[str, Mapping[str, Any]]],
+) -> list[tuple[str, Any, str]]:
+    """(step id, attempt, traceback) of each shown step whose last failure recorded one."""
+    found = []
+    for step_id, step in steps:
+        error = step.get("error")
+        if step.get("state") == "completed" or not isinstance(error, Mapping):
+            continue
+        trace = error.get("traceback")
+        if isinstance(trace, str):
+            found.append((escape_controls(step_id), error.get("attempt"), trace))
+    return found
 
 
 def _shown_steps(

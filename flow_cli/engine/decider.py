@@ -16,10 +16,12 @@ all in the same transaction as the decision that causes it.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from flow_cli.engine.observe import RunRef
 from flow_cli.engine.sticky import StickyCalls, StickyCode
 from flow_cli.engine.streams import Pending, Streams, stored_size
 from flow_cli.errors import (
@@ -68,6 +70,9 @@ MAX_ROUNDS = 200
 """Commits one call of ``decide`` may make (conflicts included) before handing the run back."""
 MAX_DECISIONS_PER_COMMIT = 100
 """Decisions folded into one commit; a run with more to do is committed and decided again."""
+SLOW_DECISION_SECONDS = 1.0
+"""A decision that takes longer is reported (``Observer.decision_slow``, a warning in the
+worker's log): workflow code that blocks stalls every run the worker decides."""
 
 
 @dataclass(slots=True)
@@ -290,7 +295,11 @@ class Decider:
         code: WorkflowCode = StickyCode(runtime, self.sticky) if sticky else runtime
         for _ in range(MAX_DECISIONS_PER_COMMIT):
             snap = pending.snapshot
+            began = time.monotonic()
             decision = decide(snap, code, pending.now)
+            took = time.monotonic() - began
+            if took > SLOW_DECISION_SECONDS:
+                self.streams.observer.decision_slow(RunRef.of(snap), took)
             if isinstance(decision, Append):
                 problem = self._check_new(snap, decision.events, effects)
                 if problem is not None:

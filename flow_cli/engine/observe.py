@@ -96,19 +96,32 @@ class Observer:
         """A commit met another writer's (``EventConflict``); the engine decides again."""
 
     def decision_failed(
-        self, run: RunRef, error_type: str, message: str, retry_at: datetime | None
+        self,
+        run: RunRef,
+        error_type: str,
+        message: str,
+        retry_at: datetime | None,
+        traceback: str | None = None,
     ) -> None:
-        """The workflow code failed to decide (recorded ``decision_failed``)."""
+        """The workflow code failed to decide (recorded ``decision_failed``); ``traceback`` is
+        where it raised, when it was the code's own error."""
 
     def decision_recovered(self, run: RunRef, error_type: str) -> None:
         """A run whose last decision had failed decided again (``decision_recovered``)."""
 
     def step_failed(
-        self, step: StepRef, error_type: str, message: str, next_attempt_at: datetime
+        self,
+        step: StepRef,
+        error_type: str,
+        message: str,
+        next_attempt_at: datetime,
+        traceback: str | None = None,
     ) -> None:
         """An attempt failed; the next attempt is due at ``next_attempt_at``."""
 
-    def step_exhausted(self, step: StepRef, error_type: str, message: str) -> None:
+    def step_exhausted(
+        self, step: StepRef, error_type: str, message: str, traceback: str | None = None
+    ) -> None:
         """An attempt failed and the step has no attempt left (or the error is not retryable)."""
 
     def step_finished(self, step: StepRef, outcome: str, seconds: float) -> None:
@@ -120,6 +133,10 @@ class Observer:
 
     def timer_fired(self, run: RunRef, wait_id: str, lateness: float) -> None:
         """A due timer was recorded as fired, ``lateness`` seconds after its deadline."""
+
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        """One decision of the run took ``seconds`` (more than ``SLOW_DECISION_SECONDS``): its
+        workflow code blocked, and every run this worker decides waited meanwhile."""
 
     def lease_lost(self, lease: StepLease) -> None:
         """This worker no longer holds the lease of an attempt it runs: another worker may run
@@ -155,24 +172,36 @@ class Observers(Observer):
             o.conflict()
 
     def decision_failed(
-        self, run: RunRef, error_type: str, message: str, retry_at: datetime | None
+        self,
+        run: RunRef,
+        error_type: str,
+        message: str,
+        retry_at: datetime | None,
+        traceback: str | None = None,
     ) -> None:
         for o in self.observers:
-            o.decision_failed(run, error_type, message, retry_at)
+            o.decision_failed(run, error_type, message, retry_at, traceback)
 
     def decision_recovered(self, run: RunRef, error_type: str) -> None:
         for o in self.observers:
             o.decision_recovered(run, error_type)
 
     def step_failed(
-        self, step: StepRef, error_type: str, message: str, next_attempt_at: datetime
+        self,
+        step: StepRef,
+        error_type: str,
+        message: str,
+        next_attempt_at: datetime,
+        traceback: str | None = None,
     ) -> None:
         for o in self.observers:
-            o.step_failed(step, error_type, message, next_attempt_at)
+            o.step_failed(step, error_type, message, next_attempt_at, traceback)
 
-    def step_exhausted(self, step: StepRef, error_type: str, message: str) -> None:
+    def step_exhausted(
+        self, step: StepRef, error_type: str, message: str, traceback: str | None = None
+    ) -> None:
         for o in self.observers:
-            o.step_exhausted(step, error_type, message)
+            o.step_exhausted(step, error_type, message, traceback)
 
     def step_finished(self, step: StepRef, outcome: str, seconds: float) -> None:
         for o in self.observers:
@@ -185,6 +214,10 @@ class Observers(Observer):
     def timer_fired(self, run: RunRef, wait_id: str, lateness: float) -> None:
         for o in self.observers:
             o.timer_fired(run, wait_id, lateness)
+
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        for o in self.observers:
+            o.decision_slow(run, seconds)
 
     def lease_lost(self, lease: StepLease) -> None:
         for o in self.observers:
@@ -223,17 +256,19 @@ def notify_committed(
             case DecisionFailed():
                 run = run or RunRef.of(snapshot)
                 retry_at = decide_at if isinstance(decide_at, datetime) else None
-                observer.decision_failed(run, event.error_type, event.message, retry_at)
+                observer.decision_failed(
+                    run, event.error_type, event.message, retry_at, event.traceback
+                )
             case StepFailed():
                 run = run or RunRef.of(snapshot)
                 state = snapshot.steps.get(event.step_id)
                 name = state.name if state is not None else event.step_id
                 ref = StepRef(run, event.step_id, name, event.attempt)
                 if event.exhausted or event.next_attempt_at is None:
-                    observer.step_exhausted(ref, event.error_type, event.message)
+                    observer.step_exhausted(ref, event.error_type, event.message, event.traceback)
                 else:
                     observer.step_failed(
-                        ref, event.error_type, event.message, event.next_attempt_at
+                        ref, event.error_type, event.message, event.next_attempt_at, event.traceback
                     )
             case WaitCompleted():
                 run = run or RunRef.of(snapshot)
@@ -254,8 +289,10 @@ def notify_committed(
 class LogObserver(Observer):
     """One log record per notable event on the ``flow.events`` logger; quiet while healthy.
 
-    Levels: ``ERROR`` a step exhausted, a run failed; ``WARNING`` a decision failed, a step
-    attempt failed (with its next attempt), a lease lost, the database unavailable; ``INFO`` a
+    Levels: ``ERROR`` a decision failed, a step exhausted, a run failed (the first two with the
+    code's traceback in ``flow_fields["traceback"]``); ``WARNING`` a step
+    attempt failed (with its next attempt), a decision that blocked for more than a second, a
+    lease lost, the database unavailable; ``INFO`` a
     decision recovered, the database back; ``DEBUG`` every other run ending. Each record's
     ``message`` is one sentence; ``record.flow_event`` names the event and ``record.flow_fields``
     holds its fields (``run_id``, ``workflow``, ``build_id``, ``step_id``, ``step``,
@@ -270,13 +307,19 @@ class LogObserver(Observer):
         self.log.log(level, "%s", message, extra={"flow_event": event, "flow_fields": fields})
 
     def decision_failed(
-        self, run: RunRef, error_type: str, message: str, retry_at: datetime | None
+        self,
+        run: RunRef,
+        error_type: str,
+        message: str,
+        retry_at: datetime | None,
+        traceback: str | None = None,
     ) -> None:
-        if not self.log.isEnabledFor(logging.WARNING):
+        if not self.log.isEnabledFor(logging.ERROR):
             return
         retry = f"; retrying at {_time(retry_at)}" if retry_at is not None else ""
+        # An error: the run cannot go on until its code is fixed (or its cause goes away).
         self._emit(
-            logging.WARNING,
+            logging.ERROR,
             "decision_failed",
             f"decision failed: run {run.run_id} ({_of(run)}): {error_type}: {message}{retry}",
             {
@@ -284,6 +327,7 @@ class LogObserver(Observer):
                 "error_type": error_type,
                 "error": message,
                 "retry_at": _time(retry_at) if retry_at is not None else None,
+                "traceback": traceback,
             },
         )
 
@@ -298,7 +342,12 @@ class LogObserver(Observer):
         )
 
     def step_failed(
-        self, step: StepRef, error_type: str, message: str, next_attempt_at: datetime
+        self,
+        step: StepRef,
+        error_type: str,
+        message: str,
+        next_attempt_at: datetime,
+        traceback: str | None = None,
     ) -> None:
         if not self.log.isEnabledFor(logging.WARNING):
             return
@@ -316,7 +365,9 @@ class LogObserver(Observer):
             },
         )
 
-    def step_exhausted(self, step: StepRef, error_type: str, message: str) -> None:
+    def step_exhausted(
+        self, step: StepRef, error_type: str, message: str, traceback: str | None = None
+    ) -> None:
         if not self.log.isEnabledFor(logging.ERROR):
             return
         run = step.run
@@ -325,7 +376,12 @@ class LogObserver(Observer):
             "step_exhausted",
             f"step exhausted: {step.step_id!r} of run {run.run_id} ({_of(run)}) failed for "
             f"good on attempt {step.attempt}: {error_type}: {message}",
-            {**_step_fields(step), "error_type": error_type, "error": message},
+            {
+                **_step_fields(step),
+                "error_type": error_type,
+                "error": message,
+                "traceback": traceback,
+            },
         )
 
     def run_ended(self, run: RunRef, status: RunStatus, error: JsonValue) -> None:
@@ -343,6 +399,18 @@ class LogObserver(Observer):
         else:
             message = f"run ended: {run.run_id} ({_of(run)}): {status.value}"
             self._emit(level, "run_ended", message, fields)
+
+    def decision_slow(self, run: RunRef, seconds: float) -> None:
+        if not self.log.isEnabledFor(logging.WARNING):
+            return
+        self._emit(
+            logging.WARNING,
+            "decision_slow",
+            f"slow decision: run {run.run_id} ({_of(run)}) spent {seconds:.1f} s in workflow "
+            "code, and the worker's other decisions waited; move blocking calls (time.sleep, "
+            "I/O) into a step, and wait with ctx.sleep",
+            {**_run_fields(run), "seconds": round(seconds, 3)},
+        )
 
     def lease_lost(self, lease: StepLease) -> None:
         if not self.log.isEnabledFor(logging.WARNING):

@@ -33,6 +33,7 @@ from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
+from flow_cli.model.tracebacks import code_traceback
 from flow_cli.runtime import Runtime, StepInfo
 from flow_cli.store.protocol import CommitGroup, StepLease
 
@@ -315,6 +316,7 @@ class StepExecutor:
             message=storable_text(str(exc) or repr(exc)),
             next_attempt_at=next_at,
             exhausted=exhausted,
+            traceback=code_traceback(exc),
         )
 
     def _record(

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from flow_cli.errors import WorkflowError, WorkflowNotFound
+from flow_cli.model import deciding
 from flow_cli.model.commands import COMMAND_TYPES, ScheduleStep
-from flow_cli.model.context import Suspend, WorkflowContext
+from flow_cli.model.context import WorkflowContext
 from flow_cli.model.decision import Proposal
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
@@ -59,7 +60,7 @@ class _Call:
         self.sequence = snapshot.last_sequence
         self.awaiting: str | None = None
         self._runtime = runtime
-        self._ctx = WorkflowContext(snapshot)
+        self._ctx = WorkflowContext(snapshot, runtime.patches)
         self._ctx._waiter = self._wait_for_step
         self._to_workflow = threading.Lock()
         self._to_engine = threading.Lock()
@@ -100,20 +101,22 @@ class _Call:
 
     def _main(self) -> None:
         result: Proposal | BaseException
+        # This thread runs only workflow code: it is deciding for as long as it lives.
+        deciding.enter(self.run_id)
         try:
             fn = self._runtime.workflows.get(self.snapshot.spec.workflow)
             if fn is None:
                 raise WorkflowNotFound(self.snapshot.spec.workflow, list(self._runtime.workflows))
-            try:
-                command = fn(self._ctx)
-                result = self._runtime.proposal(self.snapshot, command)
-            except Suspend as suspend:
-                result = Proposal(suspend.command, suspend.blocking)
+            result = self._runtime.call(fn, self._ctx, self.snapshot)
         except _Abandoned:
             self.finished = True
+            deciding.leave(None)
             return
         except BaseException as exc:  # the engine records it as a failed decision
             result = exc
+        refused = deciding.leave(None)
+        if refused is not None and refused is not result:
+            result = refused  # the code caught it and went on
         self.finished = True
         self._result = result
         self._to_engine.release()

@@ -21,11 +21,16 @@ class Clock(Protocol):
         ...
 
 
+_wall_now = datetime.now
+"""Bound when Flow is imported, before ``flow_cli.model.deciding`` wraps ``datetime.now``: the
+engine's own clock reads go straight to it (they are many, and never workflow code)."""
+
+
 class SystemClock:
     """The wall clock."""
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return _wall_now(UTC)
 
 
 class ManualClock:

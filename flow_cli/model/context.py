@@ -10,10 +10,20 @@ import hashlib
 import hmac
 import random as _random
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Final, NoReturn
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, NoReturn, assert_never
 
-from flow_cli.errors import REUSED_ID_FIELD, InputError, Mismatch, NonDeterminismError
+from flow_cli.errors import (
+    MOVES_WITH_NOW,
+    REUSED_ID_FIELD,
+    CommandNotReturned,
+    InputError,
+    Mismatch,
+    NonDeterminismError,
+    SuspensionCaught,
+    UnknownPatch,
+)
+from flow_cli.model import deciding
 from flow_cli.model.commands import (
     CancellationPolicy,
     Cancelled,
@@ -32,7 +42,12 @@ from flow_cli.model.commands import (
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
-from flow_cli.model.snapshot import WorkflowRunSnapshot, deadline_wait_id
+from flow_cli.model.snapshot import (
+    WaitState,
+    WorkflowRunSnapshot,
+    deadline_wait_id,
+    without_traceback,
+)
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 
 DEFAULT_RETRY = intern(RetryPolicy())
@@ -88,8 +103,17 @@ class StepFailedError(Exception):
 class WorkflowContext:
     """The ``ctx`` passed to a workflow function."""
 
-    def __init__(self, snapshot: WorkflowRunSnapshot) -> None:
+    def __init__(self, snapshot: WorkflowRunSnapshot, patches: Sequence[str] | None = None) -> None:
         self._snap = snapshot
+        self._patches = patches
+        """The patch markers the build declares (``None``: not checked, a read-only ctx)."""
+        self._built: list[RuntimeCommand] = []
+        """Commands the workflow code built with ``ctx`` methods in this call: each must be
+        returned, or be part of what is returned (``CommandNotReturned``)."""
+        self._suspended: RuntimeCommand | None = None
+        """The command of the first suspension a sequential helper raised in this call (not
+        the exception: its traceback holds the frames that hold this ctx, a reference cycle
+        that would keep every decision's snapshot alive until the garbage collector runs)."""
         self._rng: _random.Random | None = None
         # Identities the sequential helpers used in this decision, with what they were given.
         self._used_steps: dict[str, tuple[str, JsonValue]] = {}
@@ -144,8 +168,15 @@ class WorkflowContext:
         return self._snap.cancel_reason
 
     def patched(self, name: str) -> bool:
-        """Whether patch marker ``name`` was active when this run started."""
-        return name in self._snap.spec.patches
+        """Whether patch marker ``name`` was active when this run started.
+
+        Raises ``UnknownPatch`` for a marker the build does not declare (a typo would
+        otherwise be ``False`` for ever).
+        """
+        active = name in self._snap.spec.patches
+        if not active and self._patches is not None and name not in self._patches:
+            raise UnknownPatch(self._snap.run_id, name, self._patches)
+        return active
 
     def step_state(self, step_id: str) -> StepStatus | None:
         """The step's state, or ``None`` if it was never scheduled."""
@@ -164,7 +195,7 @@ class WorkflowContext:
         step = self._snap.steps.get(step_id)
         if step is None or step.status is not StepStatus.FAILED:
             return None
-        return self._snap.json_payload(step.error)
+        return self._snap.json_payload(without_traceback(step.error))
 
     def wait_done(self, wait_id: str) -> bool:
         """True once the timer fired or the signal wait received its signal."""
@@ -221,6 +252,17 @@ class WorkflowContext:
     ) -> ScheduleStep:
         """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
         ``step_id`` (at least once)."""
+        command = self._schedule_step(step_id, name, input, retry)
+        self._built.append(command)
+        return command
+
+    def _schedule_step(
+        self,
+        step_id: str,
+        name: str | Callable[..., Any],
+        input: JsonValue = None,
+        retry: RetryPolicy | None = None,
+    ) -> ScheduleStep:
         return ScheduleStep(
             step_id=step_id,
             name=step_name(name),
@@ -235,6 +277,13 @@ class WorkflowContext:
 
         The default ``batch_id`` is a short hash of the member ids.
         """
+        command = self._schedule_steps(steps, batch_id)
+        self._built.append(command)
+        return command
+
+    def _schedule_steps(
+        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
+    ) -> ScheduleSteps:
         members = tuple(steps)
         if not members:
             raise InputError("schedule_steps needs at least one step")
@@ -247,16 +296,28 @@ class WorkflowContext:
 
     def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
         """Wait until a UTC deadline (derive it from ``ctx.started_at`` or step outputs)."""
+        command = self._wait_until(wait_id, deadline)
+        self._built.append(command)
+        return command
+
+    def _wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
         if deadline.tzinfo is None:
             raise InputError(f"wait {wait_id!r}: the deadline must be timezone-aware UTC")
         return WaitUntil(wait_id=wait_id, deadline=deadline)
 
     def wait_for_signal(self, wait_id: str, signal_name: str) -> WaitForSignal:
         """Wait for the next signal named ``signal_name`` (one that came early is matched)."""
-        return WaitForSignal(wait_id=wait_id, signal_name=signal_name)
+        command = WaitForSignal(wait_id=wait_id, signal_name=signal_name)
+        self._built.append(command)
+        return command
 
     def create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
         """Open a hook that ``flow hook resolve TOKEN`` completes."""
+        command = self._create_hook(hook_id, token, metadata)
+        self._built.append(command)
+        return command
+
+    def _create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
         return CreateHook(hook_id=hook_id, token=token, metadata=_json(metadata, "hook metadata"))
 
     def start_child(
@@ -267,6 +328,17 @@ class WorkflowContext:
         cancellation: CancellationPolicy = "cancel",
     ) -> StartChild:
         """Start a child run ``{run_id}/{child_id}``; the parent resumes when it ends."""
+        command = self._start_child(child_id, workflow, input, cancellation)
+        self._built.append(command)
+        return command
+
+    def _start_child(
+        self,
+        child_id: str,
+        workflow: str,
+        input: JsonValue = None,
+        cancellation: CancellationPolicy = "cancel",
+    ) -> StartChild:
         check_name(child_id, "child id")  # it becomes part of a run id
         if cancellation not in ("cancel", "abandon"):
             raise InputError("child cancellation must be 'cancel' or 'abandon'")
@@ -281,6 +353,13 @@ class WorkflowContext:
         self, children: Iterable[StartChild], batch_id: str | None = None
     ) -> StartChildren:
         """One atomic batch of ``ctx.start_child(...)`` commands."""
+        command = self._start_children(children, batch_id)
+        self._built.append(command)
+        return command
+
+    def _start_children(
+        self, children: Iterable[StartChild], batch_id: str | None = None
+    ) -> StartChildren:
         members = tuple(children)
         if not members:
             raise InputError("start_children needs at least one child")
@@ -350,9 +429,10 @@ class WorkflowContext:
         used[step_id] = (name, input)
         step = self._snap.steps.get(step_id)
         if step is None:
-            command = self.schedule_step(step_id, name, input, policy)
+            command = self._schedule_step(step_id, name, input, policy)
             if self._waiter is None:
                 self.suspend(command, blocking=True)
+            self._before_handoff(command)
             self._waiter(command)  # returns once the step has settled in self._snap
             return self._settled_output(step_id)
         if not (
@@ -361,17 +441,17 @@ class WorkflowContext:
             and (step.retry is policy or step.retry == policy)
             and step.batch_id is None
         ):
-            self._check(self.schedule_step(step_id, name, input, policy))
+            self._check(self._schedule_step(step_id, name, input, policy))
         if step.status is StepStatus.COMPLETED:
             return self._snap.json_payload(step.output)
         if step.status is StepStatus.FAILED:
-            raise StepFailedError(step_id, self._snap.json_payload(step.error))
-        self.suspend(self.schedule_step(step_id, name, input, policy), blocking=True)
+            raise StepFailedError(step_id, self._snap.json_payload(without_traceback(step.error)))
+        self.suspend(self._schedule_step(step_id, name, input, policy), blocking=True)
 
     def _settled_output(self, step_id: str) -> JsonValue:
         step = self._snap.steps[step_id]
         if step.status is StepStatus.FAILED:
-            raise StepFailedError(step_id, self._snap.json_payload(step.error))
+            raise StepFailedError(step_id, self._snap.json_payload(without_traceback(step.error)))
         return self._snap.json_payload(step.output)
 
     def all_steps(
@@ -386,7 +466,7 @@ class WorkflowContext:
         members = list(steps)
         if not members:
             return []
-        batch = self.schedule_steps(members, batch_id)
+        batch = self._schedule_steps(members, batch_id)
         recorded = []
         for member in batch.steps:
             self._use_step(member)
@@ -402,7 +482,9 @@ class WorkflowContext:
         outputs: list[JsonValue] = []
         for step in recorded:
             if step is not None and step.status is StepStatus.FAILED:
-                raise StepFailedError(step.step_id, self._snap.json_payload(step.error))
+                raise StepFailedError(
+                    step.step_id, self._snap.json_payload(without_traceback(step.error))
+                )
         for step in recorded:
             if step is None or step.status is not StepStatus.COMPLETED:
                 self.suspend(batch, blocking=True)
@@ -412,7 +494,7 @@ class WorkflowContext:
     def sleep_until(self, wait_id: str, deadline: datetime) -> None:
         """Return once the timer fired; otherwise end this decision waiting for it."""
         if not self.timer(wait_id, deadline):
-            self.suspend(self.wait_until(wait_id, deadline), blocking=True)
+            self.suspend(self._wait_until(wait_id, deadline), blocking=True)
 
     def sleep(self, wait_id: str, duration: float | timedelta) -> None:
         """Sleep ``duration`` (seconds or a ``timedelta``) counted from ``ctx.now`` at the
@@ -421,39 +503,60 @@ class WorkflowContext:
         wait = self._snap.waits.get(wait_id)
         self.sleep_until(wait_id, wait.deadline if wait is not None else self.now + delta)
 
-    def timer(self, wait_id: str, deadline: datetime) -> bool:
+    def timer(
+        self,
+        wait_id: str,
+        deadline: datetime | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+    ) -> bool:
         """Open a timer without waiting on it; True once it has fired.
 
-        The first call ends this decision to record the timer; later calls return at once, and
-        the run wakes when the timer fires whatever it is waiting on then (a deadline).
+        Give ``deadline`` (a UTC datetime) or ``timeout`` (seconds or a ``timedelta``, counted
+        from ``ctx.now`` at the decision that opens the timer, as ``ctx.sleep`` does). The
+        first call ends this decision to record the timer; later calls return at once, and the
+        run wakes when the timer fires whatever it is waiting on then (a deadline).
         """
+        deadline = self._timeout(f"timer {wait_id!r}", wait_id, deadline, timeout)
+        if deadline is None:
+            raise InputError(f"timer {wait_id!r}: give deadline= or timeout=")
         self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
         wait = self._snap.waits.get(wait_id)
         if wait is None:
-            self.suspend(self.wait_until(wait_id, deadline))  # not blocking: the code goes on
+            self.suspend(self._wait_until(wait_id, deadline))  # not blocking: the code goes on
         if wait.deadline != deadline:
-            self._check(self.wait_until(wait_id, deadline))
+            self._check_deadline(wait_id, wait, deadline)
         return wait.done
 
     def receive(
-        self, wait_id: str, signal_name: str, deadline: datetime | None = None
+        self,
+        wait_id: str,
+        signal_name: str,
+        deadline: datetime | None = None,
+        *,
+        timeout: float | timedelta | None = None,
     ) -> JsonValue:
         """The payload of signal ``signal_name`` once delivered; otherwise wait for it.
 
-        With ``deadline`` (a UTC datetime), returns ``TIMED_OUT`` if the deadline passes first;
-        a signal that arrives later is kept for the next wait on that name. Waiting on both
+        With ``deadline`` (a UTC datetime) or ``timeout`` (seconds or a ``timedelta``, counted
+        from ``ctx.now`` at the decision that opens the wait's timer, as ``ctx.sleep`` does),
+        returns ``TIMED_OUT`` if that time passes first; a signal that arrives later is kept for
+        the next wait on that name. Waiting on both
         takes two decisions: the first opens the signal wait (a signal that came early is
         delivered at once), the second opens the timer ``f"{wait_id}:deadline"``; then the run
         parks until one of them happens.
         """
         snap = self._snap
+        deadline = self._timeout(
+            f"signal wait {wait_id!r}", deadline_wait_id(wait_id), deadline, timeout
+        )
         given = {"signal_name": signal_name, "deadline": _iso(deadline)}
         self._use("wait", wait_id, f"signal wait {wait_id!r}", given)
         wait = snap.signal_waits.get(wait_id)
         if (wait is None and wait_id in snap.waits) or (
             wait is not None and wait.signal_name != signal_name
         ):
-            self._check(self.wait_for_signal(wait_id, signal_name))
+            self._check(WaitForSignal(wait_id=wait_id, signal_name=signal_name))
         timed_out = self._deadline(f"signal wait {wait_id!r}", wait_id, deadline)
         if wait is not None and wait.delivered:
             return self._snap.json_payload(wait.payload)
@@ -462,26 +565,29 @@ class WorkflowContext:
         if wait is None or deadline is None or deadline_wait_id(wait_id) in snap.waits:
             # With a deadline still to open, the next decision must open its timer.
             opened = deadline is None or deadline_wait_id(wait_id) in snap.waits
-            self.suspend(self.wait_for_signal(wait_id, signal_name), blocking=opened)
-        self.suspend(self.wait_until(deadline_wait_id(wait_id), deadline), blocking=True)
+            self.suspend(WaitForSignal(wait_id=wait_id, signal_name=signal_name), blocking=opened)
+        self.suspend(self._wait_until(deadline_wait_id(wait_id), deadline), blocking=True)
 
     def hook(
         self,
         hook_id: str,
         deadline: datetime | None = None,
         *,
+        timeout: float | timedelta | None = None,
         token: str | None = None,
         metadata: JsonValue = None,
     ) -> JsonValue:
         """The hook's callback payload once resolved, else ``None`` (a reader).
 
-        Given ``deadline`` or ``token`` it waits instead: it creates the hook (token
-        ``ctx.new_token(hook_id)`` unless given) and ends this decision until the callback
-        arrives, or returns ``TIMED_OUT`` once ``deadline`` passed first. As with
+        Given ``deadline``, ``timeout`` or ``token`` it waits instead: it creates the hook
+        (token ``ctx.new_token(hook_id)`` unless given) and ends this decision until the
+        callback arrives, or returns ``TIMED_OUT`` once the deadline passed first (``timeout``
+        counts from ``ctx.now`` at the decision that opens the hook's timer). As with
         ``ctx.receive``, the hook and its timer ``f"{hook_id}:deadline"`` are opened by two
         decisions.
         """
         snap = self._snap
+        deadline = self._timeout(f"hook {hook_id!r}", deadline_wait_id(hook_id), deadline, timeout)
         hook = snap.hooks.get(hook_id)
         if deadline is None and token is None:
             if hook is None or not hook.resolved:
@@ -494,7 +600,7 @@ class WorkflowContext:
             or (metadata is not None and hook.metadata != metadata)
         ):
             self._check(
-                self.create_hook(
+                self._create_hook(
                     hook_id, token or hook.token, hook.metadata if metadata is None else metadata
                 )
             )
@@ -512,11 +618,11 @@ class WorkflowContext:
             return TIMED_OUT
         if hook is None:
             # With a deadline, the next decision must open its timer: not a blocking wait yet.
-            new = self.create_hook(hook_id, token or self.new_token(hook_id), metadata)
+            new = self._create_hook(hook_id, token or self.new_token(hook_id), metadata)
             self.suspend(new, blocking=deadline is None)
         if deadline is not None and timer is None:
-            self.suspend(self.wait_until(deadline_wait_id(hook_id), deadline), blocking=True)
-        self.suspend(self.create_hook(hook_id, hook.token, hook.metadata), blocking=True)
+            self.suspend(self._wait_until(deadline_wait_id(hook_id), deadline), blocking=True)
+        self.suspend(self._create_hook(hook_id, hook.token, hook.metadata), blocking=True)
 
     def child(
         self,
@@ -535,10 +641,10 @@ class WorkflowContext:
             and child.cancellation == cancellation
             and child.batch_id is None
         ):
-            self._check(self.start_child(child_id, workflow, input, cancellation))
+            self._check(self._start_child(child_id, workflow, input, cancellation))
         outcome = self.child_outcome(child_id)
         if outcome is None:
-            self.suspend(self.start_child(child_id, workflow, input, cancellation), blocking=True)
+            self.suspend(self._start_child(child_id, workflow, input, cancellation), blocking=True)
         return outcome
 
     def all_children(
@@ -550,7 +656,7 @@ class WorkflowContext:
         members = list(children)
         if not members:
             return []
-        batch = self.start_children(members, batch_id)
+        batch = self._start_children(members, batch_id)
         outcomes: list[WorkflowTerminalOutcome] = []
         pending = False
         for member in batch.children:
@@ -579,9 +685,42 @@ class WorkflowContext:
         ``blocking=True`` promises that, called again before the command's identity settles, the
         code would stop at the same place: the engine then parks the run without asking again.
         """
+        if self._suspended is None:
+            self._suspended = command
         raise Suspend(command, blocking=blocking)
 
     # -- guards --------------------------------------------------------------------------------
+
+    def _ended(self, command: RuntimeCommand, suspension: Suspend | None = None) -> None:
+        """Check how the call ended: with ``command`` returned, or raised in ``suspension``.
+
+        Raises ``SuspensionCaught`` when a helper's suspension was caught and the code went on
+        to end otherwise, and ``CommandNotReturned`` when the call returned while a command it
+        built for a new identity is neither ``command`` nor one of its members.
+        """
+        first = self._suspended
+        if first is not None and (suspension is None or first is not suspension.command):
+            raise SuspensionCaught(self._snap.run_id, describe(first), describe(command))
+        if self._built and suspension is None:
+            self._all_returned(command)
+
+    def _before_handoff(self, command: ScheduleStep) -> None:
+        """What ``_ended`` checks, for a kept call handing a new step to the engine."""
+        if self._suspended is not None:
+            raise SuspensionCaught(self._snap.run_id, describe(self._suspended), describe(command))
+        refused = deciding.refused()
+        if refused is not None:
+            raise refused
+
+    def _all_returned(self, command: RuntimeCommand) -> None:
+        returned: list[RuntimeCommand] = [command]
+        if isinstance(command, ScheduleSteps):
+            returned.extend(command.steps)
+        elif isinstance(command, StartChildren):
+            returned.extend(command.children)
+        for built in self._built:
+            if built not in returned and not _recorded(self._snap, built):
+                raise CommandNotReturned(self._snap.run_id, describe(built), describe(command))
 
     def _check(self, command: RuntimeCommand) -> None:
         """Compare ``command`` with history as a returned command is; raise on a mismatch."""
@@ -626,8 +765,94 @@ class WorkflowContext:
             )
             raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
         if timer.deadline != deadline:
-            self._check(self.wait_until(deadline_wait_id(wait_id), deadline))
+            self._check_deadline(deadline_wait_id(wait_id), timer, deadline)
         return timer.done
+
+    def _timeout(
+        self,
+        label: str,
+        timer_id: str,
+        deadline: datetime | None,
+        timeout: float | timedelta | None,
+    ) -> datetime | None:
+        """The deadline a ``timeout`` gives: ``ctx.now`` at the decision that opens timer
+        ``timer_id`` plus ``timeout``; once the timer is recorded, its recorded deadline."""
+        if timeout is None:
+            return deadline
+        if deadline is not None:
+            raise InputError(f"{label}: give deadline= or timeout=, not both")
+        timer = self._snap.waits.get(timer_id)
+        if timer is not None:
+            return timer.deadline
+        delta = timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout)
+        return self.now + delta
+
+    def _check_deadline(self, timer_id: str, timer: WaitState, deadline: datetime) -> None:
+        """A recorded timer asked for with another deadline: a ``NonDeterminismError``, whose
+        hint says so when the deadline is ``ctx.now`` plus the same duration as when the timer
+        opened (it moves with every decision)."""
+        if timer.opened_at is not None and deadline - self.now == timer.deadline - timer.opened_at:
+            mismatch = Mismatch(
+                identity=f"wait {timer_id!r}",
+                field="deadline",
+                recorded=timer.deadline.astimezone(UTC).isoformat(),
+                produced=deadline.astimezone(UTC).isoformat(),
+                cause=MOVES_WITH_NOW,
+            )
+            raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
+        self._check(self._wait_until(timer_id, deadline))
+
+
+def _recorded(snap: WorkflowRunSnapshot, command: RuntimeCommand) -> bool:
+    """Whether history already has the identity of ``command`` (a re-issue is harmless)."""
+    match command:
+        case ScheduleStep():
+            return command.step_id in snap.steps
+        case ScheduleSteps():
+            return all(s.step_id in snap.steps for s in command.steps)
+        case WaitUntil():
+            return command.wait_id in snap.waits
+        case WaitForSignal():
+            return command.wait_id in snap.signal_waits
+        case CreateHook():
+            return command.hook_id in snap.hooks
+        case StartChild():
+            return command.child_id in snap.children
+        case StartChildren():
+            return all(c.child_id in snap.children for c in command.children)
+        case _:
+            return True
+
+
+def describe(command: RuntimeCommand) -> str:
+    """A command as the ``ctx`` call that builds it, for messages."""
+    match command:
+        case ScheduleStep():
+            return f"ctx.schedule_step({command.step_id!r}, {command.name!r}, ...)"
+        case ScheduleSteps():
+            ids = ", ".join(repr(s.step_id) for s in command.steps)
+            return f"ctx.schedule_steps([{ids}])"
+        case WaitUntil():
+            return f"ctx.wait_until({command.wait_id!r}, ...)"
+        case WaitForSignal():
+            return f"ctx.wait_for_signal({command.wait_id!r}, {command.signal_name!r})"
+        case CreateHook():
+            return f"ctx.create_hook({command.hook_id!r}, ...)"
+        case StartChild():
+            return f"ctx.start_child({command.child_id!r}, {command.workflow!r}, ...)"
+        case StartChildren():
+            ids = ", ".join(repr(c.child_id) for c in command.children)
+            return f"ctx.start_children([{ids}])"
+        case Complete():
+            return "ctx.complete(...)"
+        case Fail():
+            return "ctx.fail(...)"
+        case ContinueAsNew():
+            return "ctx.continue_as_new(...)"
+        case Cancelled():
+            return "ctx.cancelled(...)"
+        case _:
+            assert_never(command)
 
 
 def _json(value: JsonValue, what: str) -> JsonValue:

@@ -47,8 +47,9 @@ from flow_cli.model.events import (
     WaitCompleted,
 )
 from flow_cli.model.jsonval import canonical, storable_text
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import WorkflowRunSnapshot, without_traceback
 from flow_cli.model.status import StepStatus
+from flow_cli.model.tracebacks import code_traceback
 
 DECISION_RETRY_MIN = timedelta(seconds=5)
 """First retry of a failing decision; each later retry waits as long as the run has been failing."""
@@ -151,7 +152,7 @@ def decide(
             "type": "StepExhausted",
             "message": f"step {exhausted.step_id!r} failed after {exhausted.attempts} attempt(s)",
             "step_id": exhausted.step_id,
-            "step_error": exhausted.error,
+            "step_error": without_traceback(exhausted.error),
         }
         return terminate(snapshot, Fail(error=error), f"step {exhausted.step_id!r} exhausted")
     try:
@@ -219,6 +220,7 @@ def failed(
         error_type=error_type or type(error).__name__,
         message=storable_text(str(error)),
         mismatches=mismatches,
+        traceback=code_traceback(error),
     )
     since = snapshot.failing_since or now
     delay = min(max(now - since, DECISION_RETRY_MIN), DECISION_RETRY_MAX)
@@ -308,12 +310,15 @@ def _check_hosted(snapshot: WorkflowRunSnapshot, code: WorkflowCode, result: Pla
 
 
 def _mismatch_json(m: Mismatch) -> dict[str, Any]:
-    return {
+    data = {
         "identity": m.identity,
         "field": m.field,
         "recorded": m.recorded,
         "produced": m.produced,
     }
+    if m.cause is not None:
+        data["cause"] = m.cause
+    return data
 
 
 __all__ = [

@@ -58,6 +58,12 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False)
 is encoded with it."""
 
 
+def _without_empty_traceback(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("traceback") is None:
+        del data["traceback"]
+    return data
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
@@ -113,6 +119,12 @@ class StepFailed(_EventBase):
     next_attempt_at: datetime | None
     """When the next attempt is due; ``None`` when the step is exhausted."""
     exhausted: bool
+    traceback: str | None = None
+    """Where the handler raised (its own frames, at most 8 KiB, no locals); not stored when
+    ``None`` (histories written before it existed have none)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return _without_empty_traceback(_EventBase.to_data(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,6 +242,12 @@ class DecisionFailed(_EventBase):
     message: str
     mismatches: JsonValue = None
     """For a non-determinism error: ``[{identity, field, recorded, produced}]``."""
+    traceback: str | None = None
+    """Where the workflow code raised (its own frames, at most 8 KiB, no locals); not stored
+    when ``None`` (histories written before it existed have none)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return _without_empty_traceback(_EventBase.to_data(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

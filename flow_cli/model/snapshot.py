@@ -80,6 +80,8 @@ class WaitState:
     fired_at: datetime | None = None
     fired_sequence: int | None = None
     """Sequence of its ``wait_completed``."""
+    opened_at: datetime | None = None
+    """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,11 +386,13 @@ class WorkflowRunSnapshot:
                 )
             case StepFailed():
                 step = self.steps[event.step_id]
-                error = {
+                error: dict[str, Any] = {
                     "type": event.error_type,
                     "message": event.message,
                     "attempt": event.attempt,
                 }
+                if event.traceback is not None:
+                    error["traceback"] = event.traceback  # for flow show; ctx does not see it
                 if event.exhausted:
                     self._set_step(
                         _step_with(
@@ -424,7 +428,10 @@ class WorkflowRunSnapshot:
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
-                    wait_id=event.wait_id, deadline=event.deadline, sequence=envelope.sequence
+                    wait_id=event.wait_id,
+                    deadline=event.deadline,
+                    sequence=envelope.sequence,
+                    opened_at=at,
                 )
                 self.open_deadlines[event.wait_id] = event.deadline
             case WaitCompleted():
@@ -725,6 +732,14 @@ def _step_with(step: StepState, **changes: Any) -> StepState:
     for name in _STEP_FIELDS:
         object.__setattr__(new, name, changes[name] if name in changes else getattr(step, name))
     return new
+
+
+def without_traceback(error: JsonValue) -> JsonValue:
+    """A step's ``error`` as workflow code sees it: without the recorded traceback, which
+    is for people (``flow show``) and would make outcomes and messages heavy."""
+    if isinstance(error, dict) and "traceback" in error:
+        return {k: v for k, v in error.items() if k != "traceback"}
+    return error
 
 
 def _iso(value: datetime | None) -> str | None:
