@@ -38,6 +38,7 @@ from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.memory import MemoryStore
+from flow_cli.store.protocol import RunFilter
 
 LEASE_SECONDS = 10.0
 WRITES = frozenset(
@@ -334,7 +335,7 @@ class Simulation:
         self.check()
         self.report.faults = self.faults.injected
         self.report.where = self.faults.where
-        self.report.runs = len(self.raw.list_runs())
+        self.report.runs = len(self.raw.find_runs(RunFilter()))
         self.raw.close()
         return self.report
 
@@ -399,11 +400,11 @@ class Simulation:
             pass  # run finished, hook already resolved, ...: what a real client sees too
 
     def _all_runs(self) -> list[str]:
-        return [r.run_id for r in self.raw.list_runs()] or list(self.started)
+        return [r.run_id for r in self.raw.find_runs(RunFilter())] or list(self.started)
 
     def _open_hooks(self) -> list[str]:
         tokens = []
-        for record in self.raw.list_runs():
+        for record in self.raw.find_runs(RunFilter()):
             if record.status.terminal:
                 continue
             snap = _project(self.raw.read_history(record.run_id))
@@ -420,7 +421,7 @@ class Simulation:
         for _ in range(rounds):
             for worker in self.workers:
                 worker.tick(until_idle=True, lease_seconds=LEASE_SECONDS)
-            pending = [r for r in self.raw.list_runs() if not r.status.terminal]
+            pending = [r for r in self.raw.find_runs(RunFilter()) if not r.status.terminal]
             if not pending:
                 return
             for record in pending:
@@ -435,7 +436,7 @@ class Simulation:
 
     def check(self) -> None:
         problems = self.report.problems
-        records = {r.run_id: r for r in self.raw.list_runs()}
+        records = {r.run_id: r for r in self.raw.find_runs(RunFilter())}
         for run_id, record in sorted(records.items()):
             history = self.raw.read_history(run_id)
             problems.extend(f"run {run_id}: {p}" for p in history_problems(history))
