@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -38,6 +39,7 @@ from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.worker import Worker
 from flow_cli.errors import FlowError, InputError, StoreRefused, StoreUnavailable
+from flow_cli.model import jsonval
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.jsonval import (
@@ -125,6 +127,23 @@ def project(tmp_path: Path) -> FlowProject:
     return FlowProject(tmp_path)
 
 
+def test_a_lone_surrogate_is_refused_at_the_door_on_every_store(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """UTF-8 cannot encode a lone surrogate: SQLite and PostgreSQL refused such a commit while
+    the memory store kept it. Refused before anything is written, the rule is one everywhere."""
+    engine = make_engine(store, [_runtime(Calls())], clock)
+    for value in ("a\ud800b", {"k\udfff": 1}, ["\udc00"]):
+        with pytest.raises(InputError, match="the run input is refused: it holds a lone surrogate"):
+            engine.start("echo", value)
+    engine.start("echo", "fine \U0001f600", run_id="r")  # a pair is a character like any other
+    before = [e.sequence for e in engine.history("r")]
+    with pytest.raises(InputError, match="the payload is refused: it holds a lone surrogate"):
+        engine.signal("r", "go", "\ud83d")
+    assert [r.run_id for r in engine.list_runs()] == ["r"]
+    assert [e.sequence for e in engine.history("r")] == before
+
+
 def test_nul_on_the_command_line_is_exit_2_and_writes_nothing(project: FlowProject) -> None:
     result = project.invoke("start", "two-step", "--input", '{"n": 1, "s": "a\\u0000b"}')
     assert (result.code, result.stdout) == (2, "")
@@ -188,6 +207,7 @@ def test_the_payload_limit_comes_from_the_config_file(tmp_path: Path) -> None:
     [
         ("a\x00b", "StepOutputNotJSON", "NUL character"),
         ({"k\x00": 1}, "StepOutputNotJSON", "NUL character"),
+        ("a\ud800b", "StepOutputNotJSON", "lone surrogate"),
         ({1, 2}, "StepOutputNotJSON", "set is not JSON serializable"),
         (b"bytes", "StepOutputNotJSON", "bytes is not JSON serializable"),
         (datetime(2026, 1, 1, tzinfo=UTC), "StepOutputNotJSON", "datetime is not JSON"),
@@ -268,6 +288,15 @@ def test_a_group_commit_with_one_refused_member_commits_the_others(
     assert store.get_run("bad") is None
 
 
+@pytest.fixture
+def door_open_to_surrogates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lets lone surrogates past Flow's own check (which refuses them since it exists): they
+    stand for any value that passes Flow's checks and that the database itself refuses, the
+    defence the tests below prove."""
+    monkeypatch.setattr(jsonval, "_SURROGATE", re.compile("(?!)"))
+
+
+@pytest.mark.usefixtures("door_open_to_surrogates")
 def test_a_run_the_database_refuses_shows_in_doctor(store: EventStore, clock: ManualClock) -> None:
     """Before: the refused commit was reported as "database unavailable", again and again, and
     `flow doctor` said nothing was stuck."""
@@ -299,6 +328,7 @@ def _refused_end(engine: Engine, calls: Calls) -> None:
     assert engine.get_run("r").status is RunStatus.FAILED
 
 
+@pytest.mark.usefixtures("door_open_to_surrogates")
 def test_a_step_end_the_database_refuses_fails_once_without_retry(
     store: EventStore, clock: ManualClock
 ) -> None:
@@ -316,6 +346,7 @@ def test_a_step_end_the_database_refuses_fails_once_without_retry(
     _refused_end(engine, calls)
 
 
+@pytest.mark.usefixtures("door_open_to_surrogates")
 def test_a_worker_hands_a_refused_step_end_over_and_records_the_failure(tmp_path: Path) -> None:
     """The same through a worker's group committer (its step threads hand their ends over)."""
     calls = Calls()

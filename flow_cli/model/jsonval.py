@@ -8,6 +8,8 @@ Limits (checked where values enter from outside: ``Engine.start`` input, ``Engin
   on the interpreter's settings; Flow's limit does not);
 - no NUL character (U+0000) in any string, key or value: PostgreSQL cannot hold one in text
   or ``jsonb``, and a value must be storable the same way on every backend;
+- no lone surrogate (U+D800 to U+DFFF outside a pair, which only Python strings can hold): UTF-8
+  cannot encode one, so neither SQLite nor PostgreSQL can store it;
 - ``MAX_PAYLOAD_BYTES`` = 2 MiB of JSON text (UTF-8, compact) per value (``[flow]
   max_payload_bytes``, see ``set_payload_limit``), checked by ``normalise``: run inputs and
   results, step inputs and outputs, signal and hook payloads.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, TypeAlias
 
 JsonValue: TypeAlias = Any
@@ -69,6 +72,26 @@ class JsonNulError(JsonLimitError):
         )
 
 
+class JsonSurrogateError(JsonLimitError):
+    """A string holds a lone surrogate (U+D800 to U+DFFF), which UTF-8 cannot encode."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "it holds a lone surrogate (a character in U+D800..U+DFFF outside a pair), which "
+            "UTF-8 and so Flow cannot store; decode the text it came from correctly"
+        )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise JsonNulError()
+    if not text.isascii() and _SURROGATE.search(text):
+        raise JsonSurrogateError()
+
+
 class PayloadTooLarge(JsonLimitError):
     """A value's JSON text is larger than ``MAX_PAYLOAD_BYTES``."""
 
@@ -106,8 +129,7 @@ def check_limits(value: JsonValue, *, string_keys: bool = False) -> None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise JsonNulError()
+            _check_text(item)
         elif isinstance(item, dict | list | tuple):
             if depth >= MAX_DEPTH:
                 raise JsonLimitError(
@@ -116,8 +138,7 @@ def check_limits(value: JsonValue, *, string_keys: bool = False) -> None:
             if isinstance(item, dict):
                 for key in item:
                     if isinstance(key, str):
-                        if "\x00" in key:
-                            raise JsonNulError()
+                        _check_text(key)
                     elif string_keys:
                         raise TypeError(
                             f"an object has a key of type {type(key).__name__} ({key!r}); "
