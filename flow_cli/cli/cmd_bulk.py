@@ -83,15 +83,19 @@ class Targets:
         self.records = records
 
 
-def select(engine: Engine, runs: list[str], filters: FilterArgs) -> Targets:
+def select(
+    engine: Engine, runs: list[str], filters: FilterArgs, *, follow: bool = False
+) -> Targets:
+    """The targets; with ``follow``, each run named (not matched by filters) that continued as
+    new stands for its live successor (said on stderr), as for every verb that names a run."""
     if runs and filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
-        return Targets(list(dict.fromkeys(read_ids(sys.stdin.read()))), False, {})
+        return Targets(_named(engine, read_ids(sys.stdin.read()), follow), False, {})
     if "-" in runs:
         raise InputError("- (read run ids from stdin) must be the only RUN argument.")
     if runs:
-        return Targets(list(dict.fromkeys(runs)), False, {})
+        return Targets(_named(engine, runs, follow), False, {})
     if not filters.selects:
         raise InputError(
             "say which runs: give RUN ids, - to read them from stdin, or filters such as "
@@ -99,6 +103,19 @@ def select(engine: Engine, runs: list[str], filters: FilterArgs) -> Targets:
         )
     records = engine.store.find_runs(filters.to_filter())
     return Targets([r.run_id for r in records], True, {r.run_id: r for r in records})
+
+
+def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
+    if not follow:
+        return list(dict.fromkeys(runs))
+    from flow_cli.ops.chain import follow_each
+
+    live: list[str] = []
+    for run_id, message in follow_each(engine, list(dict.fromkeys(runs))):
+        if message is not None:
+            note(message)
+        live.append(run_id)
+    return list(dict.fromkeys(live))
 
 
 def act(
@@ -233,7 +250,7 @@ def cancel(
         act(
             state,
             engine,
-            select(engine, runs or [], filters),
+            select(engine, runs or [], filters, follow=True),
             verb="cancel",
             dry_run=dry_run,
             yes=yes,
@@ -259,14 +276,15 @@ def terminate(
 
     Unsettled steps get step_cancelled (outcome_unknown where an attempt started), children
     follow their cancellation policy, then run_cancelled with "forced": true. Works on a run
-    whose code raises on every decision. A run that already ended is skipped.
+    whose code raises on every decision. A run that already ended is skipped. A run named
+    that continued as new stands for its live successor (said on stderr).
     """
     from flow_cli.ops.bulk import terminate_runs
 
     text = reason or "terminated by operator"
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        targets = select(engine, runs or [], filters)
+        targets = select(engine, runs or [], filters, follow=True)
         if len(targets.ids) == 1 and not targets.by_filter and not dry_run:
             engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
         act(
@@ -335,7 +353,7 @@ def signal_runs(
         act(
             state,
             engine,
-            select(engine, runs, filters),
+            select(engine, runs, filters, follow=True),
             verb="signal",
             dry_run=dry_run,
             yes=yes,

@@ -101,7 +101,8 @@ def history(
         typer.Option(
             "--follow",
             "-f",
-            help="Keep printing new events as they commit; exit 0 once the run's terminal event "
+            help="Keep printing new events as they commit, going on into the successor of a "
+            "run that continues as new (named on stderr); exit 0 once the chain's terminal event "
             "is printed (NDJSON with --json).",
         ),
     ] = False,
@@ -109,7 +110,7 @@ def history(
         bool,
         typer.Option(
             "--exit-status",
-            help="With --follow: exit as `flow result` does once the run ends (0 Completed, "
+            help="With --follow: exit as `flow result` does once the chain ends (0 Completed, "
             "4 ended otherwise).",
         ),
     ] = False,
@@ -120,10 +121,10 @@ def history(
     One row per event: sequence, time, event key and its key data.
 
     With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
-    one such object per line.
+    one such object per line. --follow goes on into the successor of a run that continued as
+    new (a line on stderr names it; its sequences start again at 1), so --exit-status reports
+    how the chain ended, as `flow result` does.
     """
-    from flow_cli.cli.render import TERMINAL_EVENTS
-
     state = CliState.of(ctx)
     as_json = state.want_json(json_output)
     if exit_status and not follow:
@@ -138,29 +139,45 @@ def history(
 
                 render.console().print(render.history_table(events))
             return
-        printer = _follow_printer(as_json)
-        last = 0
-        while True:
-            for event in events:
-                printer(event)
-                last = event["sequence"]
-                if event["event_key"] in TERMINAL_EVENTS:
-                    if exit_status:
-                        _exit_with_outcome(engine, run_id)
-                    return
+        _follow_chain(engine, run_id, events, as_json, exit_status)
+
+
+def _follow_chain(
+    engine: Engine, run_id: str, events: list[dict[str, Any]], as_json: bool, exit_status: bool
+) -> None:
+    """Print ``events`` and every later one, into successors, until the chain ends."""
+    from flow_cli.cli.render import TERMINAL_EVENTS
+
+    printer = _follow_printer(as_json)
+    last = 0
+    while True:
+        successor: str | None = None
+        for event in events:
+            printer(event)
+            last = event["sequence"]
+            if event["event_key"] == "run_continued_as_new":
+                successor = str(event["data"]["successor_run_id"])
+                break
+            if event["event_key"] in TERMINAL_EVENTS:
+                if exit_status:
+                    _exit_with_outcome(engine, run_id)
+                return
+        if successor is not None:
+            note(f"note: run {run_id!r} continued as new; following its successor {successor!r}")
+            run_id, last = successor, 0
+        else:
             engine.store.wait_for_change(FOLLOW_POLL_SECONDS)
-            events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
+        events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
 
 
 def _exit_with_outcome(engine: Engine, run_id: str) -> None:
-    """``--exit-status``: 0 when the run completed, 4 (outcome on stderr) otherwise."""
+    """``--exit-status``: 0 when the chain's last run completed, 4 (outcome on stderr)
+    otherwise."""
     from flow_cli.cli import exits
 
     outcome = engine.snapshot(run_id).outcome
     if outcome is None or outcome.kind.value == "Completed":
         return
-    if outcome.kind.value == "ContinuedAsNew":
-        return  # the work goes on in the successor, which --follow does not follow
     note(f"run {run_id} ended {outcome.kind.value}: {dumps(outcome.to_json(), compact=True)}")
     raise typer.Exit(exits.ENDED_OTHERWISE)
 
