@@ -185,7 +185,7 @@ def test_doctor_names_waits_retries_and_busy_runs(store: EventStore, clock: Manu
         "hook": "waiting-hook",
         "parent": "waiting-child",
         child: "waiting-signal",
-        "timer": "runnable",
+        "timer": "sleeping",  # its timer is an hour away: it wakes by itself
         "running": "runnable",
         "new": "runnable",
     }

@@ -89,7 +89,7 @@ def doctor(
     step-retrying     a step attempt failed; the next waits for its back-off
     runnable          a decision or step is due now or in progress
     waiting-signal    waits for a signal (then waiting-hook, waiting-child)
-    runnable          otherwise: a timer that is not due yet
+    sleeping          otherwise: a timer (or decision) due later; wakes by itself
 
     A build is unhosted when no live worker hosts it and either some worker is live or no
     registered worker (live or gone) ever hosted it. When only gone workers hosted it (the
