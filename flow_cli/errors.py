@@ -166,6 +166,20 @@ class HookNotFound(FlowError):
         self.token = token
 
 
+class HookOfAnotherRun(HookNotFound):
+    """The token exists, but ``--run`` (``run_id=``) named another run than its owner."""
+
+    def __init__(self, token: str, owner: str, run_id: str) -> None:
+        FlowError.__init__(
+            self,
+            f"Hook token {token!r} belongs to run {owner!r}, not to run {run_id!r}; "
+            f"name run {owner!r} with --run, or leave --run out.",
+        )
+        self.token = token
+        self.owner = owner
+        self.run_id = run_id
+
+
 class HookAlreadyResolved(FlowError):
     def __init__(self, token: str, run_id: str, hook_id: str) -> None:
         super().__init__(

@@ -80,11 +80,17 @@ def show(
     )
 
 
+CHILD_STATUS_UNSETTLED = frozenset({"Running", "CancelRequested", "Abandoned"})
+"""What a parent's history says of a child whose end it has not recorded: it started, the
+parent asked it to cancel (its own status tells whether it did), or the parent left it."""
+
+
 def _child_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:
-    """Live status of children still running (the parent's history only knows they started)."""
+    """The status of each child whose end the parent's history does not record, read from the
+    child's own run (a child the parent cancelled shows Cancelled once it is, not the request)."""
     found: dict[str, str] = {}
     for child in data["children"].values():
-        if child["status"] != "Running":
+        if child["status"] not in CHILD_STATUS_UNSETTLED:
             continue
         try:
             found[child["run_id"]] = engine.get_run(child["run_id"]).status.value

@@ -27,6 +27,7 @@ from flow_cli.errors import (
     FlowError,
     HookAlreadyResolved,
     HookNotFound,
+    HookOfAnotherRun,
     HookTokenInUse,
     InputError,
     RunAlreadyExists,
@@ -330,13 +331,16 @@ class Engine:
     ) -> tuple[str, str]:
         """Deliver the callback of the hook with ``token``. Returns ``(run_id, hook_id)``.
 
-        Raises ``HookNotFound`` for an unknown token (or one that belongs to another run than
-        ``run_id``), ``HookAlreadyResolved`` the second time, ``RunFinished`` if the run ended.
+        Raises ``HookNotFound`` for an unknown token (``HookOfAnotherRun``, a kind of it, for
+        one that belongs to another run than ``run_id``), ``HookAlreadyResolved`` the second
+        time, ``RunFinished`` if the run ended.
         """
         value = _payload(payload)
         record = self.store.find_hook(token)
-        if record is None or (run_id is not None and record.run_id != run_id):
+        if record is None:
             raise HookNotFound(token)
+        if run_id is not None and record.run_id != run_id:
+            raise HookOfAnotherRun(token, record.run_id, run_id)
         if record.resolved:
             raise HookAlreadyResolved(token, record.run_id, record.hook_id)
 

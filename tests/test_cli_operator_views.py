@@ -1,0 +1,51 @@
+"""What operators see and are told, through the real ``flow`` command on SQLite and PostgreSQL:
+a hook token named with another run, a cancelled child in its parent's view, ..."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from triage_helpers import TriageProject, project_for
+
+CONFIG = """\
+[flow]
+database = "{database}"
+build_id = "ops-1"
+runtimes = ["operator_workflows:runtime"]
+"""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def proj(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TriageProject]:
+    for project in project_for(request.param, tmp_path):
+        project.config.write_text(CONFIG.format(database=project.database), encoding="utf-8")
+        yield project
+
+
+def test_a_token_named_with_another_run_says_whose_it_is(proj: TriageProject) -> None:
+    proj.setup("start", "callback", "--id", "a")
+    proj.setup("start", "callback", "--id", "b")
+    proj.setup("tick", "--until-idle")
+
+    result = proj.invoke("hook", "resolve", "token-a", "--run", "b", "--payload", "1")
+
+    assert (result.code, result.stdout) == (2, "")
+    assert "belongs to run 'a', not to run 'b'" in result.error_line()
+    assert proj.invoke("hook", "resolve", "token-a", "--run", "a").code == 0
+
+
+def test_a_cancelled_child_shows_its_own_status_in_its_parents_view(
+    proj: TriageProject,
+) -> None:
+    proj.setup("start", "guardian", "--id", "p")
+    proj.setup("tick", "--until-idle")
+    proj.setup("terminate", "p", "--reason", "called off")
+    proj.setup("tick", "--until-idle")
+    assert proj.setup("show", "p/kid", "--json").json()["status"] == "Cancelled"
+
+    shown = proj.invoke("show", "p")
+
+    [row] = [line for line in shown.stdout.splitlines() if "p/kid" in line]
+    assert "Cancelled" in row and "CancelRequested" not in row
