@@ -69,6 +69,18 @@ class BuildNotHosted(FlowError):
         self.build_id = build_id
 
 
+class NoLiveHost(FlowError):
+    """No live worker hosts the build runs would be moved to (``flow upgrade --to``)."""
+
+    def __init__(self, build_id: str) -> None:
+        super().__init__(
+            f"no live worker hosts build {build_id!r}: runs moved to it would wait, unhosted "
+            f"(flow doctor: build-unhosted). Start a worker hosting {build_id!r} first (see "
+            "`flow workers`), or pass --allow-unhosted to move them anyway."
+        )
+        self.build_id = build_id
+
+
 class EventConflict(FlowError):
     """Another writer appended to the run first; re-read the history and decide again."""
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import FlowProject
 from triage_helpers import TriageProject, project_for
 
 CONFIG = """\
@@ -49,3 +50,22 @@ def test_a_cancelled_child_shows_its_own_status_in_its_parents_view(
 
     [row] = [line for line in shown.stdout.splitlines() if "p/kid" in line]
     assert "Cancelled" in row and "CancelRequested" not in row
+
+
+def test_builds_lists_a_loaded_build_that_nothing_runs_or_hosts(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)  # cli-1 (flow.toml's build_id), cli-1-compatible, cli-2
+    project.setup("start", "two-step", "--id", "r")
+
+    rows = project.ok("builds", "--json").json()
+
+    assert [row["build_id"] for row in rows] == ["cli-1", "cli-1-compatible", "cli-2"]
+    assert rows[2]["workers"] == [] and rows[2]["retirable"] is True
+    broken = tmp_path / "broken.toml"
+    broken.write_text(
+        project.config.read_text(encoding="utf-8").replace("cli_workflows:", "no_such_module:"),
+        encoding="utf-8",
+    )
+    elsewhere = project.run("--config", str(broken), "builds", "--json")
+    assert elsewhere.code == 0, elsewhere.stderr
+    assert [row["build_id"] for row in elsewhere.json()] == ["cli-1"]
+    assert elsewhere.stderr.startswith("warning: builds of flow.toml's runtimes not listed")

@@ -106,8 +106,12 @@ def select(
 
 
 def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
-    if not follow:
-        return list(dict.fromkeys(runs))
+    return follow_named(engine, runs) if follow else list(dict.fromkeys(runs))
+
+
+def follow_named(engine: Engine, runs: list[str]) -> list[str]:
+    """Each run named, or its live successor when it continued as new (said on stderr);
+    once each."""
     from flow_cli.ops.chain import follow_each
 
     live: list[str] = []
