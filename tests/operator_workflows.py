@@ -44,3 +44,8 @@ class ShippingFailed(Exception):
 def order(ctx: WorkflowContext) -> RuntimeCommand:
     shipped = ctx.step("ship", "ship", ctx.input, retry=RetryPolicy(max_attempts=1))
     return ctx.complete(shipped)
+
+
+@runtime.workflow("broken")
+def broken(ctx: WorkflowContext) -> RuntimeCommand:
+    raise KeyError("missing")

@@ -3,6 +3,7 @@ a hook token named with another run, a cancelled child in its parent's view, ...
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +70,64 @@ def test_builds_lists_a_loaded_build_that_nothing_runs_or_hosts(tmp_path: Path) 
     assert elsewhere.code == 0, elsewhere.stderr
     assert [row["build_id"] for row in elsewhere.json()] == ["cli-1"]
     assert elsewhere.stderr.startswith("warning: builds of flow.toml's runtimes not listed")
+
+
+def _many_runs(proj: TriageProject, waiting: int) -> None:
+    lines = [
+        json.dumps({"run_id": f"cb-{n:03d}", "workflow": "callback", "input": None})
+        for n in range(waiting)
+    ]
+    lines.append(json.dumps({"run_id": "bad", "workflow": "broken", "input": None}))
+    lines.append(
+        json.dumps({"run_id": "lost", "workflow": "order", "input": {"to": "Mars", "fail": True}})
+    )
+    proj.setup("start", "--from-jsonl", "-", stdin="\n".join(lines) + "\n")
+    proj.setup("tick", "--until-idle")
+
+
+def test_runs_tables_stop_at_50_rows_and_give_the_reason(proj: TriageProject) -> None:
+    _many_runs(proj, 53)  # 55 runs
+
+    table = proj.invoke("runs")
+
+    ids = ("cb-", "bad", "lost")
+    rows = [line for line in table.stdout.split("\n") if line.lstrip().startswith(ids)]
+    assert len(rows) == 50
+    assert table.stdout.rstrip().splitlines()[-1] == (
+        "50 of 55 matching runs shown, newest first; --limit N shows more, --limit 0 all, "
+        "--after cb-005 the next page"
+    )
+    assert len(proj.invoke("runs", "--json").json()) == 55  # data is never cut silently
+    assert sum(1 for _ in proj.invoke("runs", "--jsonl").stdout.splitlines()) == 55
+    everything = proj.invoke("runs", "--limit", "0").stdout
+    assert everything.rstrip().endswith("55 runs") and "cb-000" in everything
+    assert proj.invoke("runs", "--limit", "3").stdout.rstrip().endswith("3 runs")
+
+    failed = {
+        line.split()[0]: line
+        for line in proj.invoke("runs", "--status", "Failed,Pending").stdout.splitlines()
+        if line.strip()
+    }
+    assert "reason" in failed["run"]
+    assert "ShippingFailed: no carrier for Mars (step 'ship'" in failed["lost"]
+    assert "⚠ KeyError: 'missing'" in failed["bad"]
+    data = {r["run_id"]: r for r in proj.invoke("runs", "--json").json()}
+    assert data["bad"]["error_type"] == "KeyError"
+    assert data["bad"]["reason"] == "KeyError: 'missing'"
+    assert data["lost"]["error_type"] == "ShippingFailed"  # the step's error: the cause
+    assert data["cb-000"]["error_type"] is None and data["cb-000"]["reason"] is None
+
+
+def test_error_type_filters_and_counts(proj: TriageProject) -> None:
+    _many_runs(proj, 2)
+
+    keyerrors = proj.invoke("runs", "--error-type", "KeyError", "--json").json()
+    assert [r["run_id"] for r in keyerrors] == ["bad"]
+    counted = proj.invoke("count", "--by", "error_type", "--json").json()
+    assert counted == {
+        "total": 4,
+        "groups": {"(none)": 2, "KeyError": 1, "ShippingFailed": 1},
+    }
+    assert "ShippingFailed" in proj.invoke("count", "--by", "error_type").stdout
+    dry = proj.invoke("terminate", "--error-type", "KeyError", "--dry-run")
+    assert dry.stdout.split() == ["bad", "broken", "Pending"]

@@ -132,6 +132,7 @@ def _clean_record(record: RunRecord) -> RunRecord:
         workflow=escape_controls(record.workflow),
         build_id=escape_controls(record.build_id),
         failing=None if record.failing is None else escape_controls(record.failing),
+        error=None if record.error is None else escape_controls(record.error),
     )
 
 
@@ -142,20 +143,24 @@ def _table(title: str | None = None) -> Table:
 # -- flow runs -------------------------------------------------------------------------------
 
 
-def runs_table(records: Sequence[RunRecord]) -> RenderableType:
+def runs_table(
+    records: Sequence[RunRecord], *, matched: int | None = None, more: bool = False
+) -> RenderableType:
+    """``flow runs``: one row per run. ``more``: the table was cut at ``len(records)`` rows of
+    ``matched`` (``None``: not counted)."""
     records = [_clean_record(record) for record in records]
     table = _table()
     # Status and time never wrap; ids, names and the error fold, so an 80-column terminal
-    # still shows every column (no-wrap ids squeezed the rest down to "…"). The failing column
-    # is there only when a run is failing.
+    # still shows every column (no-wrap ids squeezed the rest down to "…"). The reason column
+    # is there only when a run failed or is failing.
     table.add_column("run id", overflow="fold")
     table.add_column("workflow", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("build", overflow="fold")
     table.add_column("updated", no_wrap=True)
-    any_failing = any(record.failing for record in records)
-    if any_failing:
-        table.add_column("failing", overflow="fold")
+    any_reason = any(_reason(record) for record in records)
+    if any_reason:
+        table.add_column("reason", overflow="fold")
     for record in records:
         cells: list[RenderableType] = [
             Text(record.run_id),
@@ -164,12 +169,27 @@ def runs_table(records: Sequence[RunRecord]) -> RenderableType:
             Text(record.build_id),
             when(record.updated_at),
         ]
-        if any_failing:
-            failing = short_text(record.failing, 60) if record.failing else ""
-            cells.append(Text("⚠ " + failing, style="bold red") if failing else Text(""))
+        if any_reason:
+            cells.append(_reason(record))
         table.add_row(*cells)
     noun = "run" if len(records) == 1 else "runs"
-    return Group(table, Text(f"{len(records)} {noun}", style="dim"))
+    if not more:
+        return Group(table, Text(f"{len(records)} {noun}", style="dim"))
+    shown = f"{len(records)} of {matched}" if matched is not None else f"the first {len(records)}"
+    footer = (
+        f"{shown} matching runs shown, newest first; --limit N shows more, --limit 0 all, "
+        f"--after {records[-1].run_id} the next page"
+    )
+    return Group(table, Text(footer, style="dim"))
+
+
+def _reason(record: RunRecord) -> Text:
+    """Why the run failed (Failed) or its decisions fail (marked ⚠); empty otherwise."""
+    if record.failing:
+        return Text("⚠ " + short_text(record.failing, 60), style="bold red")
+    if record.error and record.status.value == "Failed":
+        return Text(short_text(record.error, 60), style="red")
+    return Text("")
 
 
 # -- flow show -------------------------------------------------------------------------------

@@ -12,14 +12,24 @@ from flow_cli.model.events import (
     Event,
     HookCreated,
     HookResolved,
+    RunFailed,
     SignalReceived,
     StepCompleted,
     StepFailed,
     WaitCompleted,
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
-from flow_cli.model.status import StepStatus
-from flow_cli.store.protocol import KEEP, HookEntry, Keep, RunIndex, StepTask, waiting_entry
+from flow_cli.model.status import RunStatus, StepStatus
+from flow_cli.store.protocol import (
+    KEEP,
+    HookEntry,
+    Keep,
+    RunError,
+    RunIndex,
+    StepTask,
+    waiting_entry,
+)
+from flow_cli.store.run_error import decision_error, failed_error
 
 
 def is_wake(event: Event) -> bool:
@@ -82,6 +92,13 @@ def index_for(
     if after.terminal:
         decide_at = None
     upgraded = any(isinstance(event, BuildUpgraded) for event in events)
+    error: RunError | Keep | None = KEEP
+    if any(isinstance(event, RunFailed) for event in events):
+        error = failed_error(after)
+    elif after.terminal and after.status is not RunStatus.FAILED:
+        error = None  # ended otherwise (terminated while failing, say): no reason to show
+    elif failing is not KEEP:
+        error = decision_error(after) if failing is not None else None
     return RunIndex(
         status=after.status,
         decide_at=decide_at,
@@ -90,6 +107,7 @@ def index_for(
         hooks=hooks,
         waiting_on=waiting_on(after),
         build_id=after.spec.runtime_build_id if upgraded else KEEP,
+        error=error,
     )
 
 

@@ -22,6 +22,7 @@ from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
+    NO_GROUP,
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
@@ -78,6 +79,8 @@ class _Run:
     failing: str | None = None
     failing_since: datetime | None = None
     waiting_on: str | None = None
+    error_type: str | None = None
+    error: str | None = None
     patches: tuple[str, ...] = ()
     events: list[_Event] = field(default_factory=list)
 
@@ -94,6 +97,8 @@ class _Run:
             decide_at=self.decide_at,
             failing=self.failing,
             waiting_on=self.waiting_on,
+            error_type=self.error_type,
+            error=self.error,
         )
 
 
@@ -249,6 +254,9 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             elif run.failing is None:
                 run.failing_since = at
             run.failing = index.failing
+        if index.error is not KEEP:
+            run.error_type = None if index.error is None else index.error.error_type
+            run.error = None if index.error is None else index.error.text
         if index.status.terminal:
             run.waiting_on = None
         elif index.waiting_on is not KEEP:
@@ -366,6 +374,7 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             and (needle is None or (r.waiting_on is not None and needle in f" {r.waiting_on} "))
             and (idle is None or r.updated_at <= idle)
             and (not where.top_level or r.parent_run_id is None)
+            and (where.error_type is None or r.error_type == where.error_type)
         ]
         runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
         return runs
@@ -389,7 +398,8 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             groups: dict[str, int] = {}
             if by is not None:
                 for run in runs:
-                    key = str(getattr(run, by))
+                    value = getattr(run, by)
+                    key = NO_GROUP if value is None else str(value)
                     groups[key] = groups.get(key, 0) + 1
             return RunCount(total=len(runs), groups=dict(sorted(groups.items())))
 

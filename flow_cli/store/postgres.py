@@ -57,6 +57,7 @@ from flow_cli.store.postgres_ends import ENDED_CHANNEL, EndsListener, ended_payl
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
+    NO_GROUP,
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
@@ -750,8 +751,9 @@ class PostgresStore(AppendViaCommit):
                 return RunCount(total=int(row[0]) if row else 0, groups={})
             rows = conn.execute(
                 sql.SQL(
-                    "SELECT {col}, count(*) FROM runs WHERE {cond} GROUP BY {col} ORDER BY {col}"
-                ).format(col=sql.Identifier(by), cond=condition),
+                    "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "
+                    "GROUP BY 1 ORDER BY 1"
+                ).format(col=sql.Identifier(by), none=sql.Literal(NO_GROUP), cond=condition),
                 params,
             ).fetchall()
         groups = {str(key): int(n) for key, n in rows}

@@ -203,12 +203,42 @@ def _v5_idle_workers(conn: Connection) -> None:
     )
 
 
+def _v6_run_errors(conn: Connection) -> None:
+    # Why a run failed or its decisions fail (`flow runs`' reason, --error-type), filled for the
+    # runs recorded before by the rule new writes follow (``store.run_error``).
+    from flow_cli.store.run_error import error_of, failing_error
+
+    conn.execute("ALTER TABLE runs ADD COLUMN error_type text, ADD COLUMN error text")
+    conn.execute(
+        "CREATE INDEX runs_error_type ON runs (error_type, created_at, created_order) "
+        "WHERE error_type IS NOT NULL"
+    )
+    failed = conn.execute(
+        "SELECT r.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
+        "AND e.sequence = r.last_sequence WHERE r.status = 'Failed' "
+        "AND e.event_key = 'run_failed'"
+    ).fetchall()
+    found = [(error_of((data or {}).get("error")), run_id) for run_id, data in failed]
+    failing = conn.execute(
+        "SELECT run_id, failing FROM runs WHERE failing IS NOT NULL AND NOT status = ANY(%s)",
+        ([s.value for s in RunStatus if s.terminal],),
+    ).fetchall()
+    found += [(failing_error(text), run_id) for run_id, text in failing]
+    if found:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE runs SET error_type = %s, error = %s WHERE run_id = %s",
+                [(error.error_type, error.text, run_id) for error, run_id in found],
+            )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
     Migration(3, "workers registry, runs.patches", _v3_fleet),
     Migration(4, "runs.failing_since", _v4_failing_since),
     Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
+    Migration(6, "runs.error_type and runs.error", _v6_run_errors),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 
@@ -344,7 +374,7 @@ def _write_version(conn: Connection, version: int) -> None:
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing, waiting_on"
+    "decide_at, failing, waiting_on, error_type, error"
 )
 
 
@@ -562,8 +592,8 @@ def insert_events(
 
 _INSERT_DECIDED_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-    "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
+    "error_type, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -598,6 +628,7 @@ def insert_decided_run(
             failing,
             None if failing is None else now,
             waiting_on,
+            *error_values(index),
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
@@ -672,7 +703,18 @@ def index_update(
     if index.build_id is not KEEP:
         sets.append("build_id = %s")
         params.append(index.build_id)
+    if index.error is not KEEP:
+        sets.append("error_type = %s, error = %s")
+        params.extend(error_values(index))
     return tuple(sets), params
+
+
+def error_values(index: RunIndex) -> tuple[str | None, str | None]:
+    """The ``error_type`` and ``error`` columns of an index change (``None`` when it has none)."""
+    error = index.error
+    if error is KEEP or error is None:
+        return None, None
+    return error.error_type, error.text
 
 
 def apply_index(
@@ -792,6 +834,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         decide_at=None if decide_at is None else utc(decide_at),
         failing=failing,
         waiting_on=row[10] if len(row) > 10 else None,
+        error_type=row[11] if len(row) > 11 else None,
+        error=row[12] if len(row) > 12 else None,
     )
 
 
@@ -826,6 +870,9 @@ def run_filter(where: RunFilter) -> tuple[sql.Composable, dict[str, Any]]:
         params["idle_since"] = where.idle_since
     if where.top_level:
         conditions.append("parent_run_id IS NULL")
+    if where.error_type is not None:
+        conditions.append("error_type = %(error_type)s")
+        params["error_type"] = where.error_type
     return sql.SQL(" AND ".join(conditions)), params
 
 

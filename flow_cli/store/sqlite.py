@@ -55,6 +55,7 @@ from flow_cli.store.protocol import (
     GROUP_ERRORS,
     GROUPINGS,
     KEEP,
+    NO_GROUP,
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
@@ -239,11 +240,44 @@ def _v4_failing_since(db: Database) -> None:
     )
 
 
+def _v5_run_errors(db: Database) -> None:
+    """Why a run failed or its decisions fail (``flow runs``' reason, ``--error-type``), filled
+    for the runs recorded before by the rule new writes follow (``store.run_error``)."""
+    from flow_cli.store.run_error import error_of, failing_error
+
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN error_type TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN error TEXT")
+    conn.execute(
+        "CREATE INDEX runs_error_type ON runs (error_type, created_at) WHERE error_type IS NOT NULL"
+    )
+    found = [
+        (error_of(json.loads(data).get("error")), run_id)
+        for run_id, data in conn.execute(
+            "SELECT r.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
+            "AND e.sequence = r.last_sequence WHERE r.status = 'Failed' "
+            "AND e.event_key = 'run_failed'"
+        )
+    ]
+    found += [
+        (failing_error(failing), run_id)
+        for run_id, failing in conn.execute(
+            f"SELECT run_id, failing FROM runs WHERE failing IS NOT NULL "
+            f"AND status NOT IN ({_TERMINAL_LIST})"
+        )
+    ]
+    conn.executemany(
+        "UPDATE runs SET error_type = ?, error = ? WHERE run_id = ?",
+        [(error.error_type, error.text, run_id) for error, run_id in found],
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
     (3, _v3_fleet),
     (4, _v4_failing_since),
+    (5, _v5_run_errors),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""
 
@@ -700,8 +734,9 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         failing = None if index.failing is KEEP else index.failing
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
+            "error_type, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
@@ -716,6 +751,7 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
                 failing,
                 None if failing is None else stamp,
                 None if terminal or index.waiting_on is KEEP else index.waiting_on,
+                *_error_values(index),
             ),
         ).rowcount
         if not inserted:
@@ -759,6 +795,9 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         if index.build_id is not KEEP:
             sets.append("build_id = ?")
             params.append(index.build_id)
+        if index.error is not KEEP:
+            sets.append("error_type = ?, error = ?")
+            params.extend(_error_values(index))
         moved = conn.execute(
             f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
             [*params, run_id, expected],
@@ -1048,6 +1087,9 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
             params.append(_ts(where.idle_since))
         if where.top_level:
             sql.append("parent_run_id IS NULL")
+        if where.error_type is not None:
+            sql.append("error_type = ?")
+            params.append(where.error_type)
         return sql, params
 
     def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, list[Any]]:
@@ -1137,7 +1179,8 @@ class SQLiteStore(AppendViaCommit, NoHandoffs):
         # Grouped by an expression: grouping by the bare column would walk that column's
         # index over every run instead of the index that serves the filter.
         rows = conn.execute(
-            f"SELECT {by} || '', count(*) FROM runs{condition} GROUP BY 1", params
+            f"SELECT coalesce({by} || '', '{NO_GROUP}'), count(*) FROM runs{condition} GROUP BY 1",
+            params,
         ).fetchall()
         return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
 
@@ -1489,8 +1532,16 @@ def _envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnve
 
 _RUN_SELECT = (
     "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
-    "last_sequence, decide_at, failing, waiting_on FROM runs"
+    "last_sequence, decide_at, failing, waiting_on, error_type, error FROM runs"
 )
+
+
+def _error_values(index: RunIndex) -> tuple[str | None, str | None]:
+    """The ``error_type`` and ``error`` columns of an index change (``None`` when it has none)."""
+    error = index.error
+    if error is KEEP or error is None:
+        return None, None
+    return error.error_type, error.text
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
@@ -1506,4 +1557,6 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
         decide_at=_dt_or_none(row[8]),
         failing=row[9],
         waiting_on=row[10],
+        error_type=row[11],
+        error=row[12],
     )
