@@ -63,6 +63,12 @@ def show(
         record = engine.get_run(run_id)
         data: dict[str, Any] = snap.to_json()
         data["failing"] = record.failing
+        forked = snap.spec.forked_from
+        data["forked_from"] = (
+            None if forked is None else {"run_id": forked[0], "sequence": forked[1]}
+        )
+        # When the run was created here: a fork's history keeps its original's start time.
+        data["created_at"] = record.created_at.isoformat()
         # While a decision keeps failing, the runs index holds when it is tried next.
         data["next_decision_at"] = (
             record.decide_at.isoformat()

@@ -245,6 +245,15 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
         if snap.get(key):
             grid.add_row(label, Text(snap[key]))
+    forked = snap.get("forked_from")
+    if forked:
+        grid.add_row(
+            "forked from",
+            Text(
+                f"{forked['run_id']} (its events up to {forked['sequence']}), "
+                f"forked {when(snap.get('created_at'))}"
+            ),
+        )
     grid.add_row("input", Text(short_json(snap["input"], 200)))
     if snap.get("cancel_requested"):
         grid.add_row("cancel", Text(f"requested: {snap.get('cancel_reason') or ''}", "yellow"))
@@ -433,6 +442,10 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
                 text += f" parent {spec['parent_run_id']}"
             if spec.get("predecessor_run_id"):
                 text += f" continues {spec['predecessor_run_id']}"
+            forked = spec.get("forked_from")
+            if isinstance(forked, Mapping):
+                origin, cut = forked.get("run_id"), forked.get("sequence")
+                text += f" forked from {origin} (up to event {cut})"
             return f"{text} input {short_json(spec.get('input'), 60)}"
         case "step_scheduled":
             batch = f" batch {d['batch_id']!r}" if d.get("batch_id") else ""

@@ -227,7 +227,7 @@ class MemoryStore(AppendViaCommit, NoHandoffs):
             status=RunStatus.PENDING,
             build_id=spec.runtime_build_id,
             parent_run_id=spec.parent_run_id,
-            created_at=at,
+            created_at=at if run.created_at is None else _utc(run.created_at),
             updated_at=at,
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
             patches=tuple(spec.patches),

@@ -100,6 +100,10 @@ class NewRun:
     seed: str
     decide_at: datetime | None
     """Normally now: a new run wants its first decision."""
+    created_at: datetime | None = None
+    """When the runs index lists the run as created (``flow runs`` order, ``--since``), when it
+    is not the time ``run_started`` is recorded at: a fork made with ``--from-step`` keeps the
+    original's times in its history but is listed by when it was forked."""
     hand_off: str | None = None
     """A step its first decisions (committed with it) scheduled, ready now, that the store may
     hand to an idle worker (``offer_worker``) in the same commit: recording its
