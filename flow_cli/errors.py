@@ -10,10 +10,13 @@
     ├── NonDeterminismError      a command re-issued a recorded identity with other parameters
     ├── WorkflowError            workflow code raised or returned something that is not a command
     ├── HookNotFound             no hook was ever created with that token
+    │   └── HookOfAnotherRun     the token is another run's than the one named
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
+    │   └── BuildAmbiguous       several builds define the workflow to start; none is default
+    ├── NoLiveHost               no live worker hosts the build runs would move to
     └── StoreError               the database is missing, locked, unreachable or corrupt
 
 Messages say what happened, where, and what to do next; the ids are attributes so that the
@@ -220,6 +223,18 @@ class ConfigError(FlowError):
 
 class InputError(FlowError):
     """A payload or argument is malformed (bad JSON, wrong shape)."""
+
+
+class BuildAmbiguous(InputError):
+    """Several loaded builds define the workflow to start, and none is the default."""
+
+    def __init__(self, workflow: str, builds: Sequence[str]) -> None:
+        super().__init__(
+            f"workflow {workflow!r} is defined by builds {', '.join(builds)} and none is the "
+            "default (flow.toml's build_id): pass --build-id B to say which one starts it."
+        )
+        self.workflow = workflow
+        self.builds = tuple(builds)
 
 
 class RunStillOpen(FlowError):

@@ -49,3 +49,6 @@ def order(ctx: WorkflowContext) -> RuntimeCommand:
 @runtime.workflow("broken")
 def broken(ctx: WorkflowContext) -> RuntimeCommand:
     raise KeyError("missing")
+
+
+NOT_A_RUNTIME = 3

@@ -131,3 +131,59 @@ def test_error_type_filters_and_counts(proj: TriageProject) -> None:
     assert "ShippingFailed" in proj.invoke("count", "--by", "error_type").stdout
     dry = proj.invoke("terminate", "--error-type", "KeyError", "--dry-run")
     assert dry.stdout.split() == ["bad", "broken", "Pending"]
+
+
+def test_counts_and_types_read_as_english(proj: TriageProject) -> None:
+    proj.setup("start", "broken", "--id", "bad")
+    assert ", 1 decision failure" in proj.invoke("tick", "--until-idle").stdout
+    assert "1 decision failures" not in proj.invoke("tick").stdout
+    proj.config.write_text(
+        CONFIG.format(database=proj.database).replace(
+            "operator_workflows:runtime", "operator_workflows:NOT_A_RUNTIME"
+        ),
+        encoding="utf-8",
+    )
+    wrong = proj.invoke("tick")
+    assert wrong.code == 2
+    assert "runtime 'operator_workflows:NOT_A_RUNTIME' is an int, not" in wrong.error_line()
+
+
+def test_export_all_writes_every_run(proj: TriageProject, tmp_path: Path) -> None:
+    proj.setup("start", "callback", "--id", "a")
+    proj.setup("start", "callback", "--id", "b")
+    target = tmp_path / "exported"
+
+    unconfirmed = proj.invoke("export", "--all", "-o", str(target))
+    assert unconfirmed.code == 2 and "--yes" in unconfirmed.error_line()
+    done = proj.invoke("export", "--all", "-o", str(target), "--yes")
+
+    assert done.code == 0, done.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["a.json", "b.json"]
+    both = proj.invoke("export", "a", "--all", "-o", str(target))
+    assert both.code == 2 and "--all selects every run" in both.error_line()
+
+
+AMBIGUOUS = """\
+[flow]
+database = "sqlite:///flow.db"
+runtimes = ["cli_workflows:runtime", "cli_workflows:compatible"]
+"""
+
+
+def test_start_never_guesses_the_build(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path, AMBIGUOUS)  # both builds define every workflow
+
+    guessed = project.run("start", "two-step", "--id", "r")
+
+    assert (guessed.code, guessed.stdout) == (2, "")
+    line = guessed.error_line()
+    assert "defined by builds cli-1, cli-1-compatible" in line and "--build-id" in line
+    assert not project.db.exists()  # refused before the database is touched
+    chosen = project.ok("start", "two-step", "--id", "r", "--build-id", "cli-1-compatible")
+    assert chosen.stdout == "r\n"
+    assert project.ok("runs", "--json").json()[0]["build_id"] == "cli-1-compatible"
+    project.config.write_text(
+        AMBIGUOUS.replace("[flow]\n", '[flow]\nbuild_id = "cli-1"\n'), encoding="utf-8"
+    )
+    project.ok("start", "two-step", "--id", "d")
+    assert project.ok("show", "d", "--json").json()["build_id"] == "cli-1"

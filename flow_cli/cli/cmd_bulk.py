@@ -84,10 +84,18 @@ class Targets:
 
 
 def select(
-    engine: Engine, runs: list[str], filters: FilterArgs, *, follow: bool = False
+    engine: Engine,
+    runs: list[str],
+    filters: FilterArgs,
+    *,
+    follow: bool = False,
+    every: bool = False,
 ) -> Targets:
     """The targets; with ``follow``, each run named (not matched by filters) that continued as
-    new stands for its live successor (said on stderr), as for every verb that names a run."""
+    new stands for its live successor (said on stderr), as for every verb that names a run.
+    ``every`` (``--all``) selects every run, as filters that match them all would."""
+    if every and (runs or filters.selects):
+        raise InputError("--all selects every run; drop the run ids and filters (or --all).")
     if runs and filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
@@ -96,7 +104,7 @@ def select(
         raise InputError("- (read run ids from stdin) must be the only RUN argument.")
     if runs:
         return Targets(_named(engine, runs, follow), False, {})
-    if not filters.selects:
+    if not filters.selects and not every:
         raise InputError(
             "say which runs: give RUN ids, - to read them from stdin, or filters such as "
             "--status, --workflow, --failing (see --help)."
@@ -394,17 +402,24 @@ def export(
             "finished leaves out by default (they let a reader resolve its open hooks).",
         ),
     ] = False,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every run (with -o DIR and --yes, as filters matching many runs need).",
+        ),
+    ] = False,
     *,
     filters: FilterArgs,
 ) -> None:
     """Write the history of RUN (or of many runs) as JSON, for replay elsewhere.
 
     The file feeds `flow replay-check --file FILE`, e.g. in CI. Many runs (ids, - for stdin,
-    or filters) need -o DIR; files are rewritten when exported again. For a run that has not
-    finished, the seed and hook tokens are left out unless --include-secrets is given (a token
-    resolves a hook); replay-check does not compare the tokens of such a file.
+    filters, or --all) need -o DIR; files are rewritten when exported again. For a run that has
+    not finished, the seed and hook tokens are left out unless --include-secrets is given (a
+    token resolves a hook); replay-check does not compare the tokens of such a file.
     """
-    if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
+    if runs and len(runs) == 1 and runs != ["-"] and not filters.selects and not every:
         cmd_read.export(ctx, runs[0], output, include_secrets)
         return
     if output is None or str(output) == "-":
@@ -414,7 +429,7 @@ def export(
         raise InputError(f"-o {output}: not a directory (many runs are written one file each).")
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        targets = select(engine, runs or [], filters)
+        targets = select(engine, runs or [], filters, every=every)
         if targets.ids and not dry_run and (yes or not targets.by_filter or len(targets.ids) < 2):
             try:
                 directory.mkdir(parents=True, exist_ok=True)

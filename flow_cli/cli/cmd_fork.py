@@ -11,6 +11,7 @@ from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out, parse_json_arg, short_json
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
+from flow_cli.cli.words import plural
 from flow_cli.errors import InputError
 
 
@@ -94,6 +95,6 @@ def fork(
         out(forked.run_id)
         origin, sequence = forked.forked_from
         note(
-            f"forked run {origin} (up to event {sequence}, {forked.copied} events copied) "
-            f"as {forked.run_id}"
+            f"forked run {origin} (up to event {sequence}, "
+            f"{plural(forked.copied, 'event')} copied) as {forked.run_id}"
         )

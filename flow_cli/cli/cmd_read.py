@@ -18,6 +18,7 @@ import typer
 from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
+from flow_cli.cli.words import plural
 from flow_cli.errors import InputError, RunNotFound
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ def export(
         sys.stdout.write(text)
         return
     _write_atomically(output, text)
-    note(f"wrote {len(document['events'])} events of run {run_id} to {output}")
+    note(f"wrote {plural(len(document['events']), 'event')} of run {run_id} to {output}")
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from flow_cli.errors import Mismatch, NonDeterminismError
+from flow_cli.errors import Mismatch, NonDeterminismError, WorkflowError
 from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import (
     Cancelled,
@@ -215,9 +215,12 @@ def failed(
     mismatches = None
     if isinstance(error, NonDeterminismError):
         mismatches = [_mismatch_json(m) for m in error.mismatches]
-    event = DecisionFailed(
-        error_type=error_type or type(error).__name__, message=str(error), mismatches=mismatches
-    )
+    kind, message = type(error).__name__, str(error)
+    if isinstance(error, WorkflowError):
+        # Flow's own report on the workflow's result (it returned no command, ...): its cause
+        # and detail, not "WorkflowError: Run 'x': workflow code failed with ..." once more.
+        kind, message = error.error_type, error.detail
+    event = DecisionFailed(error_type=error_type or kind, message=message, mismatches=mismatches)
     since = snapshot.failing_since or now
     delay = min(max(now - since, DECISION_RETRY_MIN), DECISION_RETRY_MAX)
     previous = snapshot.decision_error
