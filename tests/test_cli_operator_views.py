@@ -187,3 +187,41 @@ def test_start_never_guesses_the_build(tmp_path: Path) -> None:
     )
     project.ok("start", "two-step", "--id", "d")
     assert project.ok("show", "d", "--json").json()["build_id"] == "cli-1"
+
+
+def test_piped_tables_have_no_padding_or_framing_blank_lines(proj: TriageProject) -> None:
+    _many_runs(proj, 2)
+    for args in (
+        ("runs",),
+        ("count", "--by", "status"),
+        ("show", "lost"),
+        ("history", "lost"),
+        ("hook", "list"),
+        ("doctor",),
+        ("builds",),
+    ):
+        printed = proj.run(*args).stdout
+        lines = printed.split("\n")
+        assert printed.endswith("\n") and lines[-1] == "", args
+        assert lines[0].strip() and lines[-2].strip(), (args, printed)
+        assert not [line for line in lines if line != line.rstrip()], (args, printed)
+        assert not [line for line in lines if line and not line.strip()], (args, printed)
+
+
+def test_completion_show_and_install(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "conf")}
+
+    shown = project.run("completion", "show", "bash", env=env)
+    assert shown.code == 0 and "_FLOW_COMPLETE=complete_bash" in shown.stdout
+    installed = project.run("completion", "install", "fish", env=env)
+    assert installed.code == 0, installed.stderr
+    fish = tmp_path / "conf" / "fish" / "completions" / "flow.fish"
+    assert fish.read_text(encoding="utf-8") == project.run("completion", "show", "fish").stdout
+    bash = project.run("completion", "install", "bash", env=env)
+    assert f"to {tmp_path / 'data' / 'bash-completion' / 'completions' / 'flow'}" in bash.stdout
+    zsh = project.run("completion", "install", "zsh", "--path", str(tmp_path / "z" / "_flow"))
+    assert zsh.code == 0 and (tmp_path / "z" / "_flow").exists()
+    assert f"fpath=({tmp_path / 'z'} $fpath)" in zsh.stderr
+    unknown = project.run("completion", "show", env={**env, "SHELL": "/bin/tcsh"})
+    assert unknown.code == 2 and "flow completion install bash|zsh|fish" in unknown.error_line()

@@ -63,11 +63,32 @@ def console(*, stderr: bool = False) -> Console:
     """
     stream = sys.stderr if stderr else sys.stdout
     width = None
-    if "COLUMNS" not in os.environ and not stream.isatty():
+    piped = not stream.isatty()
+    if "COLUMNS" not in os.environ and piped:
         width = PIPE_WIDTH  # piped or redirected: never wrap a row at Rich's default of 80
+    kind = _PipeConsole if piped and not stderr else Console
     if os.environ.get("NO_COLOR"):
-        return Console(stderr=stderr, highlight=False, color_system=None, width=width)
-    return Console(stderr=stderr, highlight=False, width=width)
+        return kind(stderr=stderr, highlight=False, color_system=None, width=width)
+    return kind(stderr=stderr, highlight=False, width=width)
+
+
+class _PipeConsole(Console):
+    """Stdout that is not a terminal (a pipe, a file, a test): each ``print`` is written without
+    the spaces that pad cells to the table's width and without the blank lines that frame a
+    table, so ``grep``, ``diff`` and ``awk`` see only what was printed."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        with self.capture() as captured:
+            super().print(*objects, **options)
+        # A line of spaces is the blank top or bottom edge of a table: dropped.
+        lines = [line.rstrip() for line in captured.get().split("\n") if line == "" or line.strip()]
+        while lines and not lines[0]:
+            lines.pop(0)
+        while lines and not lines[-1]:
+            lines.pop()
+        if lines:
+            self.file.write("\n".join(lines) + "\n")
+            self.file.flush()
 
 
 # -- small pieces ----------------------------------------------------------------------------
