@@ -252,3 +252,15 @@ def test_concepts_names_the_envelope_attributes_python_has() -> None:
         if attribute == "to_data":
             continue
         assert hasattr(EventEnvelope, attribute) or attribute in EventEnvelope.__dataclass_fields__
+
+
+def test_every_bench_script_the_benchmarks_cite_is_in_the_repository() -> None:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"`((?:\.\./)?[\w.-]*/[\w./-]*\.(?:py|sh))", text))
+    names = set(re.findall(r"`(\w+\.(?:py|sh))[ `]", text))  # bare: in bench/ or its harness
+    assert paths and names
+    places = (ROOT, ROOT / "bench", ROOT / "bench" / "peers", ROOT / "bench" / "peers" / "flow")
+    missing = sorted(
+        cited for cited in paths | names if not any((place / cited).exists() for place in places)
+    )
+    assert missing == [], f"docs/benchmarks.md cites scripts that are not here: {missing}"
