@@ -63,6 +63,10 @@ def fork(
     history is replayed against its build before it is written; a fork whose copied decisions
     the code would not make again is refused (exit 3) with the divergences. The original run is
     never changed. --json: {"run_id", "forked_from"}.
+
+    A fork from a step keeps the original's times in its history (ctx.started_at, and the
+    deadlines derived from it, read as they did), but is listed as new: flow runs and --since
+    go by when it was forked.
     """
     from flow_cli.ops.fork import ForkDiverges, fork_run
 
