@@ -82,9 +82,8 @@ def runs(
         records = engine.store.find_runs(replace(where, limit=TABLE_ROWS + 1) if cut else where)
         if cut and len(records) > TABLE_ROWS:
             records = records[:TABLE_ROWS]
-            total = engine.store.count_runs(replace(where, after=None)).total
-            if where.after is not None:
-                total = None  # counting what lies after a cursor would read every row
+            # With a cursor the count would include the pages before it: not said.
+            total = None if where.after is not None else engine.store.count_runs(where).total
     if as_data:
         emit_rows([run_json(r) for r in records], jsonl)
         return
