@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from flow_cli.model.commands import RuntimeCommand
     from flow_cli.model.context import TIMED_OUT, StepFailedError, WorkflowContext
     from flow_cli.model.retry import RetryPolicy
-    from flow_cli.model.status import RunStatus, WorkflowTerminalOutcome
+    from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
     from flow_cli.runtime import Runtime, StepInfo
 
 _EXPORTS = {
@@ -40,6 +40,7 @@ _EXPORTS = {
     "WorkflowContext": "flow_cli.model.context",
     "RetryPolicy": "flow_cli.model.retry",
     "RunStatus": "flow_cli.model.status",
+    "StepStatus": "flow_cli.model.status",
     "WorkflowTerminalOutcome": "flow_cli.model.status",
     "Runtime": "flow_cli.runtime",
     "StepInfo": "flow_cli.runtime",
@@ -58,6 +59,7 @@ __all__ = [
     "RuntimeCommand",
     "StepFailedError",
     "StepInfo",
+    "StepStatus",
     "WorkflowContext",
     "WorkflowNotFound",
     "WorkflowTerminalOutcome",

@@ -16,10 +16,13 @@
     ├── SuspensionCaught         workflow code caught Flow's suspension (a bare ``except``)
     ├── UnknownPatch             ``ctx.patched(name)`` names a marker the build does not declare
     ├── HookNotFound             no hook was ever created with that token
+    │   └── HookOfAnotherRun     the token is another run's than the one named
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
+    │   └── BuildAmbiguous       several builds define the workflow to start; none is default
+    ├── NoLiveHost               no live worker hosts the build runs would move to
     ├── StepOutputNotJSON        a step returned a value Flow cannot store (fails without retry)
     └── StoreError               the database is missing, locked, unreachable or corrupt
         ├── StoreUnreachable     it cannot be reached or opened (says nothing of its contents)
@@ -87,6 +90,18 @@ class BuildNotHosted(FlowError):
     def __init__(self, build_id: str, hosted: Sequence[str] = ()) -> None:
         hint = f" Hosted builds: {', '.join(sorted(hosted))}." if hosted else ""
         super().__init__(f"No runtime with build id {build_id!r} is loaded.{hint}")
+        self.build_id = build_id
+
+
+class NoLiveHost(FlowError):
+    """No live worker hosts the build runs would be moved to (``flow upgrade --to``)."""
+
+    def __init__(self, build_id: str) -> None:
+        super().__init__(
+            f"no live worker hosts build {build_id!r}: runs moved to it would wait, unhosted "
+            f"(flow doctor: build-unhosted). Start a worker hosting {build_id!r} first (see "
+            "`flow workers`), or pass --allow-unhosted to move them anyway."
+        )
         self.build_id = build_id
 
 
@@ -258,6 +273,20 @@ class HookNotFound(FlowError):
         self.token = token
 
 
+class HookOfAnotherRun(HookNotFound):
+    """The token exists, but ``--run`` (``run_id=``) named another run than its owner."""
+
+    def __init__(self, token: str, owner: str, run_id: str) -> None:
+        FlowError.__init__(
+            self,
+            f"Hook token {token!r} belongs to run {owner!r}, not to run {run_id!r}; "
+            f"name run {owner!r} with --run, or leave --run out.",
+        )
+        self.token = token
+        self.owner = owner
+        self.run_id = run_id
+
+
 class HookAlreadyResolved(FlowError):
     def __init__(self, token: str, run_id: str, hook_id: str) -> None:
         super().__init__(
@@ -286,6 +315,18 @@ class ConfigError(FlowError):
 
 class InputError(FlowError):
     """A payload or argument is malformed (bad JSON, wrong shape)."""
+
+
+class BuildAmbiguous(InputError):
+    """Several loaded builds define the workflow to start, and none is the default."""
+
+    def __init__(self, workflow: str, builds: Sequence[str]) -> None:
+        super().__init__(
+            f"workflow {workflow!r} is defined by builds {', '.join(builds)} and none is the "
+            "default (flow.toml's build_id): pass --build-id B to say which one starts it."
+        )
+        self.workflow = workflow
+        self.builds = tuple(builds)
 
 
 class RunStillOpen(FlowError):

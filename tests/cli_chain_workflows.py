@@ -16,3 +16,11 @@ def relay(ctx: WorkflowContext) -> RuntimeCommand:
     answer = ctx.hook("ack", token=f"ack-{ctx.first_run_id}")
     go = ctx.receive("go", "go")
     return ctx.complete({"go": go, "ack": answer, "first": ctx.first_run_id})
+
+
+@runtime.workflow("doomed")
+def doomed(ctx: WorkflowContext) -> RuntimeCommand:
+    """Continues as new once, then fails: the chain's outcome is its last run's."""
+    if ctx.input["generation"] < 1:
+        return ctx.continue_as_new({"generation": 1})
+    return ctx.fail({"type": "Doomed", "message": "the chain failed"})

@@ -3,10 +3,13 @@ act on its live successor and say so on stderr."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import FlowProject
+from triage_helpers import TriageProject, project_for
 
 from flow_cli.engine.engine import Engine
 from flow_cli.model.clock import ManualClock
@@ -71,3 +74,59 @@ def test_chain_from_on_every_store(store: EventStore, clock: ManualClock) -> Non
     engine.tick(until_idle=True)
     assert chain_from(engine, "r") == ["r", "r~1", "r~2"]
     assert live_run(engine, "r~2") == "r~2"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def chain_proj(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TriageProject]:
+    for proj in project_for(request.param, tmp_path):
+        proj.config.write_text(
+            CONFIG.replace('"sqlite:///flow.db"', f'"{proj.database}"'), encoding="utf-8"
+        )
+        yield proj
+
+
+def test_terminate_follows_the_chain(chain_proj: TriageProject) -> None:
+    chain_proj.setup("start", "relay", "--id", "relay", "--input", '{"generation": 0}')
+    chain_proj.setup("tick", "--until-idle")
+
+    terminated = chain_proj.run("terminate", "relay", "--reason", "stop the chain")
+
+    assert (terminated.code, terminated.stdout) == (0, "relay~2\tdone\tterminated\n")
+    assert "run 'relay' continued as new 2 times; acting on its live successor 'relay~2'" in (
+        terminated.stderr
+    )
+    shown = chain_proj.setup("show", "relay~2", "--json").json()
+    assert shown["status"] == "Cancelled" and shown["outcome"]["forced"] is True
+
+
+def test_bulk_verbs_naming_runs_of_one_chain_act_once_on_the_live_run(
+    chain_proj: TriageProject,
+) -> None:
+    chain_proj.setup("start", "relay", "--id", "relay", "--input", '{"generation": 0}')
+    chain_proj.setup("tick", "--until-idle")
+
+    signalled = chain_proj.invoke("signal", "-", "go", "--payload", '"x"', stdin="relay\nrelay~1\n")
+    assert (signalled.code, signalled.stdout) == (0, "relay~2\tdone\tsignal 'go' delivered\n")
+    cancelled = chain_proj.invoke("cancel", "relay", "relay~1", "nope")
+    assert cancelled.code == 1
+    lines = cancelled.stdout.splitlines()
+    assert lines[0] == "relay~2\tdone\tcancellation requested"
+    assert lines[1].startswith("nope\tfailed\t") and len(lines) == 2
+
+
+def test_history_follow_goes_into_successors_and_reports_the_chains_outcome(
+    chain_proj: TriageProject,
+) -> None:
+    chain_proj.setup("start", "doomed", "--id", "doomed", "--input", '{"generation": 0}')
+    chain_proj.setup("tick", "--until-idle")
+    assert chain_proj.run("result", "doomed").code == 4
+
+    followed = chain_proj.run("history", "doomed", "--follow", "--exit-status", "--json")
+
+    assert followed.code == 4, followed.stderr
+    keys = [json.loads(line)["event_key"] for line in followed.stdout.splitlines()]
+    assert keys == ["run_started", "run_continued_as_new", "run_started", "run_failed"]
+    assert "run 'doomed' continued as new; following its successor 'doomed~1'" in (followed.stderr)
+    assert "run doomed~1 ended Failed" in followed.stderr
+    text = chain_proj.run("history", "doomed", "--follow")
+    assert text.code == 0 and "run_failed" in text.stdout.splitlines()[-1]

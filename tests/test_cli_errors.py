@@ -139,7 +139,7 @@ def test_hook_resolve_unknown_and_already_resolved_tokens(finished: FlowProject)
     )
     wrong_run = finished.invoke("hook", "resolve", "tok-done", "--run", "done")
     assert wrong_run.code == 2
-    assert "No hook has token 'tok-done'" in wrong_run.error_line()
+    assert "token 'tok-done' belongs to run 'cb', not to run 'done'" in wrong_run.error_line()
     again = finished.invoke("hook", "resolve", "tok-done")
     assert (again.code, again.stdout) == (1, "")
     assert again.error_line() == (

@@ -113,7 +113,7 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
     # The nap counts from the run's start: long enough for the tick to find it asleep.
     fleet.must("start", "nap", "--id", "late", "--input", '{"seconds": 4}')
     fleet.must("tick")  # decides them; the tick worker is gone once it returns
-    assert _causes(_doctor(fleet, "--overdue-after", "0.2s")[1])["late"] == "runnable"
+    assert _causes(_doctor(fleet, "--overdue-after", "0.2s")[1])["late"] == "sleeping"
     wait_for(
         lambda: _doctor(fleet, "--overdue-after", "0.2s")[1]["summary"]["timer-overdue"],
         "the nap timer to pass",
@@ -135,6 +135,7 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
         "waiting-signal": 1,
         "waiting-hook": 0,
         "waiting-child": 0,
+        "sleeping": 0,
         "runnable": 0,
     }
     by_id = {row["run_id"]: row for row in report["runs"]}
@@ -183,7 +184,7 @@ def test_doctor_exits_0_while_healthy_workers_keep_every_run_moving(fleet: Fleet
 
         code, report = wait_for(settled, "the runs to reach their waits")
         assert code == 0 and report["ok"] is True
-        assert _causes(report) == {"a": "waiting-signal", "c": "waiting-hook", "n": "runnable"}
+        assert _causes(report) == {"a": "waiting-signal", "c": "waiting-hook", "n": "sleeping"}
         table = fleet.must("doctor").stdout
         assert "No run is stuck: 3 open runs; 1 live worker" in table
     finally:

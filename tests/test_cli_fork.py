@@ -32,6 +32,15 @@ def test_fork_from_a_step(proj: TriageProject) -> None:
     )
     keys = [e["event_key"] for e in proj.setup("history", "t1-f", "--json").json()]
     assert keys.count("step_started") == 2  # first copied, second run anew
+    shown = proj.invoke("show", "t1-f")
+    assert "forked from  t1 (its events up to 4), forked 20" in shown.stdout
+    assert proj.invoke("show", "t1-f", "--json").json()["forked_from"] == {
+        "run_id": "t1",
+        "sequence": 4,
+    }
+    assert proj.invoke("show", "t1", "--json").json()["forked_from"] is None
+    table = proj.invoke("history", "t1-f").stdout
+    assert "forked from t1 (up to event 4)" in table
     whole = proj.invoke("fork", "t1", "--input", '{"n": 1}')
     assert whole.code == 0 and whole.stdout.startswith("t1-fork-")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet_helpers import FleetProject, fleet, start_order
+from fleet_helpers import FleetProject, fleet, start_order, stop, wait_for
 
 __all__ = ["fleet"]
 
@@ -51,7 +51,8 @@ def test_upgrade_moves_runs_in_flight_and_they_complete_on_the_new_build(
     before = _histories(fleet)
 
     dry = fleet.flow("upgrade", "--from", OLD, "--to", NEW, "--dry-run", "--json")
-    assert (dry.code, dry.stderr) == (0, "")
+    assert dry.code == 0
+    assert dry.stderr.startswith("note: no live worker hosts build 'shop-2026.12.1'")
     assert dry.json() == {
         "from": OLD,
         "to": NEW,
@@ -62,7 +63,8 @@ def test_upgrade_moves_runs_in_flight_and_they_complete_on_the_new_build(
     }
     assert _histories(fleet) == before  # --dry-run changes nothing
 
-    done = fleet.flow("upgrade", "--from", OLD, "--to", NEW)
+    # No worker runs yet: the new-only workers start once the runs are there.
+    done = fleet.flow("upgrade", "--from", OLD, "--to", NEW, "--allow-unhosted")
     assert done.code == 0, done.stderr
     assert "o-approval   upgraded   shop-2026.11.1 → shop-2026.12.1" in done.stdout
     assert done.stdout.splitlines()[-1] == "upgrade: 2 of 2 runs re-pinned to build shop-2026.12.1"
@@ -102,7 +104,7 @@ def test_upgrade_refuses_the_broken_build_for_the_runs_it_would_break(
 ) -> None:
     _orders(fleet)
     before = _histories(fleet)
-    result = fleet.flow("upgrade", "--from", OLD, "--to", BROKEN, "--json")
+    result = fleet.flow("upgrade", "--from", OLD, "--to", BROKEN, "--json", "--allow-unhosted")
     assert (result.code, result.stderr) == (3, "")
     document = result.json()
     assert document["upgraded"] == ["o-new"]
@@ -114,7 +116,7 @@ def test_upgrade_refuses_the_broken_build_for_the_runs_it_would_break(
     assert _builds(fleet) == {"o-new": BROKEN, "o-approval": OLD, "o-done": OLD}
     assert fleet.must("history", "o-approval", "--json").json() == before["o-approval"]
 
-    table = fleet.flow("upgrade", "--from", OLD, "--to", BROKEN, "--dry-run")
+    table = fleet.flow("upgrade", "--from", OLD, "--to", BROKEN, "--dry-run", "--allow-unhosted")
     assert (table.code, table.stderr) == (3, "")
     lines = table.stdout.splitlines()
     assert any(line.split()[:2] == ["o-approval", "refused"] for line in lines)
@@ -145,7 +147,9 @@ def test_upgrade_usage_errors_are_one_line_and_exit_2(fleet: FleetProject) -> No
 
 def test_named_and_filtered_runs(fleet: FleetProject) -> None:
     _orders(fleet)
-    named = fleet.flow("upgrade", "--from", OLD, "--to", NEW, "o-done", "o-new", "--json")
+    named = fleet.flow(
+        "upgrade", "--from", OLD, "--to", NEW, "o-done", "o-new", "--json", "--allow-unhosted"
+    )
     assert named.code == 0, named.stderr
     assert named.json()["upgraded"] == ["o-new"]
     assert named.json()["skipped"] == [
@@ -161,9 +165,38 @@ def test_named_and_filtered_runs(fleet: FleetProject) -> None:
         NEW,
         "-",
         "--json",
+        "--allow-unhosted",
         stdin="o-approval\n",
     )
     assert from_stdin.json()["upgraded"] == ["o-approval"]
     none = fleet.flow("upgrade", "--from", OLD, "--to", NEW, "--waiting-on", "hook")
     assert (none.code, none.stdout) == (0, "")
     assert none.stderr == "no open runs of build shop-2026.11.1 to upgrade; nothing done\n"
+
+
+def test_upgrade_refuses_a_build_no_live_worker_hosts(fleet: FleetProject) -> None:
+    _orders(fleet)  # its ticks hosted every build, and are gone
+    before = _histories(fleet)
+
+    refused = fleet.flow("upgrade", "--from", OLD, "--to", NEW)
+
+    assert (refused.code, refused.stdout) == (1, "")
+    assert "no live worker hosts build 'shop-2026.12.1'" in refused.error_line()
+    assert "--allow-unhosted" in refused.error_line()
+    assert _histories(fleet) == before
+    (fleet.root / "new-only.toml").write_text(NEW_ONLY, encoding="utf-8")
+    worker = fleet.spawn_worker(
+        env={"FLOW_CONFIG": "new-only.toml", "FLOW_HEARTBEAT_SECONDS": "0.2"}
+    )
+    try:
+        wait_for(
+            lambda: any(
+                w["live"] and NEW in w["builds"] for w in fleet.must("workers", "--json").json()
+            ),
+            "the worker hosting the new build to register",
+        )
+        done = fleet.flow("upgrade", "--from", OLD, "--to", NEW, "--json")
+        assert done.code == 0, done.stderr
+        assert sorted(done.json()["upgraded"]) == ["o-approval", "o-new"]
+    finally:
+        stop(worker)

@@ -109,3 +109,174 @@ def test_the_architecture_page_names_only_what_exists() -> None:
         (sql, ["run_sets", "run_filter", "Dialect"]),
     ):
         assert [n for n in names if not hasattr(module, n)] == []
+
+
+# -- console samples that show output are what flow prints ----------------------------------------
+
+CHECKED = "<!-- output checked by tests/test_docs.py -->"
+"""Put this line right above a ```console block in docs/ to have its output checked: each
+``$ command`` runs, in order, in a scratch directory holding the example shop's flow.toml (SQLite,
+``COLUMNS=100``), and what it prints (stdout and stderr, interleaved) must match the lines under
+it once times, run id suffixes, tokens and durations are blanked. ``FLOW_DOCS_UPDATE=1`` rewrites
+the blocks with what flow prints now."""
+
+EXAMPLE_CONFIG = """\
+[flow]
+database = "sqlite:///flow.db"
+build_id = "shop-2026.12.1"
+runtimes = [
+    "workflows_example.orders:runtime",
+    "workflows_example.orders_v1:runtime",
+    "workflows_example.orders_broken:runtime",
+]
+"""
+
+_VOLATILE = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?"), "<time>"),
+    (re.compile(r"\b[0-9a-f]{32}\b"), "<token>"),
+    (re.compile(r"-[0-9a-f]{12}\b"), "-<id>"),
+    (re.compile(r"\b\d+(\.\d+)? (ms|s|min)\b"), "<duration>"),
+)
+
+
+def _blank(text: str) -> str:
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _checked_blocks() -> list[tuple[Path, int, int]]:
+    """(file, first line, end line) of each checked console block's body."""
+    found = []
+    for path in sorted(DOCS.glob("*.md")):
+        lines = path.read_text(encoding="utf-8").split("\n")
+        for number, line in enumerate(lines):
+            if line.strip() != CHECKED:
+                continue
+            assert lines[number + 1] == "```console", f"{path.name}:{number + 2}"
+            end = lines.index("```", number + 2)
+            found.append((path, number + 2, end))
+    return found
+
+
+def _run_session(commands: list[str], workdir: Path) -> list[str]:
+    """Run ``commands`` in one shell (so ``$?`` carries over); what each printed."""
+    script = ["set +e"]
+    for number, command in enumerate(commands):
+        script += [
+            "__status=$?",
+            f"printf '@@%d@@\\n' {number}",
+            "(exit $__status)",
+            command,
+        ]
+    venv_bin = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=workdir,
+        env={
+            "PATH": f"{venv_bin}:/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "HOME": str(workdir),
+            "XDG_DATA_HOME": str(workdir / "data"),
+            "COLUMNS": "100",
+            "NO_COLOR": "1",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    outputs: list[list[str]] = []
+    for line in done.stdout.rstrip("\n").split("\n"):
+        if re.fullmatch(r"@@\d+@@", line):
+            outputs.append([])
+        elif outputs:
+            outputs[-1].append(line)
+    return ["\n".join(lines) for lines in outputs]
+
+
+def test_checked_console_samples_are_what_flow_prints(tmp_path: Path) -> None:
+    import os
+
+    update = os.environ.get("FLOW_DOCS_UPDATE") == "1"
+    blocks = _checked_blocks()
+    assert blocks, f"no block is marked {CHECKED!r}"
+    problems = []
+    for index, (path, first, end) in enumerate(reversed(blocks)):
+        lines = path.read_text(encoding="utf-8").split("\n")
+        body = lines[first:end]
+        commands = [line[2:] for line in body if line.startswith("$ ")]
+        expected: list[str] = []
+        for line in body:
+            if line.startswith("$ "):
+                expected.append("")
+            else:
+                expected[-1] += ("\n" if expected[-1] else "") + line
+        workdir = tmp_path / f"{path.stem}-{index}"
+        workdir.mkdir()
+        (workdir / "flow.toml").write_text(EXAMPLE_CONFIG, encoding="utf-8")
+        (workdir / "workflows_example").symlink_to(ROOT / "workflows_example")
+        printed = _run_session(commands, workdir)
+        if update:
+            new_body = []
+            for command, output in zip(commands, printed, strict=True):
+                new_body += [f"$ {command}", *([output] if output else [])]
+            path.write_text("\n".join(lines[:first] + new_body + lines[end:]), encoding="utf-8")
+            continue
+        for command, want, got in zip(commands, expected, printed, strict=True):
+            if _blank(want) != _blank(got):
+                problems.append(
+                    f"{path.name}: $ {command}\n--- documented\n{want}\n--- printed\n{got}"
+                )
+    assert not problems, "\n\n".join(problems) + "\n(FLOW_DOCS_UPDATE=1 rewrites the blocks)"
+
+
+def test_the_testing_guides_clock_sample_fails_as_documented() -> None:
+    """docs/testing.md shows the error a workflow that reads the clock gets: run the sample."""
+    from datetime import UTC, datetime, timedelta
+
+    from flow_cli import Runtime
+    from flow_cli.testing import WorkflowEnvironment
+
+    text = (DOCS / "testing.md").read_text(encoding="utf-8")
+    block = text[text.index('@runtime.workflow("reads-clock")') :]
+    block = block[: block.index("```")]
+    documented = " ".join(
+        line.removeprefix("# ") for line in block.split("\n") if line.startswith("# ")
+    )
+    runtime = Runtime(build_id="docs-1")
+    env = WorkflowEnvironment(runtime)
+    code = "\n".join(line for line in block.split("\n") if not line.startswith("# "))
+    namespace = {"runtime": runtime, "env": env, "datetime": datetime, "UTC": UTC}
+    namespace["timedelta"] = timedelta
+    with pytest.raises(Exception) as caught:
+        exec(compile(code, "docs/testing.md", "exec"), namespace)
+    printed = f"{type(caught.value).__name__}: {caught.value}"
+    # The documented text with "…" for what changes from run to run.
+    pattern = ".*".join(re.escape(part) for part in documented.split("…"))
+    assert re.fullmatch(pattern, printed), (documented, printed)
+
+
+def test_concepts_names_the_envelope_attributes_python_has() -> None:
+    from flow_cli.model.events import EventEnvelope
+
+    text = (DOCS / "concepts.md").read_text(encoding="utf-8")
+    named = re.findall(r"`\.(\w+)`", text[text.index("## History") :][:1500])
+    assert "event" in named and "data" not in named
+    for attribute in named:
+        if attribute == "to_data":
+            continue
+        assert hasattr(EventEnvelope, attribute) or attribute in EventEnvelope.__dataclass_fields__
+
+
+def test_every_bench_script_the_benchmarks_cite_is_in_the_repository() -> None:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"`((?:\.\./)?[\w.-]*/[\w./-]*\.(?:py|sh))", text))
+    names = set(re.findall(r"`(\w+\.(?:py|sh))[ `]", text))  # bare: in bench/ or its harness
+    assert paths and names
+    places = (ROOT, ROOT / "bench", ROOT / "bench" / "peers", ROOT / "bench" / "peers" / "flow")
+    missing = sorted(
+        cited for cited in paths | names if not any((place / cited).exists() for place in places)
+    )
+    assert missing == [], f"docs/benchmarks.md cites scripts that are not here: {missing}"

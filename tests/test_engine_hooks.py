@@ -7,7 +7,7 @@ from engine_workflows import data, keys, make_engine, scenario_runtime
 
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay_check import replay_history
-from flow_cli.errors import HookAlreadyResolved, HookNotFound
+from flow_cli.errors import HookAlreadyResolved, HookNotFound, HookOfAnotherRun
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.context import WorkflowContext
 from flow_cli.model.snapshot import project
@@ -75,8 +75,10 @@ def test_a_token_of_another_run_raises_hook_not_found(
     engine = make_engine(store, [scenario_runtime()], clock)
     token_a = _open_hook(engine, "run-a")
     token_b = _open_hook(engine, "run-b")
-    with pytest.raises(HookNotFound):
+    with pytest.raises(HookOfAnotherRun) as caught:
         engine.resolve_hook(token_a, "x", run_id="run-b")
+    assert isinstance(caught.value, HookNotFound)  # the same exit code and handling
+    assert "belongs to run 'run-a', not to run 'run-b'" in str(caught.value)
     assert keys(engine, "run-a") == ["run_started", "hook_created"]
     assert keys(engine, "run-b") == ["run_started", "hook_created"]
     # With the right run it is accepted.

@@ -81,7 +81,16 @@ def test_upgrade_with_no_run_ids_on_stdin_upgrades_nothing(tmp_path: Path) -> No
         assert (result.code, result.stderr) == (0, "")
         assert result.json()["upgraded"] == []
     assert project.setup("runs", "--json").json()[0]["build_id"] == "cli-1"
-    moved = project.run("upgrade", "--from", "cli-1", "--to", "cli-1-compatible", "-", stdin="r\n")
+    moved = project.run(
+        "upgrade",
+        "--from",
+        "cli-1",
+        "--to",
+        "cli-1-compatible",
+        "-",
+        "--allow-unhosted",
+        stdin="r\n",
+    )
     assert moved.code == 0, moved.stderr
     assert project.setup("runs", "--json").json()[0]["build_id"] == "cli-1-compatible"
 

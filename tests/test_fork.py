@@ -16,7 +16,7 @@ from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.events import StepScheduled
 from flow_cli.ops.fork import fork_run
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import EventStore, RunFilter
 from workflows_example import orders
 
 ORDER = {"sku": "sku-8842", "quantity": 1, "amount": 100.0}
@@ -103,6 +103,24 @@ def test_fork_from_a_step_keeps_earlier_outputs_and_reruns_the_rest(
     outcome = engine.snapshot("s1-again").outcome
     assert outcome is not None and outcome.result == {"label": "Lyonx2"}
     assert CALLS == ["s1-again:label"]  # pack was not invoked again
+
+
+def test_a_fork_from_a_step_is_listed_by_when_it_was_forked(
+    engine: Engine, clock: ManualClock
+) -> None:
+    shipped(engine, clock)
+    engine.start("ship", {"items": 1}, run_id="s2", build_id="ship-1")
+    clock.advance(3600)
+    forked_at = clock.now()
+    fork_run(engine, "s1", new_id="s1-again", from_step="label")
+
+    listed = engine.store.find_runs(RunFilter())
+    assert [r.run_id for r in listed] == ["s1-again", "s2", "s1"]  # newest first
+    assert listed[0].created_at == forked_at
+    since = engine.store.find_runs(RunFilter(since=forked_at - timedelta(minutes=1)))
+    assert [r.run_id for r in since] == ["s1-again"]
+    # Its history keeps the original's times: ctx.started_at, and what derives from it.
+    assert engine.history("s1-again")[0].recorded_at == engine.history("s1")[0].recorded_at
 
 
 def test_fork_whole_run_with_new_input(engine: Engine, clock: ManualClock) -> None:

@@ -11,6 +11,8 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from flow_cli import Runtime
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.observe import NOTHING, Observer, Observers, RunRef, StepRef
@@ -188,3 +190,20 @@ def test_a_scrape_while_the_database_is_away_leaves_out_only_open_runs(store: Ev
     assert "flow_open_runs{" not in text
     present = MetricsObserver(store)
     assert 'flow_open_runs{status="Pending"} 0.0' in generate_latest(present.registry).decode()
+
+
+def test_an_error_without_a_message_leaves_no_colon_dangling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from flow_cli.engine.observe import LogObserver, RunRef
+    from flow_cli.model.status import RunStatus
+
+    observer = LogObserver()
+    run = RunRef("order-1", "order", "shop-1")
+    with caplog.at_level("DEBUG", logger=observer.log.name):
+        observer.run_ended(run, RunStatus.FAILED, {"type": "ShippingFailed", "message": ""})
+        observer.decision_failed(run, "KeyError", "", None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "run failed: order-1 (order, build shop-1): ShippingFailed",
+        "decision failed: run order-1 (order, build shop-1): KeyError",
+    ]

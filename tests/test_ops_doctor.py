@@ -67,7 +67,7 @@ def test_precedence_when_several_apply() -> None:
     assert cause(run(waiting_on="signal:go hook:h child:c")) == "waiting-signal"
     assert cause(run(waiting_on="hook:h child:c")) == "waiting-hook"
     assert cause(run(waiting_on="child:c")) == "waiting-child"
-    assert cause(run(waiting_on="timer:t", decide_at=NOW + timedelta(hours=1))) == "runnable"
+    assert cause(run(waiting_on="timer:t", decide_at=NOW + timedelta(hours=1))) == "sleeping"
 
 
 def _fields(state: RunState) -> dict[str, object]:

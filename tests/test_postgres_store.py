@@ -997,6 +997,7 @@ def test_version_3_schema_gets_failing_since(url: str, schema: str, store: Postg
     with admin(url, schema) as conn:  # what a version 3 Flow left: no failing_since
         conn.execute("ALTER TABLE runs DROP COLUMN failing_since")
         conn.execute("DROP TABLE idle_workers")
+        conn.execute("ALTER TABLE runs DROP COLUMN error_type, DROP COLUMN error")
         conn.execute("UPDATE flow_meta SET value = '3' WHERE key = 'schema_version'")
     upgraded = PostgresStore(url, schema=schema)
     try:

@@ -28,6 +28,7 @@ def test_exports_are_pinned() -> None:
         "RuntimeCommand",
         "StepFailedError",
         "StepInfo",
+        "StepStatus",
         "WorkflowContext",
         "WorkflowNotFound",
         "WorkflowTerminalOutcome",

@@ -74,7 +74,7 @@ def test_read_only_commands_leave_out_pydantic_and_the_decider(tmp_path: Path) -
     ("argv", "message"),
     [
         (["runs", "--limit", "abc"], "Invalid value for '--limit': Input should be a valid"),
-        (["runs", "--limit", "0"], "Input should be greater than or equal to 1"),
+        (["runs", "--limit", "-1"], "Input should be greater than or equal to 0"),
     ],
 )
 def test_values_that_need_coercion_still_get_typers(

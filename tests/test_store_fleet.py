@@ -185,7 +185,7 @@ def test_doctor_names_waits_retries_and_busy_runs(store: EventStore, clock: Manu
         "hook": "waiting-hook",
         "parent": "waiting-child",
         child: "waiting-signal",
-        "timer": "runnable",
+        "timer": "sleeping",  # its timer is an hour away: it wakes by itself
         "running": "runnable",
         "new": "runnable",
     }
@@ -429,6 +429,9 @@ def test_sqlite_version_3_database_gets_failing_since(tmp_path: Path, clock: Man
     store.close()
     with sqlite3.connect(path) as conn:  # what a version 3 Flow left: no failing_since
         conn.execute("ALTER TABLE runs DROP COLUMN failing_since")
+        conn.execute("DROP INDEX runs_error_type")
+        conn.execute("ALTER TABLE runs DROP COLUMN error_type")
+        conn.execute("ALTER TABLE runs DROP COLUMN error")
         conn.execute("UPDATE flow_meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
     upgraded = SQLiteStore(path)

@@ -131,3 +131,22 @@ def test_cancel_and_result_of_a_run_that_did_not_complete() -> None:
     assert outcome is not None and outcome.kind is RunStatus.CANCELLED
     with pytest.raises(Exception, match="did not complete"):
         env.result(run)
+
+
+def test_a_workflow_that_returns_no_command_is_reported_once() -> None:
+    rt = Runtime(build_id="no-return-1")
+
+    @rt.workflow("forgetful")
+    def forgetful(ctx: WorkflowContext) -> RuntimeCommand:
+        ctx.complete("done")
+        return None  # type: ignore[return-value]
+
+    env = WorkflowEnvironment(rt)
+    run = env.start("forgetful", run_id="f")
+    with pytest.raises(WorkflowError) as caught:
+        env.run_until_idle()
+    message = str(caught.value)
+    assert message.count("workflow code failed with") == 1, message
+    assert message.startswith("Run 'f': workflow code failed with InvalidCommand: workflow ")
+    [failed] = [e for e in env.history(run) if e.event_key == "decision_failed"]
+    assert failed.event.to_data()["error_type"] == "InvalidCommand"

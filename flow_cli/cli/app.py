@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from flow_cli.cli import (
     cmd_bulk,
     cmd_check,
+    cmd_completion,
     cmd_drive,
     cmd_facts,
     cmd_fleet,
@@ -227,6 +228,7 @@ app.command("workers")(cmd_fleet.workers)
 app.command("doctor")(cmd_fleet.doctor)
 app.command("builds")(cmd_fleet.builds)
 app.command("check")(cmd_check.check)
+app.add_typer(cmd_completion.completion_app)
 
 
 _GLOBAL_OPTIONS = {"--db": True, "--config": True, "--json": False}

@@ -86,22 +86,51 @@ class Targets:
         self.records = records
 
 
-def select(engine: Engine, runs: list[str], filters: FilterArgs) -> Targets:
+def select(
+    engine: Engine,
+    runs: list[str],
+    filters: FilterArgs,
+    *,
+    follow: bool = False,
+    every: bool = False,
+) -> Targets:
+    """The targets; with ``follow``, each run named (not matched by filters) that continued as
+    new stands for its live successor (said on stderr), as for every verb that names a run.
+    ``every`` (``--all``) selects every run, as filters that match them all would."""
+    if every and (runs or filters.selects):
+        raise InputError("--all selects every run; drop the run ids and filters (or --all).")
     if runs and filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
-        return Targets(list(dict.fromkeys(read_ids(sys.stdin.read()))), False, {})
+        return Targets(_named(engine, read_ids(sys.stdin.read()), follow), False, {})
     if "-" in runs:
         raise InputError("- (read run ids from stdin) must be the only RUN argument.")
     if runs:
-        return Targets(list(dict.fromkeys(runs)), False, {})
-    if not filters.selects:
+        return Targets(_named(engine, runs, follow), False, {})
+    if not filters.selects and not every:
         raise InputError(
             "say which runs: give RUN ids, - to read them from stdin, or filters such as "
             "--status, --workflow, --failing (see --help)."
         )
     records = engine.find_runs(filters.to_filter())
     return Targets([r.run_id for r in records], True, {r.run_id: r for r in records})
+
+
+def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
+    return follow_named(engine, runs) if follow else list(dict.fromkeys(runs))
+
+
+def follow_named(engine: Engine, runs: list[str]) -> list[str]:
+    """Each run named, or its live successor when it continued as new (said on stderr);
+    once each."""
+    from flow_cli.ops.chain import follow_each
+
+    live: list[str] = []
+    for run_id, message in follow_each(engine, list(dict.fromkeys(runs))):
+        if message is not None:
+            note(message)
+        live.append(run_id)
+    return list(dict.fromkeys(live))
 
 
 def act(
@@ -255,7 +284,7 @@ def cancel(
         act(
             state,
             engine,
-            select(engine, runs or [], filters),
+            select(engine, runs or [], filters, follow=True),
             verb="cancel",
             dry_run=dry_run,
             yes=yes,
@@ -281,14 +310,15 @@ def terminate(
 
     Unsettled steps get step_cancelled (outcome_unknown where an attempt started), children
     follow their cancellation policy, then run_cancelled with "forced": true. Works on a run
-    whose code raises on every decision. A run that already ended is skipped.
+    whose code raises on every decision. A run that already ended is skipped. A run named
+    that continued as new stands for its live successor (said on stderr).
     """
     from flow_cli.ops.bulk import terminate_runs
 
     text = reason or "terminated by operator"
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        targets = select(engine, runs or [], filters)
+        targets = select(engine, runs or [], filters, follow=True)
         if len(targets.ids) == 1 and not targets.by_filter:
             engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
         act(
@@ -357,7 +387,7 @@ def signal_runs(
         act(
             state,
             engine,
-            select(engine, runs, filters),
+            select(engine, runs, filters, follow=True),
             verb="signal",
             dry_run=dry_run,
             yes=yes,
@@ -396,17 +426,24 @@ def export(
             "finished leaves out by default (they let a reader resolve its open hooks).",
         ),
     ] = False,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every run (with -o DIR and --yes, as filters matching many runs need).",
+        ),
+    ] = False,
     *,
     filters: FilterArgs,
 ) -> None:
     """Write the history of RUN (or of many runs) as JSON, for replay elsewhere.
 
     The file feeds `flow replay-check --file FILE`, e.g. in CI. Many runs (ids, - for stdin,
-    or filters) need -o DIR; files are rewritten when exported again. For a run that has not
-    finished, the seed and hook tokens are left out unless --include-secrets is given (a token
-    resolves a hook); replay-check does not compare the tokens of such a file.
+    filters, or --all) need -o DIR; files are rewritten when exported again. For a run that has
+    not finished, the seed and hook tokens are left out unless --include-secrets is given (a
+    token resolves a hook); replay-check does not compare the tokens of such a file.
     """
-    if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
+    if runs and len(runs) == 1 and runs != ["-"] and not filters.selects and not every:
         if dry_run:
             dry_run_one(ctx, runs[0], json_output)
             return
@@ -419,7 +456,7 @@ def export(
         raise InputError(f"-o {output}: not a directory (many runs are written one file each).")
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        targets = select(engine, runs or [], filters)
+        targets = select(engine, runs or [], filters, every=every)
         if targets.ids and not dry_run and (yes or not targets.by_filter or len(targets.ids) < 2):
             try:
                 directory.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from flow_cli.cli.options import (
     LogLevelOption,
 )
 from flow_cli.cli.state import CliState
+from flow_cli.cli.words import plural
 from flow_cli.errors import FlowError, InputError, StoreError
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def tick(
         f"{report.steps_run} {steps} run"
     )
     if report.decision_failures:
-        line += f", {report.decision_failures} decision failures"
+        line += f", {plural(report.decision_failures, 'decision failure')}"
     if next_due is not None:
         line += f"; next due {next_due.isoformat(timespec='seconds')}"
     out(line)

@@ -61,7 +61,8 @@ def start(
         typer.Option(
             "--build-id",
             metavar="B",
-            help="Start under this loaded build instead of flow.toml's build_id.",
+            help="Start under this loaded build. Default: flow.toml's build_id, else the one "
+            "runtime that defines WORKFLOW (several and no build_id: exit 2, pass this).",
             show_default=False,
         ),
     ] = None,

@@ -1,7 +1,9 @@
 """Fleet health: ``workers``, ``doctor``, ``builds`` and ``upgrade``.
 
-``workers``, ``doctor`` and ``builds`` only read the database (``create=False``) and never import
-the runtimes; ``upgrade`` needs the runtime of the target build to replay runs against it.
+``workers``, ``doctor`` and ``builds`` only read the database (``create=False``); ``builds``
+imports flow.toml's runtimes when it can, to list their builds too (a machine without the code
+still gets the rest); ``upgrade`` needs the runtime of the target build to replay runs against
+it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.cmd_triage import JsonlFlag, emit_rows
 from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
-from flow_cli.cli.io import emit_json
+from flow_cli.cli.io import emit_json, note
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
 
@@ -89,7 +91,7 @@ def doctor(
     step-retrying     a step attempt failed; the next waits for its back-off
     runnable          a decision or step is due now or in progress
     waiting-signal    waits for a signal (then waiting-hook, waiting-child)
-    runnable          otherwise: a timer that is not due yet
+    sleeping          otherwise: a timer (or decision) due later; wakes by itself
 
     A build is unhosted when no live worker hosts it and either some worker is live or no
     registered worker (live or gone) ever hosted it. When only gone workers hosted it (the
@@ -122,13 +124,14 @@ def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag =
     """List the build ids in use: open runs by status, oldest open run, live workers hosting
     it, patch markers its open runs carry, and whether it is retirable (no open run).
 
-    Builds are known from runs, from registered workers (live or gone) and from flow.toml's
-    build_id, so a build with no run yet is listed too. --json: [{"build_id", "open":
-    {status: n}, "oldest_open_run", "oldest_open_at", "workers", "patches", "retirable"}];
-    --jsonl: one such object a line.
+    Builds are known from runs, from registered workers (live or gone), from flow.toml's
+    build_id and from the runtimes it names, so a build with no run yet, or that no worker
+    hosts, is listed too. --json: [{"build_id", "open": {status: n}, "oldest_open_run",
+    "oldest_open_at", "workers", "patches", "retirable"}]; --jsonl: one such object a line.
     """
     state = CliState.of(ctx)
     configured = [state.config.build_id] if state.config.build_id else []
+    configured += _loaded_builds(state)
     from flow_cli.ops.builds import build_reports
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
@@ -140,3 +143,17 @@ def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag =
     from flow_cli.cli.render_fleet import builds_table
 
     render.console().print(builds_table(reports))
+
+
+def _loaded_builds(state: CliState) -> list[str]:
+    """The build ids of flow.toml's runtimes; none (with a warning) when they cannot be
+    imported here: ``flow builds`` works from any machine that reaches the database."""
+    from flow_cli.errors import FlowError
+
+    if not state.config.runtimes:
+        return []
+    try:
+        return [runtime.build_id for runtime in state.runtimes()]
+    except FlowError as error:
+        note(f"warning: builds of flow.toml's runtimes not listed: {error}")
+        return []

@@ -11,6 +11,7 @@ from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out, parse_json_arg, short_json
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
+from flow_cli.cli.words import plural
 from flow_cli.errors import InputError
 from flow_cli.model.names import escape_controls
 
@@ -63,6 +64,10 @@ def fork(
     history is replayed against its build before it is written; a fork whose copied decisions
     the code would not make again is refused (exit 3) with the divergences. The original run is
     never changed. --json: {"run_id", "forked_from"}.
+
+    A fork from a step keeps the original's times in its history (ctx.started_at, and the
+    deadlines derived from it, read as they did), but is listed as new: flow runs and --since
+    go by when it was forked.
     """
     from flow_cli.errors import ForkDiverges
     from flow_cli.ops.fork import fork_run
@@ -96,6 +101,6 @@ def fork(
         out(escape_controls(forked.run_id))
         origin, sequence = forked.forked_from
         note(
-            f"forked run {origin} (up to event {sequence}, {forked.copied} events copied) "
-            f"as {forked.run_id}"
+            f"forked run {origin} (up to event {sequence}, "
+            f"{plural(forked.copied, 'event')} copied) as {forked.run_id}"
         )

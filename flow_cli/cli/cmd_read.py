@@ -16,6 +16,7 @@ import typer
 from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
+from flow_cli.cli.words import plural
 from flow_cli.errors import InputError, RunNotFound
 
 if TYPE_CHECKING:
@@ -61,6 +62,12 @@ def show(
         record = engine.get_run(run_id)
         data: dict[str, Any] = snap.to_json()
         data["failing"] = record.failing
+        forked = snap.spec.forked_from
+        data["forked_from"] = (
+            None if forked is None else {"run_id": forked[0], "sequence": forked[1]}
+        )
+        # When the run was created here: a fork's history keeps its original's start time.
+        data["created_at"] = record.created_at.isoformat()
         # While a decision keeps failing, the runs index holds when it is tried next.
         data["next_decision_at"] = (
             record.decide_at.isoformat()
@@ -78,11 +85,17 @@ def show(
     )
 
 
+CHILD_STATUS_UNSETTLED = frozenset({"Running", "CancelRequested", "Abandoned"})
+"""What a parent's history says of a child whose end it has not recorded: it started, the
+parent asked it to cancel (its own status tells whether it did), or the parent left it."""
+
+
 def _child_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:
-    """Live status of children still running (the parent's history only knows they started)."""
+    """The status of each child whose end the parent's history does not record, read from the
+    child's own run (a child the parent cancelled shows Cancelled once it is, not the request)."""
     found: dict[str, str] = {}
     for child in data["children"].values():
-        if child["status"] != "Running":
+        if child["status"] not in CHILD_STATUS_UNSETTLED:
             continue
         try:
             found[child["run_id"]] = engine.get_run(child["run_id"]).status.value
@@ -99,7 +112,8 @@ def history(
         typer.Option(
             "--follow",
             "-f",
-            help="Keep printing new events as they commit; exit 0 once the run's terminal event "
+            help="Keep printing new events as they commit, going on into the successor of a "
+            "run that continues as new (named on stderr); exit 0 once the chain's terminal event "
             "is printed (NDJSON with --json).",
         ),
     ] = False,
@@ -107,7 +121,7 @@ def history(
         bool,
         typer.Option(
             "--exit-status",
-            help="With --follow: exit as `flow result` does once the run ends (0 Completed, "
+            help="With --follow: exit as `flow result` does once the chain ends (0 Completed, "
             "4 ended otherwise).",
         ),
     ] = False,
@@ -118,10 +132,10 @@ def history(
     One row per event: sequence, time, event key and its key data.
 
     With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
-    one such object per line.
+    one such object per line. --follow goes on into the successor of a run that continued as
+    new (a line on stderr names it; its sequences start again at 1), so --exit-status reports
+    how the chain ended, as `flow result` does.
     """
-    from flow_cli.model.events import TERMINAL_KEYS
-
     state = CliState.of(ctx)
     as_json = state.want_json(json_output)
     if exit_status and not follow:
@@ -136,29 +150,45 @@ def history(
 
                 render.console().print(render.history_table(events))
             return
-        printer = _follow_printer(as_json)
-        last = 0
-        while True:
-            for event in events:
-                printer(event)
-                last = event["sequence"]
-                if event["event_key"] in TERMINAL_KEYS:
-                    if exit_status:
-                        _exit_with_outcome(engine, run_id)
-                    return
+        _follow_chain(engine, run_id, events, as_json, exit_status)
+
+
+def _follow_chain(
+    engine: Engine, run_id: str, events: list[dict[str, Any]], as_json: bool, exit_status: bool
+) -> None:
+    """Print ``events`` and every later one, into successors, until the chain ends."""
+    from flow_cli.model.events import TERMINAL_KEYS
+
+    printer = _follow_printer(as_json)
+    last = 0
+    while True:
+        successor: str | None = None
+        for event in events:
+            printer(event)
+            last = event["sequence"]
+            if event["event_key"] == "run_continued_as_new":
+                successor = str(event["data"]["successor_run_id"])
+                break
+            if event["event_key"] in TERMINAL_KEYS:
+                if exit_status:
+                    _exit_with_outcome(engine, run_id)
+                return
+        if successor is not None:
+            note(f"note: run {run_id!r} continued as new; following its successor {successor!r}")
+            run_id, last = successor, 0
+        else:
             engine.wait_for_change(FOLLOW_POLL_SECONDS)
-            events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
+        events = [e.to_json() for e in engine.history(run_id, after_sequence=last)]
 
 
 def _exit_with_outcome(engine: Engine, run_id: str) -> None:
-    """``--exit-status``: 0 when the run completed, 4 (outcome on stderr) otherwise."""
+    """``--exit-status``: 0 when the chain's last run completed, 4 (outcome on stderr)
+    otherwise."""
     from flow_cli.cli import exits
 
     outcome = engine.snapshot(run_id).outcome
     if outcome is None or outcome.kind.value == "Completed":
         return
-    if outcome.kind.value == "ContinuedAsNew":
-        return  # the work goes on in the successor, which --follow does not follow
     note(f"run {run_id} ended {outcome.kind.value}: {dumps(outcome.to_json(), compact=True)}")
     raise typer.Exit(exits.ENDED_OTHERWISE)
 
@@ -217,4 +247,4 @@ def export(
         sys.stdout.write(text)
         return
     write_file(output, text)
-    note(f"wrote {len(document['events'])} events of run {run_id} to {output}")
+    note(f"wrote {plural(len(document['events']), 'event')} of run {run_id} to {output}")

@@ -38,6 +38,8 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "last_sequence": record.last_sequence,
         "failing": record.failing,
         "waiting_on": record.waiting_on.split() if record.waiting_on else [],
+        "error_type": record.error_type,
+        "reason": record.error,
     }
 
 
@@ -59,26 +61,46 @@ def runs(
 ) -> None:
     """List runs, newest first, optionally filtered.
 
-    A run whose last decision failed (workflow code raised, or was non-deterministic) is marked
-    failing: it is not terminal and resumes once fixed code is deployed. Page with --limit N
-    and --after LAST_RUN_ID.
+    The reason column gives the error type and message of a Failed run, and of a run whose
+    last decision failed (workflow code raised, or was non-deterministic), marked failing with
+    ⚠: it is not terminal and resumes once fixed code is deployed. --error-type T selects by
+    it; `flow count --by error_type` counts by it.
+
+    The table shows at most 50 runs unless --limit says otherwise (--limit 0: all); a line under
+    it says how many matched. --json and --jsonl list every match unless --limit is given. Page
+    with --limit N and --after LAST_RUN_ID.
     """
+    from dataclasses import replace
+
     state = CliState.of(ctx)
     where = filters.to_filter()
+    as_data = jsonl or state.want_json(json_output)
+    cut = not as_data and filters.limit is None
+    total: int | None = None
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        records = engine.find_runs(where)
-    if jsonl or state.want_json(json_output):
+        records = engine.find_runs(replace(where, limit=TABLE_ROWS + 1) if cut else where)
+        if cut and len(records) > TABLE_ROWS:
+            records = records[:TABLE_ROWS]
+            # With a cursor the count would include the pages before it: not said.
+            total = None if where.after is not None else engine.count_runs(where).total
+    if as_data:
         emit_rows([run_json(r) for r in records], jsonl)
         return
     from flow_cli.cli import render
 
-    render.console().print(render.runs_table(records))
+    more = cut and len(records) == TABLE_ROWS and (total is None or total > TABLE_ROWS)
+    render.console().print(render.runs_table(records, matched=total, more=more))
+
+
+TABLE_ROWS = 50
+"""Rows ``flow runs`` prints without ``--limit`` (``--json``/``--jsonl`` are never cut)."""
 
 
 class Grouping(StrEnum):
     STATUS = "status"
     WORKFLOW = "workflow"
     BUILD_ID = "build_id"
+    ERROR_TYPE = "error_type"
 
 
 @with_filters
@@ -88,8 +110,9 @@ def count(
         Grouping | None,
         typer.Option(
             "--by",
-            metavar="status|workflow|build_id",
-            help="Count per status, workflow or build id.",
+            metavar="status|workflow|build_id|error_type",
+            help="Count per status, workflow, build id or error type (of Failed runs and "
+            "failing decisions; (none) for the rest).",
             show_default=False,
         ),
     ] = None,

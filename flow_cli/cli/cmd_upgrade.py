@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,9 +14,10 @@ from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import emit_json, note, out
 from flow_cli.cli.options import JsonFlag, complete_run_id
 from flow_cli.cli.state import CliState
-from flow_cli.errors import InputError
+from flow_cli.errors import InputError, NoLiveHost
 
 if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
     from flow_cli.ops.upgrade import UpgradeReport
 
 FromBuild = Annotated[
@@ -50,6 +52,13 @@ DryRun = Annotated[
     bool,
     typer.Option("--dry-run", help="Check every run and show what would happen; change nothing."),
 ]
+AllowUnhosted = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unhosted",
+        help="Move runs even though no live worker hosts B2 (they wait until one does).",
+    ),
+]
 
 
 @with_filters
@@ -60,6 +69,7 @@ def upgrade(
     from_build: FromBuild,
     to_build: ToBuild,
     dry_run: DryRun = False,
+    allow_unhosted: AllowUnhosted = False,
     json_output: JsonFlag = False,
     filters: FilterArgs,
 ) -> None:
@@ -70,9 +80,15 @@ def upgrade(
     cleanly gets a build_upgraded event {"from", "to"}: from then on B2's workers decide it and
     run its steps; it keeps its patch markers. A run that moved during its check is checked
     again. The others are refused and stay on B1, with the divergences shown. Runs that ended
-    are never touched. --json: {"upgraded": [run_id...], "refused": [{"run_id", "divergences",
-    "reason"}], "skipped": [...], ...}. Exit 3 if any run was refused (with --dry-run: would
-    be), 0 otherwise.
+    are never touched. A run named that continued as new stands for its live successor.
+
+    When no live worker hosts B2 (`flow workers`), nothing is moved and the exit code is 1:
+    the runs would wait unhosted. --allow-unhosted moves them anyway (a worker hosting B2 will
+    start later); --dry-run only says so.
+
+    --json: {"upgraded": [run_id...], "refused": [{"run_id", "divergences", "reason"}],
+    "skipped": [...], ...}. Exit 3 if any run was refused (with --dry-run: would be), 0
+    otherwise.
     """
     from flow_cli.ops.upgrade import upgrade_runs
 
@@ -87,9 +103,21 @@ def upgrade(
     where = filters.to_filter()
     # A dry run only reads: it works on a read-only database and never migrates its schema.
     with state.open_engine(create=False, with_runtimes=True, read_only=dry_run) as engine:
+        if ids:
+            from flow_cli.cli.cmd_bulk import follow_named
+
+            ids = follow_named(engine, ids)
+        # Moving runs to a build nobody runs strands them: refused unless asked for, but only
+        # when something would move (a rerun after every run moved stays exit 0).
+        unhosted = not allow_unhosted and not _hosted_live(engine, to_build)
         report = upgrade_runs(
-            engine, from_build, to_build, where=where, run_ids=ids, dry_run=dry_run
+            engine, from_build, to_build, where=where, run_ids=ids, dry_run=dry_run or unhosted
         )
+        if unhosted and report.upgraded:
+            if not dry_run:
+                raise NoLiveHost(to_build)
+            note(f"note: {NoLiveHost(to_build)}")
+        report = replace(report, dry_run=dry_run)
         unknown: list[str] | None = None
         if ids is None and not (report.upgraded or report.refused or report.skipped):
             builds = sorted(u.build_id for u in engine.build_usage())
@@ -100,6 +128,12 @@ def upgrade(
         _show(report, unknown)
     if report.refused:
         raise typer.Exit(exits.DIVERGED)
+
+
+def _hosted_live(engine: Engine, build_id: str) -> bool:
+    """Whether a live worker (``flow worker`` or a running ``flow tick``) hosts ``build_id``."""
+    now = engine.clock.now()
+    return any(w.live(now) and build_id in w.builds for w in engine.list_workers())
 
 
 def _run_ids(runs: list[str], filters: FilterArgs) -> list[str] | None:

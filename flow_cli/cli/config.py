@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flow_cli.cli.words import a
 from flow_cli.errors import ConfigError
 from flow_cli.model.jsonval import MAX_PAYLOAD_BYTES
 
@@ -182,7 +183,7 @@ def load_runtimes(refs: Sequence[str], config: FlowConfig) -> list[Runtime]:
         value = _resolve(ref, config.label)
         if not isinstance(value, Runtime):
             raise ConfigError(
-                f"{config.label}: runtime {ref!r} is a {type(value).__name__}, "
+                f"{config.label}: runtime {ref!r} is {a(type(value).__name__)}, "
                 "not a flow_cli.Runtime."
             )
         runtimes.append(value)

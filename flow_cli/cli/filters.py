@@ -137,6 +137,7 @@ class FilterArgs:
     waiting_on: str | None
     idle_for: str | None
     top_level: bool
+    error_type: str | None
     limit: int | None
     after: str | None
 
@@ -153,6 +154,7 @@ class FilterArgs:
             or self.waiting_on
             or self.idle_for
             or self.top_level
+            or self.error_type
         )
 
     def to_filter(self, now: datetime | None = None) -> RunFilter:
@@ -171,7 +173,8 @@ class FilterArgs:
             waiting_on=None if self.waiting_on is None else parse_waiting_on(self.waiting_on),
             idle_since=idle,
             top_level=self.top_level,
-            limit=self.limit,
+            error_type=self.error_type,
+            limit=self.limit or None,  # --limit 0: no limit
             after=self.after,
         )
 
@@ -265,15 +268,27 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
+    "error_type": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--error-type",
+                metavar="T",
+                help="Only runs that failed, or whose last decision failed, with error type T "
+                "(e.g. KeyError, ShippingFailed: the reason column of flow runs).",
+            ),
+        ],
+        None,
+    ),
     "limit": (
         Annotated[
             int | None,
             typer.Option(
                 "--limit",
                 metavar="N",
-                min=1,
+                min=0,
                 max=MAX_LIMIT,
-                help="At most N runs (newest first).",
+                help="At most N runs (newest first); 0 for no limit.",
             ),
         ],
         None,

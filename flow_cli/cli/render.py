@@ -60,11 +60,32 @@ def console(*, stderr: bool = False) -> Console:
     """
     stream = sys.stderr if stderr else sys.stdout
     width = None
-    if "COLUMNS" not in os.environ and not stream.isatty():
+    piped = not stream.isatty()
+    if "COLUMNS" not in os.environ and piped:
         width = PIPE_WIDTH  # piped or redirected: never wrap a row at Rich's default of 80
+    kind = _PipeConsole if piped and not stderr else Console
     if os.environ.get("NO_COLOR"):
-        return Console(stderr=stderr, highlight=False, color_system=None, width=width)
-    return Console(stderr=stderr, highlight=False, width=width)
+        return kind(stderr=stderr, highlight=False, color_system=None, width=width)
+    return kind(stderr=stderr, highlight=False, width=width)
+
+
+class _PipeConsole(Console):
+    """Stdout that is not a terminal (a pipe, a file, a test): each ``print`` is written without
+    the spaces that pad cells to the table's width and without the blank lines that frame a
+    table, so ``grep``, ``diff`` and ``awk`` see only what was printed."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        with self.capture() as captured:
+            super().print(*objects, **options)
+        # A line of spaces is the blank top or bottom edge of a table: dropped.
+        lines = [line.rstrip() for line in captured.get().split("\n") if line == "" or line.strip()]
+        while lines and not lines[0]:
+            lines.pop(0)
+        while lines and not lines[-1]:
+            lines.pop()
+        if lines:
+            self.file.write("\n".join(lines) + "\n")
+            self.file.flush()
 
 
 # -- small pieces ----------------------------------------------------------------------------
@@ -129,6 +150,7 @@ def _clean_record(record: RunRecord) -> RunRecord:
         workflow=escape_controls(record.workflow),
         build_id=escape_controls(record.build_id),
         failing=None if record.failing is None else escape_controls(record.failing),
+        error=None if record.error is None else escape_controls(record.error),
     )
 
 
@@ -139,20 +161,24 @@ def _table(title: str | None = None) -> Table:
 # -- flow runs -------------------------------------------------------------------------------
 
 
-def runs_table(records: Sequence[RunRecord]) -> RenderableType:
+def runs_table(
+    records: Sequence[RunRecord], *, matched: int | None = None, more: bool = False
+) -> RenderableType:
+    """``flow runs``: one row per run. ``more``: the table was cut at ``len(records)`` rows of
+    ``matched`` (``None``: not counted)."""
     records = [_clean_record(record) for record in records]
     table = _table()
     # Status and time never wrap; ids, names and the error fold, so an 80-column terminal
-    # still shows every column (no-wrap ids squeezed the rest down to "…"). The failing column
-    # is there only when a run is failing.
+    # still shows every column (no-wrap ids squeezed the rest down to "…"). The reason column
+    # is there only when a run failed or is failing.
     table.add_column("run id", overflow="fold")
     table.add_column("workflow", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("build", overflow="fold")
     table.add_column("updated", no_wrap=True)
-    any_failing = any(record.failing for record in records)
-    if any_failing:
-        table.add_column("failing", overflow="fold")
+    any_reason = any(_reason(record) for record in records)
+    if any_reason:
+        table.add_column("reason", overflow="fold")
     for record in records:
         cells: list[RenderableType] = [
             Text(record.run_id),
@@ -161,12 +187,27 @@ def runs_table(records: Sequence[RunRecord]) -> RenderableType:
             Text(record.build_id),
             when(record.updated_at),
         ]
-        if any_failing:
-            failing = short_text(record.failing, 60) if record.failing else ""
-            cells.append(Text("⚠ " + failing, style="bold red") if failing else Text(""))
+        if any_reason:
+            cells.append(_reason(record))
         table.add_row(*cells)
     noun = "run" if len(records) == 1 else "runs"
-    return Group(table, Text(f"{len(records)} {noun}", style="dim"))
+    if not more:
+        return Group(table, Text(f"{len(records)} {noun}", style="dim"))
+    shown = f"{len(records)} of {matched}" if matched is not None else f"the first {len(records)}"
+    footer = (
+        f"{shown} matching runs shown, newest first; --limit N shows more, --limit 0 all, "
+        f"--after {records[-1].run_id} the next page"
+    )
+    return Group(table, Text(footer, style="dim"))
+
+
+def _reason(record: RunRecord) -> Text:
+    """Why the run failed (Failed) or its decisions fail (marked ⚠); empty otherwise."""
+    if record.failing:
+        return Text("⚠ " + short_text(record.failing, 60), style="bold red")
+    if record.error and record.status.value == "Failed":
+        return Text(short_text(record.error, 60), style="red")
+    return Text("")
 
 
 # -- flow show -------------------------------------------------------------------------------
@@ -234,6 +275,15 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
         if snap.get(key):
             grid.add_row(label, Text(snap[key]))
+    forked = snap.get("forked_from")
+    if forked:
+        grid.add_row(
+            "forked from",
+            Text(
+                f"{forked['run_id']} (its events up to {forked['sequence']}), "
+                f"forked {when(snap.get('created_at'))}"
+            ),
+        )
     grid.add_row("input", Text(short_json(snap["input"], 200)))
     if snap.get("cancel_requested"):
         grid.add_row("cancel", Text(f"requested: {snap.get('cancel_reason') or ''}", "yellow"))
@@ -443,6 +493,10 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
                 text += f" parent {spec['parent_run_id']}"
             if spec.get("predecessor_run_id"):
                 text += f" continues {spec['predecessor_run_id']}"
+            forked = spec.get("forked_from")
+            if isinstance(forked, Mapping):
+                origin, cut = forked.get("run_id"), forked.get("sequence")
+                text += f" forked from {origin} (up to event {cut})"
             return f"{text} input {short_json(spec.get('input'), 60)}"
         case "step_scheduled":
             batch = f" batch {d['batch_id']!r}" if d.get("batch_id") else ""

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 import typer
 
 from flow_cli.cli.config import FlowConfig, config_path, database_url, load_runtimes, read_config
-from flow_cli.errors import BuildNotHosted, ConfigError, StoreError, WorkflowNotFound
+from flow_cli.errors import (
+    BuildAmbiguous,
+    BuildNotHosted,
+    ConfigError,
+    StoreError,
+    WorkflowNotFound,
+)
 from flow_cli.model.jsonval import set_payload_limit
 
 if TYPE_CHECKING:
@@ -92,9 +98,12 @@ class CliState:
         runtimes: Sequence[Runtime] = (
             [self.runtime(build_id)] if build_id is not None else self.runtimes()
         )
-        if not any(workflow in r.workflows for r in runtimes):
+        defining = [r.build_id for r in runtimes if workflow in r.workflows]
+        if not defining:
             known = sorted({w for r in runtimes for w in r.workflows})
             raise WorkflowNotFound(workflow, known)
+        if build_id is None and len(defining) > 1 and self.config.build_id not in defining:
+            raise BuildAmbiguous(workflow, defining)  # as the engine would, before any write
 
     def open_engine(self, *, create: bool, with_runtimes: bool, read_only: bool = False) -> Engine:
         """Open the database (``create=False``: a missing SQLite file is a ``StoreError``).

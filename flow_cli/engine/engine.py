@@ -21,12 +21,14 @@ from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.observe import Observer
 from flow_cli.engine.streams import Pending, Streams, Write
 from flow_cli.errors import (
+    BuildAmbiguous,
     BuildNotHosted,
     ConfigError,
     EventConflict,
     FlowError,
     HookAlreadyResolved,
     HookNotFound,
+    HookOfAnotherRun,
     HookTokenInUse,
     InputError,
     RunAlreadyExists,
@@ -217,7 +219,9 @@ class Engine:
     # -- starting runs -------------------------------------------------------------------------
 
     def runtime_for(self, workflow: str, build_id: str | None = None) -> Runtime:
-        """The runtime that starts new runs of ``workflow``."""
+        """The runtime that starts new runs of ``workflow``: ``build_id``'s, else the default
+        build's, else the one runtime that defines it. Raises ``BuildAmbiguous`` when several
+        do and none is the default: which code a run is pinned to is never guessed."""
         if build_id is not None:
             runtime = self.runtimes.get(build_id)
             if runtime is None:
@@ -229,9 +233,11 @@ class Engine:
             default = self.runtimes[self.default_build]
             if workflow in default.workflows:
                 return default
-        for runtime in reversed(list(self.runtimes.values())):
-            if workflow in runtime.workflows:
-                return runtime
+        defining = [r for r in self.runtimes.values() if workflow in r.workflows]
+        if len(defining) == 1:
+            return defining[0]
+        if defining:
+            raise BuildAmbiguous(workflow, [r.build_id for r in defining])
         known = sorted({w for r in self.runtimes.values() for w in r.workflows})
         raise WorkflowNotFound(workflow, known)
 
@@ -348,13 +354,16 @@ class Engine:
     ) -> tuple[str, str]:
         """Deliver the callback of the hook with ``token``. Returns ``(run_id, hook_id)``.
 
-        Raises ``HookNotFound`` for an unknown token (or one that belongs to another run than
-        ``run_id``), ``HookAlreadyResolved`` the second time, ``RunFinished`` if the run ended.
+        Raises ``HookNotFound`` for an unknown token (``HookOfAnotherRun``, a kind of it, for
+        one that belongs to another run than ``run_id``), ``HookAlreadyResolved`` the second
+        time, ``RunFinished`` if the run ended.
         """
         value = _payload(payload)
         record = self.store.find_hook(token)
-        if record is None or (run_id is not None and record.run_id != run_id):
+        if record is None:
             raise HookNotFound(token)
+        if run_id is not None and record.run_id != run_id:
+            raise HookOfAnotherRun(token, record.run_id, run_id)
         if record.resolved:
             raise HookAlreadyResolved(token, record.run_id, record.hook_id)
 

@@ -321,7 +321,7 @@ class LogObserver(Observer):
         self._emit(
             logging.ERROR,
             "decision_failed",
-            f"decision failed: run {run.run_id} ({_of(run)}): {error_type}: {message}{retry}",
+            f"decision failed: run {run.run_id} ({_of(run)}): {_said(error_type, message)}{retry}",
             {
                 **_run_fields(run),
                 "error_type": error_type,
@@ -356,7 +356,8 @@ class LogObserver(Observer):
             logging.WARNING,
             "step_failed",
             f"step failed: {step.step_id!r} of run {run.run_id} ({_of(run)}), attempt "
-            f"{step.attempt}: {error_type}: {message}; next attempt at {_time(next_attempt_at)}",
+            f"{step.attempt}: {_said(error_type, message)}; "
+            f"next attempt at {_time(next_attempt_at)}",
             {
                 **_step_fields(step),
                 "error_type": error_type,
@@ -375,7 +376,7 @@ class LogObserver(Observer):
             logging.ERROR,
             "step_exhausted",
             f"step exhausted: {step.step_id!r} of run {run.run_id} ({_of(run)}) failed for "
-            f"good on attempt {step.attempt}: {error_type}: {message}",
+            f"good on attempt {step.attempt}: {_said(error_type, message)}",
             {
                 **_step_fields(step),
                 "error_type": error_type,
@@ -394,7 +395,7 @@ class LogObserver(Observer):
             fields.update(error_type=error_type, error=text)
             if isinstance(error, dict) and isinstance(error.get("step_id"), str):
                 fields["step_id"] = error["step_id"]
-            message = f"run failed: {run.run_id} ({_of(run)}): {error_type}: {text}"
+            message = f"run failed: {run.run_id} ({_of(run)}): {_said(error_type, text)}"
             self._emit(level, "run_failed", message, fields)
         else:
             message = f"run ended: {run.run_id} ({_of(run)}): {status.value}"
@@ -463,6 +464,12 @@ def _step_fields(step: StepRef) -> dict[str, Any]:
 
 def _time(value: datetime) -> str:
     return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _said(error_type: str, message: str) -> str:
+    """``Type: message``, or just the type when the error has no message (no colon left
+    dangling)."""
+    return f"{error_type}: {message}" if message.strip() else error_type
 
 
 def _error_parts(error: JsonValue) -> tuple[str, str]:

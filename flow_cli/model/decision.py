@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from flow_cli.errors import Mismatch, NonDeterminismError
+from flow_cli.errors import Mismatch, NonDeterminismError, WorkflowError
 from flow_cli.model.closing import closing_events
 from flow_cli.model.commands import (
     Cancelled,
@@ -216,9 +216,14 @@ def failed(
     mismatches = None
     if isinstance(error, NonDeterminismError):
         mismatches = [_mismatch_json(m) for m in error.mismatches]
+    kind, message = type(error).__name__, str(error)
+    if isinstance(error, WorkflowError):
+        # Flow's own report on the workflow's result (it returned no command, ...): its cause
+        # and detail, not "WorkflowError: Run 'x': workflow code failed with ..." once more.
+        kind, message = error.error_type, error.detail
     event = DecisionFailed(
-        error_type=error_type or type(error).__name__,
-        message=storable_text(str(error)),
+        error_type=error_type or kind,
+        message=storable_text(message),
         mismatches=mismatches,
         traceback=code_traceback(error),
     )

@@ -37,6 +37,13 @@ TERMINAL_STATUSES = _TERMINAL
 
 
 class StepStatus(StrEnum):
+    """Where a step stands (``ctx.step_state(id)``, ``flow show``'s step state).
+
+    Its values are lower case, unlike ``RunStatus``'s: they are the ``"state"`` of each step in
+    ``flow show --json``, a public contract, so they stay as they are. Compare with the members
+    (``ctx.step_state("charge") is StepStatus.COMPLETED``), not with strings.
+    """
+
     SCHEDULED = "scheduled"
     """Ready for its first attempt."""
     RUNNING = "running"

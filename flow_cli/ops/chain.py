@@ -52,3 +52,20 @@ def followed_note(chain: list[str]) -> str | None:
         return None
     hops = "continued as new" if len(chain) == 2 else f"continued as new {len(chain) - 1} times"
     return f"note: run {chain[0]!r} {hops}; acting on its live successor {chain[-1]!r}"
+
+
+def follow_each(engine: Engine, run_ids: list[str]) -> list[tuple[str, str | None]]:
+    """Each named run's live run and the note to show when it is another run.
+
+    An unknown id is kept as named, so that the verb reports it for that run alone (a bulk
+    verb goes on with the others).
+    """
+    from flow_cli.errors import RunNotFound
+
+    followed: list[tuple[str, str | None]] = []
+    for run_id in run_ids:
+        try:
+            followed.append(follow(engine, run_id))
+        except RunNotFound:
+            followed.append((run_id, None))
+    return followed

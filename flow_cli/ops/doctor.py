@@ -21,7 +21,10 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
 6. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
 7. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
    fact from outside.
-8. ``runnable``: otherwise — a timer that is not due yet.
+8. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
+   wrong, it wakes by itself. ``runnable`` always means due now.
+9. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
+   shown rather than hidden).
 
 The first four are stuck: ``flow doctor`` exits 1 when any run is.
 """
@@ -47,6 +50,7 @@ CAUSES = (
     "waiting-signal",
     "waiting-hook",
     "waiting-child",
+    "sleeping",
     "runnable",
 )
 """Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
@@ -255,7 +259,7 @@ def classify(
             names = ", ".join(repr(name) for name in waits[kind])
             return found(cause, f"{kind} {names}", run.updated_at)
     if run.decide_at is not None:
-        return found("runnable", f"{_due(run)} is due at {_at(run.decide_at)}", run.updated_at)
+        return found("sleeping", f"{_due(run)} is due at {_at(run.decide_at)}", run.updated_at)
     return found("runnable", "nothing is due; its index names no wait", run.updated_at)
 
 

@@ -8,7 +8,10 @@ facts the decisions depended on (timers, signals, resolved hooks) come along. St
 before the cut that had not completed by then keep only their ``step_scheduled``: they run anew,
 as do that step and everything after it. Copied events keep their recorded times (they are
 committed in groups, each at its original time), and the fork keeps the original's seed, so
-``ctx.started_at``, ``ctx.now``, ``ctx.random()`` and ``ctx.new_token()`` read as they did.
+``ctx.started_at``, ``ctx.now``, ``ctx.random()`` and ``ctx.new_token()`` read as they did: the
+copied decisions replay exactly, and deadlines derived from ``ctx.started_at`` keep the
+original's meaning (one that has passed fires at once). The fork's row in the runs index is
+created at the time of the fork, so listings (newest first, ``--since``) show it as new.
 
 Before anything is written the new history is replayed against the fork's build
 (``replay_history``); if the code would not make the copied decisions again, the fork is refused
@@ -194,7 +197,14 @@ def _commit(engine: Engine, fork_id: str, envelopes: list[EventEnvelope], seed: 
     first = envelopes[0]
     if not isinstance(first.event, RunStarted):
         raise TypeError("a fork's history starts with run_started")
-    run = NewRun(run_id=fork_id, spec=first.event.spec, seed=seed, decide_at=None)
+    # Listed by when it was forked (`flow runs`, --since), whatever times its history keeps.
+    run = NewRun(
+        run_id=fork_id,
+        spec=first.event.spec,
+        seed=seed,
+        decide_at=None,
+        created_at=engine.clock.now(),
+    )
     if len(envelopes) == 1:
         run = replace(run, decide_at=engine.clock.now())
     snap = WorkflowRunSnapshot.start(first)

@@ -27,6 +27,7 @@ from flow_cli.model.events import (
     Event,
     HookCreated,
     HookResolved,
+    RunFailed,
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import RunStatus, StepStatus
@@ -35,10 +36,12 @@ from flow_cli.store.protocol import (
     HookEntry,
     Keep,
     NewRun,
+    RunError,
     RunIndex,
     StepTask,
     waiting_entry,
 )
+from flow_cli.store.run_error import decision_error, failed_error
 
 
 def step_task(step: StepState) -> StepTask | None:
@@ -86,6 +89,13 @@ def index_for(
     if after.terminal:
         decide_at = None
     upgraded = any(isinstance(event, BuildUpgraded) for event in events)
+    error: RunError | Keep | None = KEEP
+    if any(isinstance(event, RunFailed) for event in events):
+        error = failed_error(after)
+    elif after.terminal and after.status is not RunStatus.FAILED:
+        error = None  # ended otherwise (terminated while failing, say): no reason to show
+    elif failing is not KEEP:
+        error = decision_error(after) if failing is not None else None
     return RunIndex(
         status=after.status,
         decide_at=decide_at,
@@ -94,6 +104,7 @@ def index_for(
         hooks=hooks,
         waiting_on=waiting_on(after),
         build_id=after.spec.runtime_build_id if upgraded else KEEP,
+        error=error,
     )
 
 
@@ -141,6 +152,8 @@ class RowChanges:
     waiting_on: str | Keep | None
     build_id: str | Keep
     """``KEEP``, or the build the run and its step tasks move to."""
+    error: RunError | Keep | None
+    """``KEEP``, or why the run failed or its decisions fail (``None`` clears it)."""
     tasks: Mapping[str, StepTask | None]
     """Step tasks to upsert, or to delete (``None``); empty when ``drop_tasks``."""
     drop_tasks: bool
@@ -168,6 +181,7 @@ def row_changes(index: RunIndex) -> RowChanges:
             failing=index.failing,
             waiting_on=None,
             build_id=index.build_id,
+            error=index.error,
             tasks={},
             drop_tasks=True,
             hooks=index.hooks,
@@ -178,6 +192,7 @@ def row_changes(index: RunIndex) -> RowChanges:
         failing=index.failing,
         waiting_on=index.waiting_on,
         build_id=index.build_id,
+        error=index.error,
         tasks=index.steps,
         drop_tasks=False,
         hooks=index.hooks,
@@ -193,6 +208,7 @@ class DecidedRow:
     decide_at: datetime | None
     failing: str | None
     waiting_on: str | None
+    error: RunError | None
 
     def failing_since(self, now: datetime) -> datetime | None:
         return None if self.failing is None else now
@@ -206,4 +222,5 @@ def decided_row(run: NewRun, changes: RowChanges) -> DecidedRow:
         decide_at=run.decide_at if changes.decide_at is KEEP else changes.decide_at,
         failing=None if changes.failing is KEEP else changes.failing,
         waiting_on=None if changes.waiting_on is KEEP else changes.waiting_on,
+        error=None if changes.error is KEEP else changes.error,
     )

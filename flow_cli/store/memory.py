@@ -23,6 +23,7 @@ from flow_cli.store.index import row_changes
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
+    NO_GROUP,
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
@@ -78,6 +79,8 @@ class _Run:
     failing: str | None = None
     failing_since: datetime | None = None
     waiting_on: str | None = None
+    error_type: str | None = None
+    error: str | None = None
     patches: tuple[str, ...] = ()
     events: list[_Event] = field(default_factory=list)
 
@@ -94,6 +97,8 @@ class _Run:
             decide_at=self.decide_at,
             failing=self.failing,
             waiting_on=self.waiting_on,
+            error_type=self.error_type,
+            error=self.error,
         )
 
 
@@ -224,7 +229,7 @@ class MemoryStore(AppendViaCommit):
             status=RunStatus.PENDING,
             build_id=spec.runtime_build_id,
             parent_run_id=spec.parent_run_id,
-            created_at=at,
+            created_at=at if run.created_at is None else _utc(run.created_at),
             updated_at=at,
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
             patches=tuple(spec.patches),
@@ -247,6 +252,9 @@ class MemoryStore(AppendViaCommit):
         if changes.failing is not KEEP:
             run.failing_since = changes.failing_since(run.failing, run.failing_since, at)
             run.failing = changes.failing
+        if changes.error is not KEEP:
+            run.error_type = None if changes.error is None else changes.error.error_type
+            run.error = None if changes.error is None else changes.error.text
         if changes.waiting_on is not KEEP:
             run.waiting_on = changes.waiting_on
         if changes.drop_tasks:
@@ -343,6 +351,7 @@ class MemoryStore(AppendViaCommit):
             and (needle is None or (r.waiting_on is not None and needle in f" {r.waiting_on} "))
             and (idle is None or r.updated_at <= idle)
             and (not where.top_level or r.parent_run_id is None)
+            and (where.error_type is None or r.error_type == where.error_type)
         ]
         runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
         return runs
@@ -366,7 +375,8 @@ class MemoryStore(AppendViaCommit):
             groups: dict[str, int] = {}
             if by is not None:
                 for run in runs:
-                    key = str(getattr(run, by))
+                    value = getattr(run, by)
+                    key = NO_GROUP if value is None else str(value)
                     groups[key] = groups.get(key, 0) + 1
             return RunCount(total=len(runs), groups=dict(sorted(groups.items())))
 

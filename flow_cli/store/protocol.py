@@ -58,6 +58,17 @@ class HookEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunError:
+    """The error a run failed with, or its failing decision's: what ``flow runs`` shows as the
+    reason, filters on (``--error-type``) and counts by (``count --by error_type``)."""
+
+    error_type: str | None
+    """``None`` when the workflow failed with an error that names no type (a bare string)."""
+    text: str
+    """One line: ``ErrorType: message`` (or just one of them)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunIndex:
     """Index changes that go with one append to one run."""
 
@@ -76,6 +87,8 @@ class RunIndex:
     build_id: str | Keep = KEEP
     """The build the run is pinned to from now on (``build_upgraded``): the run's row and its
     step tasks move to it, so only workers hosting that build lease them."""
+    error: RunError | Keep | None = KEEP
+    """Why the run failed (``run_failed``) or its decisions fail; ``None`` clears it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +100,10 @@ class NewRun:
     seed: str
     decide_at: datetime | None
     """Normally now: a new run wants its first decision."""
+    created_at: datetime | None = None
+    """When the runs index lists the run as created (``flow runs`` order, ``--since``), when it
+    is not the time ``run_started`` is recorded at: a fork made with ``--from-step`` keeps the
+    original's times in its history but is listed by when it was forked."""
     hand_off: str | None = None
     """A step its first decisions (committed with it) scheduled, ready now, that the store may
     hand to an idle worker (``offer_worker``) in the same commit: recording its
@@ -161,6 +178,10 @@ class RunRecord:
     decide_at: datetime | None
     failing: str | None
     waiting_on: str | None = None
+    error_type: str | None = None
+    """The error type of a Failed run, or of its failing decision (see ``RunError``)."""
+    error: str | None = None
+    """``ErrorType: message`` of a Failed run, or of its failing decision."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,13 +267,18 @@ class RunFilter:
     """Only runs with no event after this time (``--idle-for``: now minus the duration)."""
     top_level: bool = False
     """Only runs that are nobody's child."""
+    error_type: str | None = None
+    """Only runs that failed, or whose decisions fail, with this error type."""
     limit: int | None = None
     after: str | None = None
     """Cursor: only runs listed after this run id. Raises ``RunNotFound`` if it is unknown."""
 
 
-GROUPINGS = ("status", "workflow", "build_id")
+GROUPINGS = ("status", "workflow", "build_id", "error_type")
 """The columns ``count_runs`` can group by."""
+
+NO_GROUP = "(none)"
+"""The group of runs with no value in the grouping column (no error type)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

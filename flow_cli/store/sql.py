@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.store.index import RowChanges
-from flow_cli.store.protocol import KEEP, RunFilter, waiting_needle
+from flow_cli.store.protocol import KEEP, Keep, RunError, RunFilter, waiting_needle
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,17 @@ def run_sets(
     if changes.build_id is not KEEP:
         sets.append(f"build_id = {p}")
         params.append(changes.build_id)
+    if changes.error is not KEEP:
+        sets.append(f"error_type = {p}, error = {p}")
+        params.extend(error_values(changes.error))
     return tuple(sets), params
+
+
+def error_values(error: RunError | Keep | None) -> tuple[str | None, str | None]:
+    """The ``error_type`` and ``error`` columns of a run's error (``None`` when it has none)."""
+    if error is KEEP or error is None:
+        return None, None
+    return error.error_type, error.text
 
 
 def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str, Any]]:
@@ -106,4 +116,7 @@ def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str,
         params["idle_since"] = dialect.time(where.idle_since)
     if where.top_level:
         conditions.append("parent_run_id IS NULL")
+    if where.error_type is not None:
+        conditions.append(f"error_type = {n('error_type')}")
+        params["error_type"] = where.error_type
     return conditions, params

@@ -18,6 +18,7 @@ from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
 from flow_cli.store.protocol import (
     GROUPINGS,
+    NO_GROUP,
     BuildUsage,
     HookListing,
     HookRecord,
@@ -192,8 +193,9 @@ class PostgresReads(PostgresConnections):
                 return RunCount(total=int(row[0]) if row else 0, groups={})
             rows = conn.execute(
                 sql.SQL(
-                    "SELECT {col}, count(*) FROM runs WHERE {cond} GROUP BY {col} ORDER BY {col}"
-                ).format(col=sql.Identifier(by), cond=condition),
+                    "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "
+                    "GROUP BY 1 ORDER BY 1"
+                ).format(col=sql.Identifier(by), none=sql.Literal(NO_GROUP), cond=condition),
                 params,
             ).fetchall()
         groups = {str(key): int(n) for key, n in rows}

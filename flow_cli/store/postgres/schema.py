@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from flow_cli.errors import DatabaseMissing, StoreError
+from flow_cli.model.status import RunStatus
 from flow_cli.store.postgres.batch import Connection
 
 _LOCK_CLASS = 0x466C6F77
@@ -184,12 +185,42 @@ def _v5_idle_workers(conn: Connection) -> None:
     )
 
 
+def _v6_run_errors(conn: Connection) -> None:
+    # Why a run failed or its decisions fail (`flow runs`' reason, --error-type), filled for the
+    # runs recorded before by the rule new writes follow (``store.run_error``).
+    from flow_cli.store.run_error import error_of, failing_error
+
+    conn.execute("ALTER TABLE runs ADD COLUMN error_type text, ADD COLUMN error text")
+    conn.execute(
+        "CREATE INDEX runs_error_type ON runs (error_type, created_at, created_order) "
+        "WHERE error_type IS NOT NULL"
+    )
+    failed = conn.execute(
+        "SELECT r.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
+        "AND e.sequence = r.last_sequence WHERE r.status = 'Failed' "
+        "AND e.event_key = 'run_failed'"
+    ).fetchall()
+    found = [(error_of((data or {}).get("error")), run_id) for run_id, data in failed]
+    failing = conn.execute(
+        "SELECT run_id, failing FROM runs WHERE failing IS NOT NULL AND NOT status = ANY(%s)",
+        ([s.value for s in RunStatus if s.terminal],),
+    ).fetchall()
+    found += [(failing_error(text), run_id) for run_id, text in failing]
+    if found:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE runs SET error_type = %s, error = %s WHERE run_id = %s",
+                [(error.error_type, error.text, run_id) for error, run_id in found],
+            )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
     Migration(3, "workers registry, runs.patches", _v3_fleet),
     Migration(4, "runs.failing_since", _v4_failing_since),
     Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
+    Migration(6, "runs.error_type and runs.error", _v6_run_errors),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

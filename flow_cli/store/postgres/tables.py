@@ -27,7 +27,7 @@ from flow_cli.store.protocol import (
     StepTask,
     StreamWrite,
 )
-from flow_cli.store.sql import Dialect, run_sets
+from flow_cli.store.sql import Dialect, error_values, run_sets
 from flow_cli.store.sql import run_filter as shared_run_filter
 
 # Each runs inside the caller's transaction; ``PostgresStore`` decides where transactions begin
@@ -35,7 +35,7 @@ from flow_cli.store.sql import run_filter as shared_run_filter
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing, waiting_on"
+    "decide_at, failing, waiting_on, error_type, error"
 )
 
 
@@ -200,7 +200,7 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
         RunStatus.PENDING.value,
         spec.runtime_build_id,
         spec.parent_run_id,
-        now,
+        now if run.created_at is None else run.created_at,
         now,
         run.decide_at,
         json.dumps(list(spec.patches)),
@@ -260,8 +260,8 @@ def insert_events(
 
 _INSERT_DECIDED_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-    "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
+    "error_type, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -297,7 +297,7 @@ def insert_decided_run(
             row.status.value,
             row.build_id,
             spec.parent_run_id,
-            now,
+            now if run.created_at is None else run.created_at,
             now,
             len(events),
             row.decide_at,
@@ -305,6 +305,7 @@ def insert_decided_run(
             row.failing,
             row.failing_since(now),
             row.waiting_on,
+            *error_values(row.error),
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
@@ -482,6 +483,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         decide_at=None if decide_at is None else utc(decide_at),
         failing=failing,
         waiting_on=row[10] if len(row) > 10 else None,
+        error_type=row[11] if len(row) > 11 else None,
+        error=row[12] if len(row) > 12 else None,
     )
 
 

@@ -13,6 +13,7 @@ from flow_cli.store import damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     GROUPINGS,
+    NO_GROUP,
     BuildUsage,
     HookListing,
     HookRecord,
@@ -186,7 +187,8 @@ class SQLiteReads(SQLiteConnections):
         # Grouped by an expression: grouping by the bare column would walk that column's
         # index over every run instead of the index that serves the filter.
         rows = conn.execute(
-            f"SELECT {by} || '', count(*) FROM runs{condition} GROUP BY 1", params
+            f"SELECT coalesce({by} || '', '{NO_GROUP}'), count(*) FROM runs{condition} GROUP BY 1",
+            params,
         ).fetchall()
         return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
 

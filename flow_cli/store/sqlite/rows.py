@@ -116,7 +116,7 @@ def envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvel
 
 RUN_SELECT = (
     "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
-    "last_sequence, decide_at, failing, waiting_on FROM runs"
+    "last_sequence, decide_at, failing, waiting_on, error_type, error FROM runs"
 )
 
 
@@ -134,6 +134,8 @@ def run_record(row: tuple[Any, ...]) -> RunRecord:
             decide_at=dt_or_none(row[8]),
             failing=row[9],
             waiting_on=row[10],
+            error_type=row[11],
+            error=row[12],
         )
     except (TypeError, ValueError) as exc:
         raise damage.Unreadable(

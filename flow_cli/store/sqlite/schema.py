@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -140,10 +141,43 @@ def _v4_failing_since(db: Database) -> None:
     )
 
 
+def _v5_run_errors(db: Database) -> None:
+    """Why a run failed or its decisions fail (``flow runs``' reason, ``--error-type``), filled
+    for the runs recorded before by the rule new writes follow (``store.run_error``)."""
+    from flow_cli.store.run_error import error_of, failing_error
+
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN error_type TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN error TEXT")
+    conn.execute(
+        "CREATE INDEX runs_error_type ON runs (error_type, created_at) WHERE error_type IS NOT NULL"
+    )
+    found = [
+        (error_of(json.loads(data).get("error")), run_id)
+        for run_id, data in conn.execute(
+            "SELECT r.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
+            "AND e.sequence = r.last_sequence WHERE r.status = 'Failed' "
+            "AND e.event_key = 'run_failed'"
+        )
+    ]
+    found += [
+        (failing_error(failing), run_id)
+        for run_id, failing in conn.execute(
+            f"SELECT run_id, failing FROM runs WHERE failing IS NOT NULL "
+            f"AND status NOT IN ({TERMINAL_LIST})"
+        )
+    ]
+    conn.executemany(
+        "UPDATE runs SET error_type = ?, error = ? WHERE run_id = ?",
+        [(error.error_type, error.text, run_id) for error, run_id in found],
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
     (3, _v3_fleet),
     (4, _v4_failing_since),
+    (5, _v5_run_errors),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

@@ -29,7 +29,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
-from flow_cli.store.sql import run_sets
+from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
@@ -86,7 +86,7 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
                 RunStatus.PENDING.value,
                 spec.runtime_build_id,
                 spec.parent_run_id,
-                stamp,
+                stamp if run.created_at is None else ts(run.created_at),
                 stamp,
                 ts_or_none(run.decide_at),
                 json.dumps(list(spec.patches)),
@@ -118,15 +118,16 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
         events = [*encode([RunStarted(spec=spec, seed=run.seed)]), *rows]
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
+            "error_type, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
                 row.status.value,
                 row.build_id,
                 spec.parent_run_id,
-                stamp,
+                stamp if run.created_at is None else ts(run.created_at),
                 stamp,
                 len(events),
                 ts_or_none(row.decide_at),
@@ -134,6 +135,7 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
                 row.failing,
                 None if row.failing is None else stamp,
                 row.waiting_on,
+                *error_values(row.error),
             ),
         ).rowcount
         if not inserted:
