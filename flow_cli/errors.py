@@ -199,7 +199,8 @@ class WorkflowError(FlowError):
     """The workflow code raised, or returned something that is not one command."""
 
     def __init__(self, run_id: str, error_type: str, message: str) -> None:
-        super().__init__(f"Run {run_id!r}: workflow code failed with {error_type}: {message}")
+        said = message.removeprefix(f"Run {run_id!r}: ")  # the run is named once
+        super().__init__(f"Run {run_id!r}: workflow code failed with {error_type}: {said}")
         self.run_id = run_id
         self.error_type = error_type
         self.detail = message

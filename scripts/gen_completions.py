@@ -14,6 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from typer.main import get_command  # noqa: E402
+
+from flow_cli.cli.app import app  # noqa: E402
 from flow_cli.cli.completion import SHELLS, completion_script  # noqa: E402
 
 DIRECTORY = ROOT / "completions"
@@ -24,7 +27,7 @@ def main(argv: list[str]) -> int:
     stale = []
     for shell in SHELLS:
         path = DIRECTORY / f"flow.{shell}"
-        text = completion_script(shell)
+        text = completion_script(shell, get_command(app))
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
             continue

@@ -487,7 +487,7 @@ def test_export_to_stdout_and_to_a_regular_file(project: FlowProject, tmp_path: 
     target = tmp_path / "a.json"
     target.write_text("old")
     result = project.invoke("export", "a", "-o", str(target))
-    assert (result.code, result.stderr) == (0, f"wrote 1 events of run a to {target}\n")
+    assert (result.code, result.stderr) == (0, f"wrote 1 event of run a to {target}\n")
     assert json.loads(target.read_text())["run_id"] == "a"
 
 

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.main import get_command
 
+from flow_cli.cli.app import app
 from flow_cli.cli.completion import SHELLS, completion_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_completion_file_is_current(shell: str) -> None:
     path = ROOT / "completions" / f"flow.{shell}"
     assert path.exists(), f"{path} is missing; run python scripts/gen_completions.py"
-    assert path.read_text(encoding="utf-8") == completion_script(shell), (
+    assert path.read_text(encoding="utf-8") == completion_script(shell, get_command(app)), (
         f"{path} is stale; run python scripts/gen_completions.py"
     )
 

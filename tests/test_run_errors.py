@@ -157,7 +157,7 @@ def test_postgres_migration_fills_the_errors_of_runs_recorded_before(clock: Manu
 
     import psycopg
 
-    from flow_cli.store import postgres_schema
+    from flow_cli.store.postgres import schema as postgres_schema
     from flow_cli.store.postgres import PostgresStore
 
     schema = f"flow_test_{uuid.uuid4().hex[:16]}"

@@ -1,5 +1,5 @@
-"""Acting on runs, one or many: ``cancel``, ``terminate``, ``signal``, ``export`` and
-``start --from-jsonl``.
+"""The verbs that act on one run or many: ``cancel``, ``terminate``, ``signal``, ``export``
+(the machinery they share is in ``bulk``).
 
 Targets are run ids on the command line, ``-`` (ids from stdin, one a line; JSON lines from
 ``flow runs --jsonl`` work too), or the filters of ``flow runs``. ``--dry-run`` lists the targets
@@ -13,242 +13,34 @@ always did (their single-run output and exit codes are unchanged).
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flow_cli.cli import cmd_facts, cmd_read
+from flow_cli.cli.bulk import (
+    DryRun,
+    Reason,
+    RunsArg,
+    Yes,
+    act,
+    dry_run_one,
+    select,
+)
 from flow_cli.cli.cmd_triage import JsonlFlag
 from flow_cli.cli.filters import FilterArgs, with_filters
-from flow_cli.cli.io import dumps, emit_json, note, out_row, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, SignalKey, complete_run_id
+from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg
+from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey, complete_run_id
 from flow_cli.cli.state import CliState
-from flow_cli.errors import InputError
+from flow_cli.cli.words import plural
+from flow_cli.errors import InputError, RunFinished
+from flow_cli.model.names import check_name, escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
     from flow_cli.ops.bulk import BulkResult
-
-RunsArg = Annotated[
-    list[str] | None,
-    typer.Argument(
-        metavar="[RUN]...",
-        help="Run ids, or - to read them from stdin (one a line). Or leave them out and select "
-        "runs with the filters.",
-        show_default=False,
-        autocompletion=complete_run_id,
-    ),
-]
-DryRun = Annotated[
-    bool, typer.Option("--dry-run", help="List the runs that would be acted on; change nothing.")
-]
-Yes = Annotated[
-    bool, typer.Option("--yes", "-y", help="Act on every run the filters match (needed for >1).")
-]
-Reason = Annotated[
-    str | None,
-    typer.Option("--reason", metavar="TEXT", help="Why; recorded in the history."),
-]
-
-
-def read_ids(text: str) -> list[str]:
-    """Run ids from stdin: one a line, or JSON objects with a ``run_id`` (``--jsonl`` output).
-
-    Blank lines are skipped; there is no comment syntax, since a run id may begin with ``#``.
-    """
-    ids: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                value = json.loads(line).get("run_id")
-            except (ValueError, AttributeError):
-                value = None
-            if not isinstance(value, str):
-                raise InputError(f'stdin line {number}: a JSON line must have a "run_id".')
-            line = value
-        ids.append(line)
-    return ids
-
-
-class Targets:
-    """The runs a verb acts on, and how they were chosen."""
-
-    def __init__(self, ids: list[str], by_filter: bool, records: dict[str, Any]) -> None:
-        self.ids = ids
-        self.by_filter = by_filter
-        self.records = records
-
-
-def select(
-    engine: Engine,
-    runs: list[str],
-    filters: FilterArgs,
-    *,
-    follow: bool = False,
-    every: bool = False,
-) -> Targets:
-    """The targets; with ``follow``, each run named (not matched by filters) that continued as
-    new stands for its live successor (said on stderr), as for every verb that names a run.
-    ``every`` (``--all``) selects every run, as filters that match them all would."""
-    if every and (runs or filters.selects):
-        raise InputError("--all selects every run; drop the run ids and filters (or --all).")
-    if runs and filters.selects:
-        raise InputError("give run ids or filters, not both.")
-    if runs == ["-"]:
-        return Targets(_named(engine, read_ids(sys.stdin.read()), follow), False, {})
-    if "-" in runs:
-        raise InputError("- (read run ids from stdin) must be the only RUN argument.")
-    if runs:
-        return Targets(_named(engine, runs, follow), False, {})
-    if not filters.selects and not every:
-        raise InputError(
-            "say which runs: give RUN ids, - to read them from stdin, or filters such as "
-            "--status, --workflow, --failing (see --help)."
-        )
-    records = engine.find_runs(filters.to_filter())
-    return Targets([r.run_id for r in records], True, {r.run_id: r for r in records})
-
-
-def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
-    return follow_named(engine, runs) if follow else list(dict.fromkeys(runs))
-
-
-def follow_named(engine: Engine, runs: list[str]) -> list[str]:
-    """Each run named, or its live successor when it continued as new (said on stderr);
-    once each."""
-    from flow_cli.ops.chain import follow_each
-
-    live: list[str] = []
-    for run_id, message in follow_each(engine, list(dict.fromkeys(runs))):
-        if message is not None:
-            note(message)
-        live.append(run_id)
-    return list(dict.fromkeys(live))
-
-
-def act(
-    state: CliState,
-    engine: Engine,
-    targets: Targets,
-    *,
-    verb: str,
-    dry_run: bool,
-    yes: bool,
-    as_json: bool,
-    jsonl: bool,
-    results: Callable[[list[str]], Iterator[BulkResult]],
-) -> None:
-    """Dry run, confirmation, then one result line per run and the exit code."""
-    ids = targets.ids
-    if dry_run:
-        if _print_dry_run(engine, targets, as_json, jsonl):
-            raise typer.Exit(1)  # as the real command: a run that does not exist fails
-        return
-    if not ids:
-        if as_json and not jsonl:
-            emit_json([])
-        note(f"no runs to {verb}; nothing done")
-        return
-    if targets.by_filter and len(ids) > 1 and not yes:
-        raise InputError(
-            f"{len(ids)} runs match the filters; add --yes to {verb} them all, or --dry-run "
-            "to list them first."
-        )
-    collected: list[dict[str, str]] = []
-    counts = {"done": 0, "skipped": 0, "failed": 0}
-    with _progress(len(ids), verb) as advance:
-        for result in results(ids):
-            counts[result.outcome.value] += 1
-            if as_json and not jsonl:
-                collected.append(result.to_json())
-            elif jsonl:
-                emit_json(result.to_json(), compact=True)
-            else:
-                out_row(result.run_id, result.outcome.value, result.detail)
-            advance()
-    if as_json and not jsonl:
-        emit_json(collected)
-    if len(ids) > 1 or counts["failed"]:
-        note(f"{counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed")
-    if counts["failed"]:
-        raise typer.Exit(1)
-
-
-def _print_dry_run(engine: Engine, targets: Targets, as_json: bool, jsonl: bool) -> int:
-    """List the targets (workflow and status) and say which do not exist; return how many."""
-    rows = []
-    missing = 0
-    for run_id in targets.ids:
-        record = targets.records.get(run_id) or engine.find_run(run_id)
-        row: dict[str, Any] = {"run_id": run_id}
-        if record is not None:
-            row.update(workflow=record.workflow, status=record.status.value)
-        else:
-            missing += 1
-            row.update(error="does not exist")
-        rows.append(row)
-    if jsonl:
-        for row in rows:
-            emit_json(row, compact=True)
-    elif as_json:
-        emit_json(rows)
-    else:
-        for row in rows:
-            out_row(*(str(v) for v in row.values()))
-    if (not as_json and not jsonl) or missing:
-        acted = len(rows) - missing
-        gone = f"; {missing} do{'es' if missing == 1 else ''} not exist" if missing else ""
-        note(f"dry run: {acted} run{'s' if acted != 1 else ''} would be acted on{gone}")
-    return missing
-
-
-def dry_run_one(ctx: typer.Context, run_id: str, as_json: bool) -> None:
-    """``--dry-run`` with one RUN: as the real command, an unknown run is exit 2."""
-    state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        engine.get_run(run_id)
-        _print_dry_run(engine, Targets([run_id], False, {}), state.want_json(as_json), False)
-
-
-class _progress:
-    """A Rich progress bar on stderr when it is a terminal; a no-op otherwise."""
-
-    def __init__(self, total: int, verb: str) -> None:
-        self.total = total
-        self.verb = verb
-        self._bar: Any = None
-
-    def __enter__(self) -> Callable[[], None]:
-        if self.total < 2 or not sys.stderr.isatty():
-            return lambda: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        from flow_cli.cli.render import console
-
-        self._bar = Progress(
-            TextColumn(f"{self.verb}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=console(stderr=True),
-            transient=True,
-        )
-        self._bar.start()
-        task = self._bar.add_task(self.verb, total=self.total)
-        return lambda: self._bar.advance(task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
-# -- the verbs -------------------------------------------------------------------------------
 
 
 @with_filters
@@ -275,7 +67,7 @@ def cancel(
         if dry_run:
             dry_run_one(ctx, runs[0], json_output)
             return
-        cmd_facts.cancel(ctx, runs[0], text, json_output)
+        cancel_one(ctx, runs[0], text, json_output)
         return
     from flow_cli.ops.bulk import cancel_runs
 
@@ -376,7 +168,7 @@ def signal_runs(
         if dry_run:
             dry_run_one(ctx, run_id, json_output)
             return
-        cmd_facts.signal_run(ctx, run_id, name, payload, json_output, key)
+        signal_run(ctx, run_id, name, payload, json_output, key)
         return
     from flow_cli.ops.bulk import signal_runs as deliver
 
@@ -447,7 +239,7 @@ def export(
         if dry_run:
             dry_run_one(ctx, runs[0], json_output)
             return
-        cmd_read.export(ctx, runs[0], output, include_secrets)
+        export_one(ctx, runs[0], output, include_secrets)
         return
     if output is None or str(output) == "-":
         raise InputError("exporting many runs needs -o DIR (one RUN.json per run).")
@@ -511,44 +303,125 @@ def _identity(path: Path) -> tuple[int, int]:
     return (found.st_dev, found.st_ino)
 
 
-def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_json: bool) -> None:
-    """``flow hook resolve -``: resolve every token read from stdin with ``payload``."""
-    from flow_cli.errors import FlowError
-    from flow_cli.ops.bulk import BulkResult, Outcome
+def signal_run(
+    ctx: typer.Context,
+    run_id: RunArg,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The signal name the workflow waits for.")
+    ],
+    payload: Payload = None,
+    json_output: JsonFlag = False,
+    key: SignalKey = None,
+) -> None:
+    """Deliver signal NAME to RUN.
 
-    tokens: list[str] = []
-    for number, raw in enumerate(sys.stdin.read().splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                token = json.loads(line).get("token")
-            except (ValueError, AttributeError):
-                token = None
-            if not isinstance(token, str):
-                raise InputError(f'stdin line {number}: a JSON line must have a "token".')
-            line = token
-        tokens.append(line)
-
-    def resolve(found: list[str]) -> Iterator[BulkResult]:
-        for token in found:
-            try:
-                owner, hook_id = engine.resolve_hook(token, payload, run_id=run_id)
-            except FlowError as exc:
-                yield BulkResult(token, Outcome.FAILED, str(exc))
-                continue
-            yield BulkResult(owner, Outcome.DONE, f"hook {hook_id!r} resolved")
-
+    A signal that arrives before the workflow waits for it is kept and matched later, in order.
+    A run that continued as new passes the signal on to its live successor (said on stderr).
+    Signalling a run that already ended fails (exit 1). With --key, sending again with the same
+    key delivers nothing new.
+    """
+    state = CliState.of(ctx)
+    check_name(name, "signal name")
+    value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        act(
-            state,
-            engine,
-            Targets(tokens, False, {}),
-            verb="resolve",
-            dry_run=False,
-            yes=True,
-            as_json=as_json,
-            jsonl=False,
-            results=resolve,
-        )
+        run_id = _follow(engine, run_id)
+        sequence = engine.signal(run_id, name, value, key=key)
+    if state.want_json(json_output):
+        emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
+    else:
+        out(f"signal {name!r} delivered to run {escape_controls(run_id)} (event {sequence})")
+
+
+def cancel_one(
+    ctx: typer.Context,
+    run_id: RunArg,
+    reason: Annotated[
+        str, typer.Option("--reason", metavar="TEXT", help="Why; recorded in the history.")
+    ] = "cancelled by operator",
+    json_output: JsonFlag = False,
+) -> None:
+    """Request cancellation of RUN.
+
+    The run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled.
+    Asking twice is harmless. A run that continued as new has its live successor cancelled
+    (said on stderr). A run that already ended is skipped (exit 0), as by `flow terminate`.
+    """
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False) as engine:
+        run_id = _follow(engine, run_id)
+        try:
+            requested = engine.cancel(run_id, reason)
+        except RunFinished as exc:
+            # What cancelling asks for, an end, is already there: skipped, exit 0, the rule
+            # of `flow terminate` and of both verbs on many runs.
+            if state.want_json(json_output):
+                emit_json(
+                    {"run_id": run_id, "requested": False, "skipped": f"already {exc.status}"}
+                )
+            else:
+                out(f"cancellation of run {run_id} skipped: already {exc.status}")
+            return
+    if state.want_json(json_output):
+        emit_json({"run_id": run_id, "requested": requested})
+    elif requested:
+        out(f"cancellation of run {escape_controls(run_id)} requested")
+    else:
+        out(f"cancellation of run {escape_controls(run_id)} was already requested")
+
+
+def _follow(engine: Engine, run_id: str) -> str:
+    """The live run of ``run_id``'s continue-as-new chain; a note on stderr when it differs."""
+    from flow_cli.ops.chain import follow
+
+    live, message = follow(engine, run_id)
+    if message is not None:
+        note(message)
+    return live
+
+
+def export_one(
+    ctx: typer.Context,
+    run_id: RunArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write to FILE instead of stdout (- is stdout).",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+    include_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--include-secrets",
+            help="Keep the run's seed and hook tokens, which an unfinished run's export leaves "
+            "out by default (they let a reader resolve its open hooks).",
+        ),
+    ] = False,
+) -> None:
+    """Write the history of RUN as JSON.
+
+    The document is for replay elsewhere.
+
+    The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI. For a run that has
+    not finished, the seed and hook tokens are left out unless --include-secrets is given: a
+    token resolves a hook. replay-check does not compare the tokens of such a file.
+    """
+    from flow_cli.cli.export_files import check_target, write_file
+    from flow_cli.engine.export import export_document
+
+    to_stdout = output is None or str(output) == "-"  # "-" is stdout, as "--input -" is stdin
+    if output is not None and not to_stdout:
+        check_target(output.expanduser(), str(output))  # before the database is read
+    state = CliState.of(ctx)
+    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
+        document = export_document(run_id, engine.history(run_id), include_secrets=include_secrets)
+    text = dumps(document) + "\n"
+    if output is None or to_stdout:
+        sys.stdout.write(text)
+        return
+    write_file(output, text)
+    note(f"wrote {plural(len(document['events']), 'event')} of run {run_id} to {output}")

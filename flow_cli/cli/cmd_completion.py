@@ -70,7 +70,7 @@ def target(shell: Shell) -> Path:
 
 
 @completion_app.command("show")
-def show(shell: ShellArg = None) -> None:
+def show(ctx: typer.Context, shell: ShellArg = None) -> None:
     """Print the completion script for SHELL (to save it where you like).
 
     bash: flow completion show bash > ~/.local/share/bash-completion/completions/flow, or
@@ -79,11 +79,12 @@ def show(shell: ShellArg = None) -> None:
     """
     from flow_cli.cli.completion import completion_script
 
-    out(completion_script(_shell(shell).value).rstrip("\n"))
+    out(completion_script(_shell(shell).value, ctx.find_root().command).rstrip("\n"))
 
 
 @completion_app.command("install")
 def install(
+    ctx: typer.Context,
     shell: ShellArg = None,
     path: Annotated[
         Path | None,
@@ -112,7 +113,7 @@ def install(
         where.expanduser().parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {where.parent}: {exc.strerror or exc}.") from None
-    write_file(where, completion_script(chosen.value))
+    write_file(where, completion_script(chosen.value, ctx.find_root().command))
     out(f"wrote the {chosen.value} completion script to {where}")
     if chosen is Shell.ZSH:
         note(

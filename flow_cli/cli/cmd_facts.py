@@ -1,4 +1,5 @@
-"""Commands that add facts to runs: ``start``, ``signal``, ``hook resolve``, ``cancel``.
+"""Commands that add facts to runs: ``start`` (one run, or many from ``--from-jsonl``) and
+``hook resolve`` (one token, or many from stdin); ``signal`` and ``cancel`` are in ``cmd_bulk``.
 
 Every argument is parsed and checked before the database is opened, so a bad command line never
 creates or changes a database. Only ``start`` may create a missing SQLite file.
@@ -6,18 +7,22 @@ creates or changes a database. Only ``start`` may create a missing SQLite file.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import json
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flow_cli.cli.io import emit_json, note, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey
+from flow_cli.cli.bulk import Targets, act, follow_named
+from flow_cli.cli.io import emit_json, out, parse_json_arg
+from flow_cli.cli.options import JsonFlag, Payload
 from flow_cli.cli.state import CliState
-from flow_cli.errors import InputError, RunFinished
+from flow_cli.errors import InputError
 from flow_cli.model.names import check_name, check_run_id, escape_controls
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    pass
 
 hook_app = typer.Typer(
     name="hook",
@@ -112,35 +117,6 @@ def start(
         out(escape_controls(result.run_id))
 
 
-def signal_run(
-    ctx: typer.Context,
-    run_id: RunArg,
-    name: Annotated[
-        str, typer.Argument(metavar="NAME", help="The signal name the workflow waits for.")
-    ],
-    payload: Payload = None,
-    json_output: JsonFlag = False,
-    key: SignalKey = None,
-) -> None:
-    """Deliver signal NAME to RUN.
-
-    A signal that arrives before the workflow waits for it is kept and matched later, in order.
-    A run that continued as new passes the signal on to its live successor (said on stderr).
-    Signalling a run that already ended fails (exit 1). With --key, sending again with the same
-    key delivers nothing new.
-    """
-    state = CliState.of(ctx)
-    check_name(name, "signal name")
-    value = parse_json_arg(payload, "--payload")
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = _follow(engine, run_id)
-        sequence = engine.signal(run_id, name, value, key=key)
-    if state.want_json(json_output):
-        emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
-    else:
-        out(f"signal {name!r} delivered to run {escape_controls(run_id)} (event {sequence})")
-
-
 @hook_app.command("resolve")
 def hook_resolve(
     ctx: typer.Context,
@@ -171,13 +147,11 @@ def hook_resolve(
     state = CliState.of(ctx)
     value = parse_json_arg(payload, "--payload")
     if token == "-":
-        from flow_cli.cli.cmd_bulk import resolve_from_stdin
-
         resolve_from_stdin(state, value, run_id, state.want_json(json_output))
         return
     with state.open_engine(create=False, with_runtimes=False) as engine:
         if run_id is not None:
-            run_id = _follow(engine, run_id)
+            run_id = follow_named(engine, [run_id])[0]
         owner, hook_id = engine.resolve_hook(token, value, run_id=run_id)
     if state.want_json(json_output):
         emit_json({"run_id": owner, "hook_id": hook_id, "token": token})
@@ -185,48 +159,44 @@ def hook_resolve(
         out(f"hook {hook_id!r} of run {escape_controls(owner)} resolved")
 
 
-def cancel(
-    ctx: typer.Context,
-    run_id: RunArg,
-    reason: Annotated[
-        str, typer.Option("--reason", metavar="TEXT", help="Why; recorded in the history.")
-    ] = "cancelled by operator",
-    json_output: JsonFlag = False,
-) -> None:
-    """Request cancellation of RUN.
+def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_json: bool) -> None:
+    """``flow hook resolve -``: resolve every token read from stdin with ``payload``."""
+    from flow_cli.errors import FlowError
+    from flow_cli.ops.bulk import BulkResult, Outcome
 
-    The run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled.
-    Asking twice is harmless. A run that continued as new has its live successor cancelled
-    (said on stderr). A run that already ended is skipped (exit 0), as by `flow terminate`.
-    """
-    state = CliState.of(ctx)
+    tokens: list[str] = []
+    for number, raw in enumerate(sys.stdin.read().splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                token = json.loads(line).get("token")
+            except (ValueError, AttributeError):
+                token = None
+            if not isinstance(token, str):
+                raise InputError(f'stdin line {number}: a JSON line must have a "token".')
+            line = token
+        tokens.append(line)
+
+    def resolve(found: list[str]) -> Iterator[BulkResult]:
+        for token in found:
+            try:
+                owner, hook_id = engine.resolve_hook(token, payload, run_id=run_id)
+            except FlowError as exc:
+                yield BulkResult(token, Outcome.FAILED, str(exc))
+                continue
+            yield BulkResult(owner, Outcome.DONE, f"hook {hook_id!r} resolved")
+
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = _follow(engine, run_id)
-        try:
-            requested = engine.cancel(run_id, reason)
-        except RunFinished as exc:
-            # What cancelling asks for, an end, is already there: skipped, exit 0, the rule
-            # of `flow terminate` and of both verbs on many runs.
-            if state.want_json(json_output):
-                emit_json(
-                    {"run_id": run_id, "requested": False, "skipped": f"already {exc.status}"}
-                )
-            else:
-                out(f"cancellation of run {run_id} skipped: already {exc.status}")
-            return
-    if state.want_json(json_output):
-        emit_json({"run_id": run_id, "requested": requested})
-    elif requested:
-        out(f"cancellation of run {escape_controls(run_id)} requested")
-    else:
-        out(f"cancellation of run {escape_controls(run_id)} was already requested")
-
-
-def _follow(engine: Engine, run_id: str) -> str:
-    """The live run of ``run_id``'s continue-as-new chain; a note on stderr when it differs."""
-    from flow_cli.ops.chain import follow
-
-    live, message = follow(engine, run_id)
-    if message is not None:
-        note(message)
-    return live
+        act(
+            state,
+            engine,
+            Targets(tokens, False, {}),
+            verb="resolve",
+            dry_run=False,
+            yes=True,
+            as_json=as_json,
+            jsonl=False,
+            results=resolve,
+        )

@@ -6,9 +6,7 @@ never import the runtimes, so they work on any machine that can reach the databa
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,7 +14,6 @@ import typer
 from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
-from flow_cli.cli.words import plural
 from flow_cli.errors import InputError, RunNotFound
 
 if TYPE_CHECKING:
@@ -200,51 +197,3 @@ def _follow_printer(as_json: bool) -> Callable[[dict[str, Any]], None]:
 
     con = render.console()
     return lambda event: con.print(render.event_line(event), soft_wrap=True)
-
-
-def export(
-    ctx: typer.Context,
-    run_id: RunArg,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FILE",
-            help="Write to FILE instead of stdout (- is stdout).",
-            show_default=False,
-            dir_okay=False,
-        ),
-    ] = None,
-    include_secrets: Annotated[
-        bool,
-        typer.Option(
-            "--include-secrets",
-            help="Keep the run's seed and hook tokens, which an unfinished run's export leaves "
-            "out by default (they let a reader resolve its open hooks).",
-        ),
-    ] = False,
-) -> None:
-    """Write the history of RUN as JSON.
-
-    The document is for replay elsewhere.
-
-    The file feeds `flow replay-check --file FILE --build-id B`, e.g. in CI. For a run that has
-    not finished, the seed and hook tokens are left out unless --include-secrets is given: a
-    token resolves a hook. replay-check does not compare the tokens of such a file.
-    """
-    from flow_cli.cli.export_files import check_target, write_file
-    from flow_cli.engine.export import export_document
-
-    to_stdout = output is None or str(output) == "-"  # "-" is stdout, as "--input -" is stdin
-    if output is not None and not to_stdout:
-        check_target(output.expanduser(), str(output))  # before the database is read
-    state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        document = export_document(run_id, engine.history(run_id), include_secrets=include_secrets)
-    text = dumps(document) + "\n"
-    if output is None or to_stdout:
-        sys.stdout.write(text)
-        return
-    write_file(output, text)
-    note(f"wrote {plural(len(document['events']), 'event')} of run {run_id} to {output}")

@@ -63,7 +63,7 @@ def runs(
 
     The reason column gives the error type and message of a Failed run, and of a run whose
     last decision failed (workflow code raised, or was non-deterministic), marked failing with
-    ⚠: it is not terminal and resumes once fixed code is deployed. --error-type T selects by
+    ⚠: it is not terminal and resumes once fixed code is deployed. --error-type TYPE selects by
     it; `flow count --by error_type` counts by it.
 
     The table shows at most 50 runs unless --limit says otherwise (--limit 0: all); a line under

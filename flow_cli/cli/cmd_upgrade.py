@@ -104,7 +104,7 @@ def upgrade(
     # A dry run only reads: it works on a read-only database and never migrates its schema.
     with state.open_engine(create=False, with_runtimes=True, read_only=dry_run) as engine:
         if ids:
-            from flow_cli.cli.cmd_bulk import follow_named
+            from flow_cli.cli.bulk import follow_named
 
             ids = follow_named(engine, ids)
         # Moving runs to a build nobody runs strands them: refused unless asked for, but only
@@ -143,7 +143,7 @@ def _run_ids(runs: list[str], filters: FilterArgs) -> list[str] | None:
     if filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
-        from flow_cli.cli.cmd_bulk import read_ids
+        from flow_cli.cli.bulk import read_ids
 
         return list(dict.fromkeys(read_ids(sys.stdin.read())))
     if "-" in runs:

@@ -7,6 +7,8 @@ flow ...``), so commands and options never go stale in it; ``scripts/gen_complet
 
 from __future__ import annotations
 
+from typing import Any
+
 PROG_NAME = "flow"
 COMPLETE_VAR = "_FLOW_COMPLETE"
 SHELLS = ("bash", "zsh", "fish")
@@ -20,16 +22,14 @@ def enable() -> None:
     completion_init()
 
 
-def completion_script(shell: str) -> str:
-    """The completion script for ``shell`` (bash, zsh or fish), ending with a newline."""
-    import typer.main
+def completion_script(shell: str, command: Any) -> str:
+    """The completion script for ``shell`` (bash, zsh or fish) of the Click ``command`` that
+    ``flow`` runs (``typer.main.get_command(app)``, or the root of a running command's
+    context), ending with a newline."""
     from typer._click.shell_completion import get_completion_class
-
-    from flow_cli.cli.app import app
 
     enable()
     cls = get_completion_class(shell)
     if cls is None or shell not in SHELLS:
         raise ValueError(f"no completion for shell {shell!r}; choose one of {', '.join(SHELLS)}")
-    command = typer.main.get_command(app)
     return cls(command, {}, PROG_NAME, COMPLETE_VAR).source().strip() + "\n"

@@ -273,8 +273,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             str | None,
             typer.Option(
                 "--error-type",
-                metavar="T",
-                help="Only runs that failed, or whose last decision failed, with error type T "
+                metavar="TYPE",
+                help="Only runs that failed, or whose last decision failed, with error type TYPE "
                 "(e.g. KeyError, ShippingFailed: the reason column of flow runs).",
             ),
         ],

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from flow_cli.cli.cmd_bulk import Targets, act
+from flow_cli.cli.bulk import Targets, act
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.jsonval import MAX_DEPTH, JsonLimitError, check_limits, parse_int

@@ -83,9 +83,10 @@ class _PipeConsole(Console):
             lines.pop(0)
         while lines and not lines[-1]:
             lines.pop()
-        if lines:
-            self.file.write("\n".join(lines) + "\n")
-            self.file.flush()
+        if lines:  # through Rich again, so that a caller's capture() sees it too
+            super().print(
+                "\n".join(lines), markup=False, emoji=False, highlight=False, soft_wrap=True
+            )
 
 
 # -- small pieces ----------------------------------------------------------------------------
