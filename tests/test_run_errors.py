@@ -157,8 +157,8 @@ def test_postgres_migration_fills_the_errors_of_runs_recorded_before(clock: Manu
 
     import psycopg
 
-    from flow_cli.store.postgres import schema as postgres_schema
     from flow_cli.store.postgres import PostgresStore
+    from flow_cli.store.postgres import schema as postgres_schema
 
     schema = f"flow_test_{uuid.uuid4().hex[:16]}"
     store = PostgresStore(url, schema=schema)
