@@ -524,7 +524,9 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
 
 _INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
 _EVENT_ROW = "(%s, %s, %s, %s, %s)"
-_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::jsonb)"
+# ``::json``, as the column: a cast through ``jsonb`` would rewrite the text (1e308 becomes a
+# 309-digit integer, -0.0 becomes 0) and refuse "\u0000".
+_EVENT_TEXT_ROW = "(%s, %s, %s, %s, %s::json)"
 
 
 def insert_events(
