@@ -538,10 +538,8 @@ class Simulation:
         return True
 
     def _history_length(self, run_id: str) -> int | None:
-        try:
-            return len(self.raw.read_history(run_id))
-        except FlowError:
-            return None
+        record = self.raw.get_run(run_id)
+        return None if record is None else int(record.last_sequence)
 
     def _all_runs(self) -> list[str]:
         return [r.run_id for r in self.raw.list_runs()] or list(self.started)
