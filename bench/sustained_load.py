@@ -55,6 +55,7 @@ def main() -> None:
         engine = Engine(open_store(url), [bench_workflows.runtime])
         samples: list[list[float]] = []
         started = 0
+        waited = 0.0
         try:
             t0 = time.monotonic()
             print(f"{args.backend}, {args.workers} worker(s), {args.rate:g} runs/s", flush=True)
@@ -63,7 +64,7 @@ def main() -> None:
                 while time.monotonic() < t0 + 60 * minute:
                     due = int((time.monotonic() - t0) * args.rate)
                     while started < due:
-                        engine.start("chain", {"steps": STEPS, "x": started}, run_id=f"s-{started}")
+                        waited += _start(engine, started)
                         started += 1
                     time.sleep(0.05)
                 samples.append([_rss_mb(w.pid) for w in workers])
@@ -81,6 +82,24 @@ def main() -> None:
         )
         print(f"RSS at minute {len(samples)} / minute {baseline_minute}, per worker: {ratios}")
     print(f"drained in {drained:.0f} s; runs {started}, lost {lost}, duplicated {duplicated}")
+    if waited:
+        print(f"the driver waited {waited:.0f} s for the database (a restart or an outage)")
+
+
+def _start(engine: object, i: int) -> float:
+    """Start run ``s-i``, retrying while the database is unreachable (a start is idempotent);
+    returns the seconds waited."""
+    from flow_cli.engine.engine import Engine
+    from flow_cli.errors import StoreError
+
+    assert isinstance(engine, Engine)
+    t0 = time.monotonic()
+    while True:
+        try:
+            engine.start("chain", {"steps": STEPS, "x": i}, run_id=f"s-{i}")
+            return time.monotonic() - t0 if time.monotonic() - t0 > 0.5 else 0.0
+        except StoreError:
+            time.sleep(1)
 
 
 def _drain(engine: object, started: int, timeout: float) -> float:
