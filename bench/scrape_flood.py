@@ -9,6 +9,8 @@ scraper process firing `--rate` concurrent GET /metrics a second at 127.0.0.1 (l
 for as long as W1 runs), once without; which one goes first alternates. Prints steps/s of
 each, the ratio flooded / quiet of the medians (target: within 5 %) and the scrape errors
 (target: 0; an error is a refused or reset connection, a timeout or a status other than 200).
+Each line also gives the worker's CPU seconds for the whole W1, and the scraper's own: on a
+small machine the scraper competes with the worker for the cores.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ sys.path[:0] = [str(HERE)]
 from common import DEFAULT_PG, fresh_database, stop  # noqa: E402
 
 TERMINAL = ("Completed", "Failed", "Cancelled", "ContinuedAsNew")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -109,7 +117,8 @@ def scrape(port: int, rate: int) -> None:
     stopping.wait()
     for thread in threads:
         thread.join(15)
-    print(json.dumps({**counts, "kinds": kinds}), flush=True)
+    cpu = time.process_time()
+    print(json.dumps({**counts, "kinds": kinds, "cpu": cpu}), flush=True)
 
 
 # -- one W1 --------------------------------------------------------------------------------------
@@ -145,6 +154,7 @@ def w1(backend: str, runs: int, flood: bool, rate: int) -> dict[str, float]:
                 time.sleep(0.05)
             wall = time.perf_counter() - t0
             result = {"steps_per_s": 10 * runs / wall, "complete": float(not pending)}
+            result["worker_cpu"] = _cpu_seconds(worker.pid)
         finally:
             if scraper is not None:
                 scraper.send_signal(signal.SIGTERM)
@@ -153,6 +163,7 @@ def w1(backend: str, runs: int, flood: bool, rate: int) -> dict[str, float]:
                 counts = json.loads(lines[-1]) if lines else {"scrapes": 0, "errors": -1}
                 result["scrapes"] = counts["scrapes"]
                 result["scrape_errors"] = counts["errors"]
+                result["scraper_cpu"] = counts.get("cpu", 0.0)
                 if counts.get("kinds"):
                     print(f"    scrape errors by kind: {counts['kinds']}", flush=True)
             stop([worker])
@@ -189,6 +200,9 @@ def main() -> None:
                 extra = f"  scrapes {n}, errors {bad}"
             else:
                 quiet.append(figures["steps_per_s"])
+            extra += f"  worker CPU {figures['worker_cpu']:.1f} s"
+            if flood:
+                extra += f", scraper CPU {figures['scraper_cpu']:.1f} s"
             done = "" if figures["complete"] else "  INCOMPLETE"
             print(f"pair {pair + 1} {label} {figures['steps_per_s']:8.1f} steps/s{extra}{done}")
             sys.stdout.flush()

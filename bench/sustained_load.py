@@ -93,12 +93,13 @@ def _start(engine: object, i: int) -> float:
     from flow_cli.errors import StoreError
 
     assert isinstance(engine, Engine)
-    t0 = time.monotonic()
+    t0 = None
     while True:
         try:
             engine.start("chain", {"steps": STEPS, "x": i}, run_id=f"s-{i}")
-            return time.monotonic() - t0 if time.monotonic() - t0 > 0.5 else 0.0
+            return 0.0 if t0 is None else time.monotonic() - t0
         except StoreError:
+            t0 = time.monotonic() if t0 is None else t0
             time.sleep(1)
 
 
