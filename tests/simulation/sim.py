@@ -15,6 +15,9 @@ Pieces:
   a clock jump (leases expire, timers fire, backoffs end), or an external fact: start, signal,
   resolve a hook, cancel. A crashed worker is dropped and replaced by a fresh one.
 - Step handlers record every invocation together with what the store held at that moment.
+- Hostile-but-valid JSON (``hostile.py``) goes into run inputs, signal and hook payloads and
+  step outputs: it must round-trip exactly, except a NUL, which must be refused at the door
+  with nothing written, or fail its step at once with ``StepOutputNotJSON``.
 
 After the faulty phase, faults stop and the world runs on (signals delivered, hooks resolved,
 the clock moving) until every run is terminal; then ``check`` verifies the invariants.
@@ -24,7 +27,9 @@ Only the public ``Engine`` API and the ``EventStore`` protocol are used.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,12 +38,13 @@ from typing import Any
 from flow_cli import RetryPolicy, Runtime, StepFailedError
 from flow_cli.engine.engine import Engine
 from flow_cli.engine.replay_check import replay_history
-from flow_cli.errors import EventConflict, FlowError, StoreError
+from flow_cli.errors import EventConflict, FlowError, InputError, StoreError
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.memory import MemoryStore
 from flow_cli.store.protocol import RunFilter
+from simulation import hostile
 
 LEASE_SECONDS = 10.0
 WRITES = frozenset(
@@ -232,29 +238,80 @@ def build_runtime() -> Runtime:
         ctx.sleep("long", 600)
         return ctx.complete("slept")
 
+    @rt.workflow("hostile")
+    def hostile_run(ctx: Any) -> Any:
+        """Echoes its (hostile) input through a step, then returns a hostile step output."""
+        policy = RetryPolicy(max_attempts=3, initial_interval=1.0, on_exhausted="surface")
+        try:
+            echoed = ctx.step("e", "echo", ctx.input, retry=policy)
+        except StepFailedError:
+            echoed = "gave up"
+        seed = zlib.crc32(ctx.run_id.encode())
+        try:
+            made = ctx.step("h", "hostile_out", {"seed": seed}, retry=policy)
+        except StepFailedError:
+            made = "refused"
+        return ctx.complete({"echo": echoed, "made": made})
+
     @rt.step("work")
     def work(input: Any, info: Any) -> Any:
-        history = World.store.read_history(info.run_id)
-        completed = any(
-            e.event.event_key() == "step_completed" and e.event.step_id == info.step_id
-            for e in history
-        )
-        World.invocations.append(Invocation(info.run_id, info.step_id, info.attempt, completed))
-        if World.sim is not None and World.depth == 0 and World.rng.random() < World.slow_rate:
-            # A slow step: its lease runs out while it runs, and other workers act meanwhile.
-            World.depth += 1
-            try:
-                World.sim.while_a_step_runs()
-            finally:
-                World.depth -= 1
+        _invoked(info)
         if World.rng.random() < World.fail_rate:
             raise RuntimeError(f"flaky attempt {info.attempt}")
         return {"n": input["n"] if isinstance(input, dict) else 0}
 
+    @rt.step("echo")
+    def echo(input: Any, info: Any) -> Any:
+        _invoked(info)
+        if World.rng.random() < World.fail_rate:
+            raise RuntimeError(f"flaky attempt {info.attempt}")
+        return input
+
+    @rt.step("hostile_out")
+    def hostile_out(input: Any, info: Any) -> Any:
+        _invoked(info)
+        return made_by(input["seed"])
+
     return rt
 
 
-WORKFLOWS = ("steps", "surface", "timer", "signal", "hook", "parent", "looper", "cleanup")
+def made_by(seed: int) -> Any:
+    """What the ``hostile_out`` step returns for ``seed``: the same on every attempt."""
+    rng = random.Random(seed)
+    return hostile.with_nul(rng) if seed % 5 == 0 else hostile.hostile(rng)
+
+
+def _invoked(info: Any) -> None:
+    """Record a step invocation (and, sometimes, let the world move on while it runs)."""
+    history = World.store.read_history(info.run_id)
+    completed = any(
+        e.event.event_key() == "step_completed" and e.event.step_id == info.step_id for e in history
+    )
+    World.invocations.append(Invocation(info.run_id, info.step_id, info.attempt, completed))
+    if World.sim is not None and World.depth == 0 and World.rng.random() < World.slow_rate:
+        # A slow step: its lease runs out while it runs, and other workers act meanwhile.
+        World.depth += 1
+        try:
+            World.sim.while_a_step_runs()
+        finally:
+            World.depth -= 1
+
+
+WORKFLOWS = (
+    "steps",
+    "surface",
+    "timer",
+    "signal",
+    "hook",
+    "parent",
+    "looper",
+    "cleanup",
+    "hostile",
+)
+HOSTILE_RATE = 0.3
+"""Share of signal and hook payloads that are hostile (every ``hostile`` run's input is)."""
+NUL_RATE = 0.2
+"""Share of the hostile values that hold a NUL."""
 
 
 # -- the simulation -----------------------------------------------------------------------------
@@ -270,6 +327,8 @@ class Report:
     faults: Counter[str] = field(default_factory=Counter)
     where: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    hostile: Counter[str] = field(default_factory=Counter)
+    """Hostile values offered, by ``refused:KIND`` / ``accepted:KIND``."""
 
 
 class Simulation:
@@ -301,6 +360,8 @@ class Simulation:
         )
         self.started: dict[str, tuple[str, Any]] = {}
         """Runs a client asked to start: run id -> (workflow, input)."""
+        self.hostile_facts: list[tuple[str, str, Any]] = []
+        """Hostile payloads accepted: (run id, "signal" or the hook's token, payload)."""
         self.report = Report(seed)
         World.store = self.raw
         World.sim = self
@@ -381,16 +442,16 @@ class Simulation:
         try:
             if roll < 0.45 or not self.started:
                 workflow = self.rng.choice(WORKFLOWS)
-                run_id = f"{workflow}-{len(self.started)}"
-                # Recorded first: after a crash the client does not know if it was created.
-                self.started[run_id] = (workflow, {"k": len(self.started)})
-                self.client.start(workflow, self.started[run_id][1], run_id=run_id)
+                value: Any = {"k": len(self.started)}
+                if workflow == "hostile":
+                    value = hostile.value(self.rng, NUL_RATE)
+                self.start_run(workflow, value, f"{workflow}-{len(self.started)}")
             elif roll < 0.65:
-                self.client.signal(self.rng.choice(self._all_runs()), "go", {"at": roll})
+                self.send_signal(self.rng.choice(self._all_runs()), self._payload({"at": roll}))
             elif roll < 0.85:
                 open_hooks = self._open_hooks()
                 if open_hooks:
-                    self.client.resolve_hook(self.rng.choice(open_hooks), {"ok": True})
+                    self.resolve(self.rng.choice(open_hooks), self._payload({"ok": True}))
             else:
                 self.client.cancel(self.rng.choice(self._all_runs()), "simulated operator")
         except Crash:
@@ -398,6 +459,70 @@ class Simulation:
             self.report.crashes += 1
         except FlowError:
             pass  # run finished, hook already resolved, ...: what a real client sees too
+
+    def _payload(self, usual: Any) -> Any:
+        if self.rng.random() < HOSTILE_RATE:
+            return hostile.value(self.rng, NUL_RATE)
+        return usual
+
+    def start_run(self, workflow: str, value: Any, run_id: str) -> bool:
+        """Start a run as a client does; False when its input was refused at the door."""
+        # Recorded first: after a crash the client does not know if it was created.
+        self.started[run_id] = (workflow, value)
+        start = functools.partial(self.client.start, workflow, value, run_id=run_id)
+        if self._offered("start", value, run_id, start, workflow == "hostile"):
+            return True
+        del self.started[run_id]  # refused: quiesce must not start it again
+        return False
+
+    def send_signal(self, run_id: str, payload: Any) -> bool:
+        """Signal "go" as a client does; False when the payload was refused at the door."""
+        signal = functools.partial(self.client.signal, run_id, "go", payload)
+        tracked = not _plain(payload)
+        if not self._offered("signal", payload, run_id, signal, tracked):
+            return False
+        if tracked:
+            self.hostile_facts.append((run_id, "signal", payload))
+        return True
+
+    def resolve(self, token: str, payload: Any) -> bool:
+        """Resolve a hook as a client does; False when the payload was refused at the door."""
+        record = self.raw.find_hook(token)
+        run_id = record.run_id if record is not None else "?"
+        resolve = functools.partial(self.client.resolve_hook, token, payload)
+        if not self._offered("hook", payload, run_id, resolve, not _plain(payload)):
+            return False
+        if not _plain(payload):
+            self.hostile_facts.append((run_id, token, payload))
+        return True
+
+    def _offered(
+        self, kind: str, value: Any, run_id: str, call: Callable[[], Any], tracked: bool
+    ) -> bool:
+        """Offer ``value`` through ``call``; False when it was refused at the door.
+
+        A refusal must be for a NUL only, and must have written nothing to ``run_id``; an
+        acceptance of a NUL is a violation where the rule is in place."""
+        before = self._history_length(run_id)
+        try:
+            call()
+        except InputError as exc:
+            self.report.hostile[f"refused:{kind}"] += 1
+            problems = self.report.problems
+            if not hostile.has_nul(value):
+                problems.append(f"run {run_id}: {kind} of a valid value refused: {exc}")
+            if self._history_length(run_id) != before:
+                problems.append(f"run {run_id}: a refused {kind} wrote to its history")
+            return False
+        if tracked:
+            self.report.hostile[f"accepted:{kind}"] += 1
+        if hostile.has_nul(value):
+            self.report.problems.append(f"run {run_id}: {kind} of a value holding NUL accepted")
+        return True
+
+    def _history_length(self, run_id: str) -> int | None:
+        record = self.raw.get_run(run_id)
+        return None if record is None else int(record.last_sequence)
 
     def _all_runs(self) -> list[str]:
         return [r.run_id for r in self.raw.find_runs(RunFilter())] or list(self.started)
@@ -460,12 +585,67 @@ class Simulation:
                 problems.append(
                     f"run {run_id}: replay fails: {replay.error} {list(replay.divergences)}"
                 )
+        problems.extend(self.hostile_problems())
         for call in World.invocations:
             if call.completed_before:
                 problems.append(
                     f"run {call.run_id}: step {call.step_id!r} attempt {call.attempt} was "
                     "invoked after its step_completed was committed"
                 )
+
+    def hostile_problems(self) -> list[str]:
+        """Accepted hostile values read back exactly; NUL step outputs failed once."""
+        found: list[str] = []
+        for run_id, (workflow, value) in self.started.items():
+            if workflow != "hostile":
+                continue
+            history = self.raw.read_history(run_id)
+            found.extend(f"run {run_id}: {p}" for p in hostile_run_problems(history, value))
+        for run_id, where, payload in self.hostile_facts:
+            if not any(_carries(e, where, payload) for e in self.raw.read_history(run_id)):
+                found.append(f"run {run_id}: its {where} payload did not read back exactly")
+        return found
+
+
+def _plain(payload: Any) -> bool:
+    """Whether ``payload`` is one of the simulation's usual small payloads."""
+    return isinstance(payload, dict) and (payload.keys() in ({"at"}, {"ok"}))
+
+
+def _carries(envelope: EventEnvelope, where: str, payload: Any) -> bool:
+    event: Any = envelope.event
+    key = event.event_key()
+    if where == "signal":
+        return key == "signal_received" and hostile.same(event.payload, payload)
+    return key == "hook_resolved" and event.token == where and hostile.same(event.payload, payload)
+
+
+def hostile_run_problems(history: list[EventEnvelope], value: Any) -> list[str]:
+    """A ``hostile`` run's input, echo and step output read back exactly, or its NUL output
+    failed its step once with ``StepOutputNotJSON``."""
+    found = []
+    first: Any = history[0].event
+    if not hostile.same(first.spec.input, value):
+        found.append("its input did not read back exactly")
+    events: list[Any] = [e.event for e in history]
+    echoed = [e.output for e in events if e.event_key() == "step_completed" and e.step_id == "e"]
+    if any(not hostile.same(output, value) for output in echoed):
+        found.append("the echo step's output did not read back exactly")
+    made = made_by(zlib.crc32(history[0].run_id.encode()))
+    of_h = [e for e in events if getattr(e, "step_id", None) == "h"]
+    completed = [e for e in of_h if e.event_key() == "step_completed"]
+    failed = [e for e in of_h if e.event_key() == "step_failed"]
+    if not completed and not failed:
+        return found  # cancelled before its attempt ended
+    if hostile.has_nul(made):
+        kinds = [(f.error_type, f.attempt, f.exhausted) for f in failed]
+        if completed or len(failed) != 1 or failed[0].error_type != "StepOutputNotJSON":
+            found.append(f"a step output holding NUL: completed {len(completed)}, failed {kinds}")
+        elif not failed[0].exhausted or of_h[-1] is not failed[0]:
+            found.append(f"a step output holding NUL was retried: {kinds}")
+    elif failed or any(not hostile.same(e.output, made) for e in completed):
+        found.append("the hostile step's output did not read back exactly")
+    return found
 
 
 def _project(history: list[EventEnvelope]) -> WorkflowRunSnapshot:

@@ -8,6 +8,7 @@ Each bug the simulator found stays below as a regression test with its seed.
 from __future__ import annotations
 
 import os
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 
 from flow_cli.store.protocol import RunFilter
-from simulation.sim import Report, Simulation, history_problems, simulate
+from simulation import hostile
+from simulation.sim import (
+    Report,
+    Simulation,
+    World,
+    history_problems,
+    made_by,
+    simulate,
+)
 
 CHUNKS = 10
 DEFAULT_SEEDS = 1000
@@ -147,3 +156,63 @@ def test_the_checks_see_a_broken_history() -> None:
         "history is not gapless: [1, 2, 4]",
         "step 'a' completed 2 times",
     ]
+
+
+# -- hostile-but-valid JSON, and NUL (issue 25) -------------------------------------------------
+
+
+class _KeptOpen:
+    """The fixture's store, which the fixture (not the simulation) closes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_hostile_values_round_trip_and_nul_is_refused(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every hostile-but-valid value reads back exactly from a run input, a signal payload, a
+    hook payload and a step output; a NUL is refused at the door with nothing written, and a
+    step returning one fails once with ``StepOutputNotJSON`` (its handler invoked once)."""
+    monkeypatch.setattr(World, "fail_rate", 0.0)
+    monkeypatch.setattr(World, "slow_rate", 0.0)
+    valid = hostile.catalogue()
+    offered = valid + list(hostile.NUL_VALUES)
+    sim = Simulation(0, actions=0, store_factory=lambda: _KeptOpen(store))
+    sim.faults.enabled = False
+    accepted = [
+        run_id
+        for i, value in enumerate(offered)
+        if sim.start_run("hostile", value, run_id := f"hostile-{i}")
+    ]
+    sim.start_run("cleanup", None, "sleeper")  # takes every signal while it sleeps
+    for i in range(len(offered)):
+        sim.start_run("hook", None, f"hook-{i}")
+    for worker in sim.workers:
+        worker.tick(until_idle=True)
+    for value in offered:
+        sim.send_signal("sleeper", value)
+    tokens = sim._open_hooks()
+    assert len(tokens) == len(offered)
+    for token, value in zip(tokens, offered, strict=True):
+        sim.resolve(token, value)
+    report = sim.finish()
+
+    assert report.problems == []
+    nul = len(offered) - len(valid)
+    made_nul = [r for r in accepted if hostile.has_nul(made_by(zlib.crc32(r.encode())))]
+    assert made_nul, "no hostile run's step returned a NUL"
+    kinds = ("start", "signal", "hook")
+    tracked = {f"accepted:{kind}": len(valid) for kind in kinds}
+    # The NUL rule: refused at the door with nothing written; a step output holding one fails
+    # once, without retry.
+    assert report.hostile == {**tracked, **{f"refused:{kind}": nul for kind in kinds}}
+    for run_id in made_nul:
+        calls = [(c.step_id, c.attempt) for c in World.invocations if c.run_id == run_id]
+        assert calls.count(("h", 1)) == 1 and ("h", 2) not in calls, (run_id, calls)
