@@ -77,7 +77,7 @@ class JsonSurrogateError(JsonLimitError):
 
     def __init__(self) -> None:
         super().__init__(
-            "it holds a lone surrogate (a character in U+D800..U+DFFF outside a pair), which "
+            "it holds a lone surrogate (U+D800..U+DFFF outside a pair): not valid Unicode, which "
             "UTF-8 and so Flow cannot store; decode the text it came from correctly"
         )
 
