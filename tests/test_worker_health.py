@@ -362,3 +362,59 @@ def _answer(url: str) -> tuple[int, str]:
         return get(url)
     except OSError:  # the worker not listening yet
         return (0, "")
+
+
+def test_a_flood_of_scrapes_renders_the_metrics_once_a_second() -> None:
+    """100 scrapes a second must not cost the worker 100 renderings (and queries) a second."""
+    from flow_cli.engine.health import cached
+
+    rendered: list[str] = []
+
+    def exposition(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        rendered.append(environ.get("QUERY_STRING", ""))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [f"flow_open_runs {len(rendered)}\n".encode()]
+
+    app = cached(exposition, seconds=60.0)
+    statuses: list[str] = []
+    bodies = [
+        b"".join(app({"REQUEST_METHOD": "GET"}, lambda s, h: statuses.append(s)))
+        for _ in range(100)
+    ]
+    answers = list(zip(statuses, bodies, strict=True))
+    assert rendered == [""]
+    assert set(answers) == {("200 OK", b"flow_open_runs 1\n")}
+    b"".join(app({"REQUEST_METHOD": "GET", "QUERY_STRING": "name[]=x"}, lambda s, h: None))
+    assert rendered == ["", "name[]=x"]  # another question is rendered for itself
+    fresh = cached(exposition, seconds=0.0)
+    b"".join(fresh({"REQUEST_METHOD": "GET"}, lambda s, h: None))
+    b"".join(fresh({"REQUEST_METHOD": "GET"}, lambda s, h: None))
+    assert len(rendered) == 4
+
+
+def test_a_workers_metrics_port_counts_open_runs_once_however_often_scraped() -> None:
+    """Through ``metrics.serve``, as ``flow worker --metrics-port`` serves it: 20 scrapes in a
+    row ask the database for the open runs once (each asking cost the worker's steps CPU)."""
+    from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.metrics import serve as serve_metrics
+    from flow_cli.store.protocol import RunCount
+
+    asked: list[str | None] = []
+
+    class CountingStore:
+        def count_runs(self, where: Any, by: str | None = None) -> RunCount:
+            asked.append(by)
+            return RunCount(total=2, groups={"Running": 2})
+
+        def get_run(self, run_id: str) -> None:
+            return None
+
+    server = serve_metrics(MetricsObserver(CountingStore()), 0, "127.0.0.1")  # type: ignore[arg-type]
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        texts = [get(f"{base}/metrics")[1] for _ in range(20)]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["status"]
+    assert all('flow_open_runs{status="Running"} 2.0' in text for text in texts)

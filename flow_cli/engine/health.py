@@ -148,6 +148,45 @@ def health_app(metrics: WsgiApp | None, liveness: Liveness, readiness: Readiness
     return app
 
 
+METRICS_CACHE_SECONDS = 1.0
+"""How long one rendering of ``/metrics`` answers every scrape: rendering costs the worker about
+a millisecond of CPU (and ``flow_open_runs`` a query), taken from its steps; a second is below
+any scrape interval Prometheus is configured with, so no reader sees older figures than that."""
+
+
+def cached(app: WsgiApp, seconds: float = METRICS_CACHE_SECONDS) -> WsgiApp:
+    """``app`` (Prometheus' exposition) with each answer kept ``seconds`` for the same request
+    (path, query, accepted formats and encodings): a flood of scrapes renders once a second."""
+    lock = threading.Lock()
+    kept: dict[tuple[str, ...], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+
+    def serve_cached(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        key = tuple(
+            str(environ.get(name, ""))
+            for name in ("QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING")
+        )
+        now = time.monotonic()
+        with lock:  # one rendering at a time; the others wait for it and reuse it
+            found = kept.get(key)
+            if found is None or now - found[0] >= seconds:
+                answer: list[tuple[str, list[tuple[str, str]]]] = []
+
+                def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> Any:
+                    answer.append((status, list(headers)))
+                    return lambda data: None
+
+                body = b"".join(app(environ, keep))
+                found = (time.monotonic(), answer[0][0], answer[0][1], body)
+                if len(kept) > 16:  # a scraper varying its query: keep a bound
+                    kept.clear()
+                kept[key] = found
+        _, status, headers, body = found
+        start_response(status, headers)
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+    return serve_cached
+
+
 def _plain(start_response: StartResponse, status: str, text: str, method: str) -> list[bytes]:
     body = text.encode("utf-8", "replace")
     start_response(

@@ -5,9 +5,10 @@ and only when metrics are asked for.
 
 Every counter and histogram moves in memory as the engine tells its observer what it did: no
 metric costs a database round trip. ``flow_open_runs{status}`` is the one metric that reads the
-database: one ``count_runs`` query per scrape (Prometheus scrapes every 15-60 s), never per
-decision. It counts every open run in the database, not only this worker's, so each worker of a
-fleet reports the same figures: aggregate it with ``max``, not ``sum``.
+database: one ``count_runs`` query per rendering (at most one a second, however often it is
+scraped: ``health.cached``), never per decision. It counts every open run in the database, not
+only this worker's, so each worker of a fleet reports the same figures: aggregate it with
+``max``, not ``sum``.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def serve(
     if readiness is None:
         readiness = Readiness.of_store(observer.store) if observer.store is not None else None
     app = health_app(
-        make_wsgi_app(observer.registry),
+        health.cached(make_wsgi_app(observer.registry)),
         liveness or Liveness(),
         readiness or Readiness(lambda: None),
     )
