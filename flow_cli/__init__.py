@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     )
     from flow_cli.model.clock import ManualClock
     from flow_cli.model.commands import RuntimeCommand
-    from flow_cli.model.context import TIMED_OUT, StepFailedError, WorkflowContext
+    from flow_cli.model.context import WorkflowContext
     from flow_cli.model.retry import RetryPolicy
     from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
+    from flow_cli.model.suspension import TIMED_OUT, StepFailedError
     from flow_cli.runtime import Runtime, StepInfo
 
 _EXPORTS = {
@@ -35,8 +36,8 @@ _EXPORTS = {
     "WorkflowNotFound": "flow_cli.errors",
     "ManualClock": "flow_cli.model.clock",
     "RuntimeCommand": "flow_cli.model.commands",
-    "StepFailedError": "flow_cli.model.context",
-    "TIMED_OUT": "flow_cli.model.context",
+    "StepFailedError": "flow_cli.model.suspension",
+    "TIMED_OUT": "flow_cli.model.suspension",
     "WorkflowContext": "flow_cli.model.context",
     "RetryPolicy": "flow_cli.model.retry",
     "RunStatus": "flow_cli.model.status",

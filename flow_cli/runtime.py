@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
 from flow_cli.model import deciding
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
-from flow_cli.model.context import STEP_NAME_ATTRIBUTE, Suspend, WorkflowContext
+from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext
 from flow_cli.model.decision import Proposal
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.suspension import Suspend
 
 WorkflowFn = Callable[[WorkflowContext], RuntimeCommand]
 StepFn = Callable[[Any, "StepInfo"], Any]

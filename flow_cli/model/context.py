@@ -11,7 +11,7 @@ import hmac
 import random as _random
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NoReturn, assert_never
+from typing import Any, Final, NoReturn
 
 from flow_cli.errors import (
     MOVES_WITH_NOW,
@@ -24,6 +24,7 @@ from flow_cli.errors import (
     UnknownPatch,
 )
 from flow_cli.model import deciding
+from flow_cli.model.command_text import default_batch_id, describe, recorded
 from flow_cli.model.commands import (
     CancellationPolicy,
     Cancelled,
@@ -49,55 +50,11 @@ from flow_cli.model.snapshot import (
     without_traceback,
 )
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
+from flow_cli.model.suspension import TIMED_OUT, StepFailedError, Suspend
 
 DEFAULT_RETRY = intern(RetryPolicy())
 STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 """Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
-
-
-class _TimedOut:
-    """The type of ``TIMED_OUT``: one instance, compared with ``is``."""
-
-    _instance: _TimedOut | None = None
-
-    def __new__(cls) -> _TimedOut:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "TIMED_OUT"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-TIMED_OUT: Final = _TimedOut()
-"""What ``ctx.receive(..., deadline=)`` and ``ctx.hook(..., deadline=)`` return when the
-deadline passed before the signal or the callback arrived."""
-
-
-class Suspend(BaseException):
-    """Raised by the sequential helpers (``ctx.step`` ...) to end this decision with a command.
-
-    A BaseException so that a workflow's ``except Exception`` cannot swallow it.
-    """
-
-    def __init__(self, command: RuntimeCommand, *, blocking: bool = False) -> None:
-        super().__init__(command)
-        self.command = command
-        self.blocking = blocking
-        """The code cannot go on until this command's identity settles (``ctx.step``)."""
-
-
-class StepFailedError(Exception):
-    """Raised by ``ctx.step`` when the step failed for good under ``on_exhausted="surface"``."""
-
-    def __init__(self, step_id: str, error: JsonValue) -> None:
-        message = error.get("message") if isinstance(error, dict) else error
-        super().__init__(f"step {step_id!r} failed: {message}")
-        self.step_id = step_id
-        self.error = error
 
 
 class WorkflowContext:
@@ -291,7 +248,7 @@ class WorkflowContext:
         first = self._snap.steps.get(ids[0])
         return ScheduleSteps(
             steps=members,
-            batch_id=batch_id or _default_batch_id(ids, first.batch_id if first else None),
+            batch_id=batch_id or default_batch_id(ids, first.batch_id if first else None),
         )
 
     def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
@@ -367,7 +324,7 @@ class WorkflowContext:
         first = self._snap.children.get(ids[0])
         return StartChildren(
             children=members,
-            batch_id=batch_id or _default_batch_id(ids, first.batch_id if first else None),
+            batch_id=batch_id or default_batch_id(ids, first.batch_id if first else None),
         )
 
     def complete(self, result: JsonValue = None) -> Complete:
@@ -719,7 +676,7 @@ class WorkflowContext:
         elif isinstance(command, StartChildren):
             returned.extend(command.children)
         for built in self._built:
-            if built not in returned and not _recorded(self._snap, built):
+            if built not in returned and not recorded(self._snap, built):
                 raise CommandNotReturned(self._snap.run_id, describe(built), describe(command))
 
     def _check(self, command: RuntimeCommand) -> None:
@@ -803,58 +760,6 @@ class WorkflowContext:
         self._check(self._wait_until(timer_id, deadline))
 
 
-def _recorded(snap: WorkflowRunSnapshot, command: RuntimeCommand) -> bool:
-    """Whether history already has the identity of ``command`` (a re-issue is harmless)."""
-    match command:
-        case ScheduleStep():
-            return command.step_id in snap.steps
-        case ScheduleSteps():
-            return all(s.step_id in snap.steps for s in command.steps)
-        case WaitUntil():
-            return command.wait_id in snap.waits
-        case WaitForSignal():
-            return command.wait_id in snap.signal_waits
-        case CreateHook():
-            return command.hook_id in snap.hooks
-        case StartChild():
-            return command.child_id in snap.children
-        case StartChildren():
-            return all(c.child_id in snap.children for c in command.children)
-        case _:
-            return True
-
-
-def describe(command: RuntimeCommand) -> str:
-    """A command as the ``ctx`` call that builds it, for messages."""
-    match command:
-        case ScheduleStep():
-            return f"ctx.schedule_step({command.step_id!r}, {command.name!r}, ...)"
-        case ScheduleSteps():
-            ids = ", ".join(repr(s.step_id) for s in command.steps)
-            return f"ctx.schedule_steps([{ids}])"
-        case WaitUntil():
-            return f"ctx.wait_until({command.wait_id!r}, ...)"
-        case WaitForSignal():
-            return f"ctx.wait_for_signal({command.wait_id!r}, {command.signal_name!r})"
-        case CreateHook():
-            return f"ctx.create_hook({command.hook_id!r}, ...)"
-        case StartChild():
-            return f"ctx.start_child({command.child_id!r}, {command.workflow!r}, ...)"
-        case StartChildren():
-            ids = ", ".join(repr(c.child_id) for c in command.children)
-            return f"ctx.start_children([{ids}])"
-        case Complete():
-            return "ctx.complete(...)"
-        case Fail():
-            return "ctx.fail(...)"
-        case ContinueAsNew():
-            return "ctx.continue_as_new(...)"
-        case Cancelled():
-            return "ctx.cancelled(...)"
-        case _:
-            assert_never(command)
-
-
 def _json(value: JsonValue, what: str) -> JsonValue:
     try:
         return normalise(value)
@@ -866,24 +771,6 @@ def _json(value: JsonValue, what: str) -> JsonValue:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-BATCH_ID_MAX_JOINED = 40
-"""Default batch ids up to this length are the member ids joined by ``+``."""
-
-
-def _default_batch_id(ids: list[str], recorded: str | None) -> str:
-    """A short stable id for a batch: the member ids joined by ``+`` when that is short
-    (``a+b+c``), else ``b-`` and 12 hex digits of a hash of the member ids.
-
-    Long batches recorded before the hash existed were labelled with all their ids joined;
-    re-issued, they keep that label so that runs in flight continue unchanged.
-    """
-    legacy = "+".join(ids)
-    if len(legacy) <= BATCH_ID_MAX_JOINED or recorded == legacy:
-        return legacy
-    digest = hashlib.sha256("\x1f".join(ids).encode()).hexdigest()
-    return f"b-{digest[:12]}"
 
 
 def step_name(handler: str | Callable[..., Any]) -> str:

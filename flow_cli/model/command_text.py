@@ -1,0 +1,93 @@
+"""Commands as workflow code wrote them: whether history has one already, the ``ctx`` call that
+builds it (for messages), and a batch's default id."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import assert_never
+
+from flow_cli.model.commands import (
+    Cancelled,
+    Complete,
+    ContinueAsNew,
+    CreateHook,
+    Fail,
+    RuntimeCommand,
+    ScheduleStep,
+    ScheduleSteps,
+    StartChild,
+    StartChildren,
+    WaitForSignal,
+    WaitUntil,
+)
+from flow_cli.model.snapshot import WorkflowRunSnapshot
+
+
+def recorded(snap: WorkflowRunSnapshot, command: RuntimeCommand) -> bool:
+    """Whether history already has the identity of ``command`` (a re-issue is harmless)."""
+    match command:
+        case ScheduleStep():
+            return command.step_id in snap.steps
+        case ScheduleSteps():
+            return all(s.step_id in snap.steps for s in command.steps)
+        case WaitUntil():
+            return command.wait_id in snap.waits
+        case WaitForSignal():
+            return command.wait_id in snap.signal_waits
+        case CreateHook():
+            return command.hook_id in snap.hooks
+        case StartChild():
+            return command.child_id in snap.children
+        case StartChildren():
+            return all(c.child_id in snap.children for c in command.children)
+        case _:
+            return True
+
+
+def describe(command: RuntimeCommand) -> str:
+    """A command as the ``ctx`` call that builds it, for messages."""
+    match command:
+        case ScheduleStep():
+            return f"ctx.schedule_step({command.step_id!r}, {command.name!r}, ...)"
+        case ScheduleSteps():
+            ids = ", ".join(repr(s.step_id) for s in command.steps)
+            return f"ctx.schedule_steps([{ids}])"
+        case WaitUntil():
+            return f"ctx.wait_until({command.wait_id!r}, ...)"
+        case WaitForSignal():
+            return f"ctx.wait_for_signal({command.wait_id!r}, {command.signal_name!r})"
+        case CreateHook():
+            return f"ctx.create_hook({command.hook_id!r}, ...)"
+        case StartChild():
+            return f"ctx.start_child({command.child_id!r}, {command.workflow!r}, ...)"
+        case StartChildren():
+            ids = ", ".join(repr(c.child_id) for c in command.children)
+            return f"ctx.start_children([{ids}])"
+        case Complete():
+            return "ctx.complete(...)"
+        case Fail():
+            return "ctx.fail(...)"
+        case ContinueAsNew():
+            return "ctx.continue_as_new(...)"
+        case Cancelled():
+            return "ctx.cancelled(...)"
+        case _:
+            assert_never(command)
+
+
+BATCH_ID_MAX_JOINED = 40
+"""Default batch ids up to this length are the member ids joined by ``+``."""
+
+
+def default_batch_id(ids: list[str], recorded: str | None) -> str:
+    """A short stable id for a batch: the member ids joined by ``+`` when that is short
+    (``a+b+c``), else ``b-`` and 12 hex digits of a hash of the member ids.
+
+    Long batches recorded before the hash existed were labelled with all their ids joined;
+    re-issued, they keep that label so that runs in flight continue unchanged.
+    """
+    legacy = "+".join(ids)
+    if len(legacy) <= BATCH_ID_MAX_JOINED or recorded == legacy:
+        return legacy
+    digest = hashlib.sha256("\x1f".join(ids).encode()).hexdigest()
+    return f"b-{digest[:12]}"
