@@ -114,6 +114,20 @@ def test_bulk_verbs_naming_runs_of_one_chain_act_once_on_the_live_run(
     assert lines[1].startswith("nope\tfailed\t") and len(lines) == 2
 
 
+def test_a_dry_run_naming_a_continued_run_names_its_live_successor(
+    chain_proj: TriageProject,
+) -> None:
+    chain_proj.setup("start", "relay", "--id", "relay", "--input", '{"generation": 0}')
+    chain_proj.setup("tick", "--until-idle")
+    for verb in (("cancel", "relay"), ("signal", "relay", "go")):
+        dry = chain_proj.invoke(*verb, "--dry-run")
+        assert dry.code == 0, dry.stderr
+        assert dry.stdout.split("\t")[0] == "relay~2", (verb, dry.stdout)
+        assert "following" in dry.stderr or "relay~2" in dry.stderr, dry.stderr
+    exported = chain_proj.invoke("export", "relay", "--dry-run")
+    assert exported.stdout.split("\t")[0] == "relay"  # an export reads the run named
+
+
 def test_history_follow_goes_into_successors_and_reports_the_chains_outcome(
     chain_proj: TriageProject,
 ) -> None:
@@ -124,8 +138,13 @@ def test_history_follow_goes_into_successors_and_reports_the_chains_outcome(
     followed = chain_proj.run("history", "doomed", "--follow", "--exit-status", "--json")
 
     assert followed.code == 4, followed.stderr
-    keys = [json.loads(line)["event_key"] for line in followed.stdout.splitlines()]
-    assert keys == ["run_started", "run_continued_as_new", "run_started", "run_failed"]
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [(e["run_id"], e["event_key"]) for e in lines] == [
+        ("doomed", "run_started"),
+        ("doomed", "run_continued_as_new"),
+        ("doomed~1", "run_started"),
+        ("doomed~1", "run_failed"),
+    ]
     assert "run 'doomed' continued as new; following its successor 'doomed~1'" in (followed.stderr)
     assert "run doomed~1 ended Failed" in followed.stderr
     text = chain_proj.run("history", "doomed", "--follow")

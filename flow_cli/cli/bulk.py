@@ -203,11 +203,14 @@ def _print_dry_run(engine: Engine, targets: Targets, as_json: bool, jsonl: bool)
     return missing
 
 
-def dry_run_one(ctx: typer.Context, run_id: str, as_json: bool) -> None:
-    """``--dry-run`` with one RUN: as the real command, an unknown run is exit 2."""
+def dry_run_one(ctx: typer.Context, run_id: str, as_json: bool, *, follow: bool = True) -> None:
+    """``--dry-run`` with one RUN: as the real command, an unknown run is exit 2, and a run that
+    continued as new stands for its live successor (``follow``: the verbs that act on runs)."""
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         engine.get_run(run_id)
+        if follow:
+            run_id = follow_named(engine, [run_id])[0]
         _print_dry_run(engine, Targets([run_id], False, {}), state.want_json(as_json), False)
 
 

@@ -237,7 +237,7 @@ def export(
     """
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects and not every:
         if dry_run:
-            dry_run_one(ctx, runs[0], json_output)
+            dry_run_one(ctx, runs[0], json_output, follow=False)  # an export reads the run named
             return
         export_one(ctx, runs[0], output, include_secrets)
         return

@@ -129,7 +129,7 @@ def history(
     One row per event: sequence, time, event key and its key data.
 
     With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
-    one such object per line. --follow goes on into the successor of a run that continued as
+    one such object per line, with the "run_id" it belongs to. --follow goes on into the successor of a run that continued as
     new (a line on stderr names it; its sequences start again at 1), so --exit-status reports
     how the chain ended, as `flow result` does.
     """
@@ -161,7 +161,7 @@ def _follow_chain(
     while True:
         successor: str | None = None
         for event in events:
-            printer(event)
+            printer({"run_id": run_id, **event} if as_json else event)  # whose, in a chain
             last = event["sequence"]
             if event["event_key"] == "run_continued_as_new":
                 successor = str(event["data"]["successor_run_id"])
