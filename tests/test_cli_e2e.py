@@ -148,7 +148,7 @@ def test_history_follow_prints_later_events_and_exits_at_the_terminal_event(
     lines = [json.loads(line) for line in rest.splitlines()]
     assert [e["event_key"] for e in lines] == ["signal_received", "run_completed"]
     assert [e["sequence"] for e in lines] == [3, 4]
-    assert set(lines[0]) == {"sequence", "event_key", "recorded_at", "data"}
+    assert set(lines[0]) == {"run_id", "sequence", "event_key", "recorded_at", "data"}
     assert lines[0]["data"] == {"signal_name": "approve", "payload": "yes"}
 
 

@@ -15,6 +15,7 @@ from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunNotFound
+from flow_cli.model.status import ChildStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -82,7 +83,9 @@ def show(
     )
 
 
-CHILD_STATUS_UNSETTLED = frozenset({"Running", "CancelRequested", "Abandoned"})
+CHILD_STATUS_UNSETTLED = frozenset(
+    {ChildStatus.RUNNING, ChildStatus.CANCEL_REQUESTED, ChildStatus.ABANDONED}
+)
 """What a parent's history says of a child whose end it has not recorded: it started, the
 parent asked it to cancel (its own status tells whether it did), or the parent left it."""
 
@@ -129,9 +132,9 @@ def history(
     One row per event: sequence, time, event key and its key data.
 
     With --json: a JSON array of {sequence, event_key, recorded_at, data}; with --follow --json,
-    one such object per line, with the "run_id" it belongs to. --follow goes on into the successor of a run that continued as
-    new (a line on stderr names it; its sequences start again at 1), so --exit-status reports
-    how the chain ended, as `flow result` does.
+    one such object per line, with the "run_id" it belongs to. --follow goes on into the
+    successor of a run that continued as new (a line on stderr names it; its sequences start
+    again at 1), so --exit-status reports how the chain ended, as `flow result` does.
     """
     state = CliState.of(ctx)
     as_json = state.want_json(json_output)
@@ -161,7 +164,7 @@ def _follow_chain(
     while True:
         successor: str | None = None
         for event in events:
-            printer({"run_id": run_id, **event} if as_json else event)  # whose, in a chain
+            printer({**event, "run_id": run_id} if as_json else event)  # whose, in a chain
             last = event["sequence"]
             if event["event_key"] == "run_continued_as_new":
                 successor = str(event["data"]["successor_run_id"])

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, ClassVar, TypeAlias
 
 from flow_cli.model.clock import parse_utc
+from flow_cli.model.commands import CancellationPolicy
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.spec import WorkflowSpec
@@ -196,7 +197,7 @@ class ChildScheduled(_EventBase):
     child_run_id: str
     workflow: str
     input: JsonValue
-    cancellation: str
+    cancellation: CancellationPolicy
     batch_id: str | None = None
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, assert_never
 
+from flow_cli.model.commands import CancellationPolicy
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -42,7 +43,7 @@ from flow_cli.model.events import (
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.spec import WorkflowSpec
-from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
+from flow_cli.model.status import ChildStatus, RunStatus, StepStatus, WorkflowTerminalOutcome
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,17 +126,17 @@ class ChildState:
     run_id: str
     workflow: str
     input: JsonValue
-    cancellation: str
+    cancellation: CancellationPolicy
     batch_id: str | None
     sequence: int
-    status: str = "Running"
+    status: ChildStatus = ChildStatus.RUNNING
     """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
     parent ended first."""
     outcome: JsonValue = None
 
     @property
     def open(self) -> bool:
-        return self.status == "Running"
+        return self.status is ChildStatus.RUNNING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -512,13 +513,14 @@ class WorkflowRunSnapshot:
             case ChildCompleted():
                 child = self.children[event.child_id]
                 kind = event.outcome.get("kind") if isinstance(event.outcome, dict) else None
-                self._set_child(replace(child, status=str(kind), outcome=event.outcome))
+                status = ChildStatus.of_outcome(kind)
+                self._set_child(replace(child, status=status, outcome=event.outcome))
             case ChildCancelled():
                 child = self.children[event.child_id]
-                self._set_child(replace(child, status="CancelRequested"))
+                self._set_child(replace(child, status=ChildStatus.CANCEL_REQUESTED))
             case ChildAbandoned():
                 child = self.children[event.child_id]
-                self._set_child(replace(child, status="Abandoned"))
+                self._set_child(replace(child, status=ChildStatus.ABANDONED))
             case CancelRequested():
                 if not self.cancel_requested:
                     self.cancel_requested = True
@@ -670,7 +672,7 @@ class WorkflowRunSnapshot:
                 c.child_id: {
                     "run_id": c.run_id,
                     "workflow": c.workflow,
-                    "status": c.status,
+                    "status": c.status.value,
                     "cancellation": c.cancellation,
                 }
                 for c in self.children.values()

@@ -36,6 +36,30 @@ _TERMINAL = frozenset(
 TERMINAL_STATUSES = _TERMINAL
 
 
+class ChildStatus(StrEnum):
+    """A child run as its parent's history has it (``flow show``'s children); the values are the
+    strings ``flow show --json`` prints."""
+
+    RUNNING = "Running"
+    """Started; its end is not recorded in the parent (it may be waiting, or done by now)."""
+    CANCEL_REQUESTED = "CancelRequested"
+    """The parent asked it to cancel (``cancellation="cancel"``) as the parent ended."""
+    ABANDONED = "Abandoned"
+    """The parent ended and left it running (``cancellation="abandon"``)."""
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+    CONTINUED_AS_NEW = "ContinuedAsNew"
+
+    @classmethod
+    def of_outcome(cls, kind: object) -> ChildStatus:
+        """The status of a child whose ``child_completed`` carries an outcome of ``kind``."""
+        try:
+            return cls(str(kind))
+        except ValueError:
+            return cls.FAILED  # an outcome this Flow cannot read: it did not complete
+
+
 class StepStatus(StrEnum):
     """Where a step stands (``ctx.step_state(id)``, ``flow show``'s step state).
 
