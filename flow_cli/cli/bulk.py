@@ -114,6 +114,17 @@ def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
     return follow_named(engine, runs) if follow else list(dict.fromkeys(runs))
 
 
+def follow_one(engine: Engine, run_id: str) -> str:
+    """The live run of ``run_id``'s continue-as-new chain, a note on stderr when it differs;
+    ``RunNotFound`` for an unknown run (one RUN is exit 2)."""
+    from flow_cli.ops.chain import follow
+
+    live, message = follow(engine, run_id)
+    if message is not None:
+        note(message)
+    return live
+
+
 def follow_named(engine: Engine, runs: list[str]) -> list[str]:
     """Each run named, or its live successor when it continued as new (said on stderr);
     once each."""

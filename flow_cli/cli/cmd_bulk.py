@@ -27,6 +27,7 @@ from flow_cli.cli.bulk import (
     Yes,
     act,
     dry_run_one,
+    follow_one,
     select,
 )
 from flow_cli.cli.cmd_triage import JsonlFlag
@@ -324,7 +325,7 @@ def signal_run(
     check_name(name, "signal name")
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = _follow(engine, run_id)
+        run_id = follow_one(engine, run_id)
         sequence = engine.signal(run_id, name, value, key=key)
     if state.want_json(json_output):
         emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
@@ -348,7 +349,7 @@ def cancel_one(
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = _follow(engine, run_id)
+        run_id = follow_one(engine, run_id)
         try:
             requested = engine.cancel(run_id, reason)
         except RunFinished as exc:
@@ -367,16 +368,6 @@ def cancel_one(
         out(f"cancellation of run {escape_controls(run_id)} requested")
     else:
         out(f"cancellation of run {escape_controls(run_id)} was already requested")
-
-
-def _follow(engine: Engine, run_id: str) -> str:
-    """The live run of ``run_id``'s continue-as-new chain; a note on stderr when it differs."""
-    from flow_cli.ops.chain import follow
-
-    live, message = follow(engine, run_id)
-    if message is not None:
-        note(message)
-    return live
 
 
 def export_one(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flow_cli.cli.bulk import Targets, act, follow_named
+from flow_cli.cli.bulk import Targets, act, follow_one
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload
 from flow_cli.cli.state import CliState
@@ -151,7 +151,7 @@ def hook_resolve(
         return
     with state.open_engine(create=False, with_runtimes=False) as engine:
         if run_id is not None:
-            run_id = follow_named(engine, [run_id])[0]
+            run_id = follow_one(engine, run_id)
         owner, hook_id = engine.resolve_hook(token, value, run_id=run_id)
     if state.want_json(json_output):
         emit_json({"run_id": owner, "hook_id": hook_id, "token": token})
