@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random as _random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 from flow_cli.errors import (
     MOVES_WITH_NOW,
@@ -44,6 +44,8 @@ from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
 from flow_cli.model.snapshot import (
+    ChildState,
+    StepState,
     WaitState,
     WorkflowRunSnapshot,
     deadline_wait_id,
@@ -55,6 +57,9 @@ from flow_cli.model.suspension import TIMED_OUT, StepFailedError, Suspend
 DEFAULT_RETRY = intern(RetryPolicy())
 STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 """Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
+
+
+_C = TypeVar("_C", bound=RuntimeCommand)
 
 
 class WorkflowContext:
@@ -200,6 +205,12 @@ class WorkflowContext:
 
     # -- commands ------------------------------------------------------------------------------
 
+    def _record(self, command: _C) -> _C:
+        # The command a builder returns is also kept, so that a decision that discards it can
+        # be told apart from one that returns it (``CommandNotReturned``).
+        self._built.append(command)
+        return command
+
     def schedule_step(
         self,
         step_id: str,
@@ -209,9 +220,7 @@ class WorkflowContext:
     ) -> ScheduleStep:
         """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
         ``step_id`` (at least once)."""
-        command = self._schedule_step(step_id, name, input, retry)
-        self._built.append(command)
-        return command
+        return self._record(self._schedule_step(step_id, name, input, retry))
 
     def _schedule_step(
         self,
@@ -234,28 +243,23 @@ class WorkflowContext:
 
         The default ``batch_id`` is a short hash of the member ids.
         """
-        command = self._schedule_steps(steps, batch_id)
-        self._built.append(command)
-        return command
+        return self._record(self._schedule_steps(steps, batch_id))
 
     def _schedule_steps(
         self, steps: Iterable[ScheduleStep], batch_id: str | None = None
     ) -> ScheduleSteps:
         members = tuple(steps)
-        if not members:
-            raise InputError("schedule_steps needs at least one step")
         ids = [s.step_id for s in members]
-        first = self._snap.steps.get(ids[0])
         return ScheduleSteps(
             steps=members,
-            batch_id=batch_id or default_batch_id(ids, first.batch_id if first else None),
+            batch_id=_batch_id(
+                "schedule_steps needs at least one step", ids, self._snap.steps, batch_id
+            ),
         )
 
     def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
         """Wait until a UTC deadline (derive it from ``ctx.started_at`` or step outputs)."""
-        command = self._wait_until(wait_id, deadline)
-        self._built.append(command)
-        return command
+        return self._record(self._wait_until(wait_id, deadline))
 
     def _wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
         if deadline.tzinfo is None:
@@ -264,15 +268,11 @@ class WorkflowContext:
 
     def wait_for_signal(self, wait_id: str, signal_name: str) -> WaitForSignal:
         """Wait for the next signal named ``signal_name`` (one that came early is matched)."""
-        command = WaitForSignal(wait_id=wait_id, signal_name=signal_name)
-        self._built.append(command)
-        return command
+        return self._record(WaitForSignal(wait_id=wait_id, signal_name=signal_name))
 
     def create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
         """Open a hook that ``flow hook resolve TOKEN`` completes."""
-        command = self._create_hook(hook_id, token, metadata)
-        self._built.append(command)
-        return command
+        return self._record(self._create_hook(hook_id, token, metadata))
 
     def _create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
         return CreateHook(hook_id=hook_id, token=token, metadata=_json(metadata, "hook metadata"))
@@ -285,9 +285,7 @@ class WorkflowContext:
         cancellation: CancellationPolicy = "cancel",
     ) -> StartChild:
         """Start a child run ``{run_id}/{child_id}``; the parent resumes when it ends."""
-        command = self._start_child(child_id, workflow, input, cancellation)
-        self._built.append(command)
-        return command
+        return self._record(self._start_child(child_id, workflow, input, cancellation))
 
     def _start_child(
         self,
@@ -310,21 +308,18 @@ class WorkflowContext:
         self, children: Iterable[StartChild], batch_id: str | None = None
     ) -> StartChildren:
         """One atomic batch of ``ctx.start_child(...)`` commands."""
-        command = self._start_children(children, batch_id)
-        self._built.append(command)
-        return command
+        return self._record(self._start_children(children, batch_id))
 
     def _start_children(
         self, children: Iterable[StartChild], batch_id: str | None = None
     ) -> StartChildren:
         members = tuple(children)
-        if not members:
-            raise InputError("start_children needs at least one child")
         ids = [c.child_id for c in members]
-        first = self._snap.children.get(ids[0])
         return StartChildren(
             children=members,
-            batch_id=batch_id or default_batch_id(ids, first.batch_id if first else None),
+            batch_id=_batch_id(
+                "start_children needs at least one child", ids, self._snap.children, batch_id
+            ),
         )
 
     def complete(self, result: JsonValue = None) -> Complete:
@@ -767,6 +762,18 @@ def _json(value: JsonValue, what: str) -> JsonValue:
         raise InputError(f"{what} is refused: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not a JSON value: {exc}") from None
+
+
+def _batch_id(
+    empty: str,
+    ids: list[str],
+    known: Mapping[str, StepState] | Mapping[str, ChildState],
+    given: str | None,
+) -> str:
+    if not ids:
+        raise InputError(empty)
+    first = known.get(ids[0])
+    return given or default_batch_id(ids, first.batch_id if first else None)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -323,6 +323,13 @@ class WorkflowRunSnapshot:
         else:
             self.open_steps[step.step_id] = None
 
+    def _change_step(self, step: StepState, **changes: Any) -> None:
+        self._set_step(_step_with(step, **changes))
+
+    def _end_step(self, step_id: str, at: datetime, status: StepStatus, **changes: Any) -> None:
+        step = self.steps[step_id]
+        self._change_step(step, status=status, finished_at=at, lease_until=None, **changes)
+
     def _set_child(self, child: ChildState) -> None:
         old = self.children.get(child.child_id)
         self.children_open += int(child.open) - int(old is not None and old.open)
@@ -362,31 +369,19 @@ class WorkflowRunSnapshot:
                 )
             case StepStarted():
                 step = self.steps[event.step_id]
-                self._set_step(
-                    _step_with(
-                        step,
-                        status=StepStatus.RUNNING,
-                        attempt=event.attempt,
-                        attempts=max(step.attempts, event.attempt),
-                        lease_until=event.lease_until,
-                        worker=event.worker,
-                        started_at=step.started_at or at,
-                        next_attempt_at=None,
-                    )
+                self._change_step(
+                    step,
+                    status=StepStatus.RUNNING,
+                    attempt=event.attempt,
+                    attempts=max(step.attempts, event.attempt),
+                    lease_until=event.lease_until,
+                    worker=event.worker,
+                    started_at=step.started_at or at,
+                    next_attempt_at=None,
                 )
             case StepCompleted():
-                step = self.steps[event.step_id]
-                self._set_step(
-                    _step_with(
-                        step,
-                        status=StepStatus.COMPLETED,
-                        output=event.output,
-                        finished_at=at,
-                        lease_until=None,
-                    )
-                )
+                self._end_step(event.step_id, at, StepStatus.COMPLETED, output=event.output)
             case StepFailed():
-                step = self.steps[event.step_id]
                 error: dict[str, Any] = {
                     "type": event.error_type,
                     "message": event.message,
@@ -395,37 +390,18 @@ class WorkflowRunSnapshot:
                 if event.traceback is not None:
                     error["traceback"] = event.traceback  # for flow show; ctx does not see it
                 if event.exhausted:
-                    self._set_step(
-                        _step_with(
-                            step,
-                            status=StepStatus.FAILED,
-                            error=error,
-                            finished_at=at,
-                            lease_until=None,
-                        )
-                    )
+                    self._end_step(event.step_id, at, StepStatus.FAILED, error=error)
                 else:
-                    self._set_step(
-                        _step_with(
-                            step,
-                            status=StepStatus.BACKOFF,
-                            attempt=event.attempt + 1,
-                            error=error,
-                            next_attempt_at=event.next_attempt_at,
-                            lease_until=None,
-                        )
-                    )
-            case StepCancelled():
-                step = self.steps[event.step_id]
-                self._set_step(
-                    _step_with(
-                        step,
-                        status=StepStatus.CANCELLED,
-                        cancel_reason=event.reason,
-                        finished_at=at,
+                    self._change_step(
+                        self.steps[event.step_id],
+                        status=StepStatus.BACKOFF,
+                        attempt=event.attempt + 1,
+                        error=error,
+                        next_attempt_at=event.next_attempt_at,
                         lease_until=None,
                     )
-                )
+            case StepCancelled():
+                self._end_step(event.step_id, at, StepStatus.CANCELLED, cancel_reason=event.reason)
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
