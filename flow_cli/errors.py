@@ -288,26 +288,36 @@ class HookOfAnotherRun(HookNotFound):
         self.run_id = run_id
 
 
-class HookAlreadyResolved(FlowError):
+class _HookOfRun(FlowError):
+    """A hook named by its token, with the run and hook that own it."""
+
+    def __init__(self, message: str, token: str, run_id: str, hook_id: str) -> None:
+        super().__init__(message)
+        self.token = token
+        self.run_id = run_id
+        self.hook_id = hook_id
+
+
+class HookAlreadyResolved(_HookOfRun):
     def __init__(self, token: str, run_id: str, hook_id: str) -> None:
         super().__init__(
             f"Hook {hook_id!r} of run {run_id!r} (token {token!r}) was already resolved; "
-            "a hook takes exactly one callback."
+            "a hook takes exactly one callback.",
+            token,
+            run_id,
+            hook_id,
         )
-        self.token = token
-        self.run_id = run_id
-        self.hook_id = hook_id
 
 
-class HookTokenInUse(FlowError):
+class HookTokenInUse(_HookOfRun):
     def __init__(self, token: str, run_id: str, hook_id: str) -> None:
         super().__init__(
             f"Token {token!r} already belongs to hook {hook_id!r} of run {run_id!r}; "
-            "derive hook tokens with ctx.new_token(name)."
+            "derive hook tokens with ctx.new_token(name).",
+            token,
+            run_id,
+            hook_id,
         )
-        self.token = token
-        self.run_id = run_id
-        self.hook_id = hook_id
 
 
 class ConfigError(FlowError):

@@ -19,7 +19,7 @@ from store_helpers import BUILD, create, idx, signal
 
 from flow_cli.model.clock import ManualClock
 from flow_cli.store import due
-from flow_cli.store.protocol import EventStore, StepTask
+from flow_cli.store.protocol import EventStore, LeaseAsk, StepTask
 
 POSTGRES_ENV = "FLOW_TEST_POSTGRES"
 
@@ -63,11 +63,11 @@ def _ready_step(store: EventStore, run_id: str, now: datetime) -> None:
 
 def _lease(store: EventStore, now: datetime) -> list[str]:
     until = now + timedelta(seconds=30)
-    return [lease.run_id for lease in store.lease_steps("w", [BUILD], now, until, 10)]
+    return [lease.run_id for lease in store.lease_steps(LeaseAsk("w", [BUILD], now, until, 10))]
 
 
 def _lease_runs(store: EventStore, now: datetime) -> list[str]:
-    return store.lease_runs("w", [BUILD], now, now + timedelta(seconds=30), 10)
+    return store.lease_runs(LeaseAsk("w", [BUILD], now, now + timedelta(seconds=30), 10))
 
 
 def _finds_due(store: EventStore, now: datetime) -> None:

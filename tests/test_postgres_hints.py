@@ -18,7 +18,7 @@ from store_helpers import BUILD, create, idx, keys, signal
 
 from flow_cli.errors import EventConflict
 from flow_cli.model.clock import ManualClock
-from flow_cli.store.protocol import StepTask
+from flow_cli.store.protocol import LeaseAsk, StepTask
 
 pytestmark = pytest.mark.postgres
 
@@ -53,7 +53,7 @@ def _ready_step(store: PostgresStore, run_id: str, now: datetime, step: str = "s
 
 def _lease(store: PostgresStore, now: datetime, builds: list[str] | None = None) -> list[str]:
     until = now + timedelta(seconds=30)
-    leases = store.lease_steps("w", builds or [BUILD], now, until, 10)
+    leases = store.lease_steps(LeaseAsk("w", builds or [BUILD], now, until, 10))
     return [f"{lease.run_id}/{lease.step_id}" for lease in leases]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from flow_cli.store.protocol import RunFilter
+from flow_cli.store.protocol import LeaseAsk, RunFilter
 
 pytestmark = pytest.mark.postgres
 
@@ -224,7 +224,7 @@ def test_concurrent_workers_never_lease_the_same_run(url: str, schema: str) -> N
     try:
         stores[0].commit([], [new_run(f"r{i:03}") for i in range(300)], NOW)
         until = NOW + timedelta(minutes=5)
-        leased = _lease_all(stores, lambda s: s.lease_runs("w", [BUILD], NOW, until, 7))
+        leased = _lease_all(stores, lambda s: s.lease_runs(LeaseAsk("w", [BUILD], NOW, until, 7)))
         assert sorted(leased) == [f"r{i:03}" for i in range(300)]  # each exactly once
     finally:
         for one in stores:
@@ -246,7 +246,7 @@ def test_concurrent_workers_never_lease_the_same_step(url: str, schema: str) -> 
         index = RunIndex(status=RunStatus.RUNNING, steps=steps)
         stores[0].append_if_sequence("r1", 1, scheduled, index, NOW)
         until = NOW + timedelta(minutes=5)
-        leased = _lease_all(stores, lambda s: s.lease_steps("w", [BUILD], NOW, until, 7))
+        leased = _lease_all(stores, lambda s: s.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 7)))
         assert sorted(lease.step_id for lease in leased) == sorted(steps)
     finally:
         for one in stores:
@@ -366,20 +366,20 @@ def test_an_idle_worker_looks_before_leasing_and_writes_nothing(
 ) -> None:
     store.create_run(new_run("r1"), NOW)
     until = NOW + timedelta(seconds=30)
-    assert store.lease_runs("w", [BUILD], NOW, until, 10) == ["r1"]
+    assert store.lease_runs(LeaseAsk("w", [BUILD], NOW, until, 10)) == ["r1"]
     leased = store.stats.index_commits
     # Right after finding work the next pass leases without looking first: one write...
-    assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+    assert store.lease_runs(LeaseAsk("w", [BUILD], NOW, until, 10)) == []
     assert store.stats.index_commits == leased + 1
     # ...and having found nothing, the passes after it only look: no write transaction.
     for _ in range(3):
-        assert store.lease_runs("w", [BUILD], NOW, until, 10) == []
+        assert store.lease_runs(LeaseAsk("w", [BUILD], NOW, until, 10)) == []
     assert store.stats.index_commits == leased + 1
     # A commit announcing work (NOTIFY): the next pass looks, finds the run and leases it.
     store.wait_for_change(0)
     _commit_later(url, schema, 0).join()
     store.wait_for_change(5)
-    [late] = store.lease_runs("w", [BUILD], NOW, until, 10)
+    [late] = store.lease_runs(LeaseAsk("w", [BUILD], NOW, until, 10))
     assert late.startswith("late-") and store.stats.index_commits == leased + 2
 
 
@@ -422,7 +422,7 @@ def test_a_step_lease_looks_first_only_when_no_work_is_expected(
     monkeypatch.setattr(store, "_reading", counted)
     until = NOW + timedelta(seconds=30)
     commits = store.stats.durable_commits
-    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10)) == []
     assert (len(looks), store.stats.durable_commits) == (1, commits)
     # Another process schedules a step: its NOTIFY wakes this one, which leases without a look.
     store.wait_for_change(0)
@@ -437,16 +437,16 @@ def test_a_step_lease_looks_first_only_when_no_work_is_expected(
         other.close()
     store.wait_for_change(5)
     looks.clear()
-    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)
+    [lease] = store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     assert (lease.run_id, lease.step_id, looks) == ("r1", "s", [])
     assert store.stats.durable_commits == commits + 1
     assert [e.event_key for e in store.read_history("r1")][-1] == "step_started"
     # Having found a step, the next lease locks straight away too; finding nothing, it writes
     # nothing and counts no commit, and the lease after it looks first again.
     looks.clear()
-    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10)) == []
     assert (looks, store.stats.durable_commits) == ([], commits + 1)
-    assert store.lease_steps("w", [BUILD], NOW, until, 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10)) == []
     assert (len(looks), store.stats.durable_commits) == (1, commits + 1)
     assert len(store.read_history("r1")) == 3
 
@@ -463,7 +463,7 @@ def test_a_step_lease_keeps_odd_run_and_step_ids_intact(store: PostgresStore) ->
         index = RunIndex(status=RunStatus.RUNNING, steps={run_id: task})
         store.append_if_sequence(run_id, 1, [scheduled], index, NOW)
     store._steps_expected = True  # lock and lease without the look
-    leases = store.lease_steps("w", [BUILD], NOW, until, 10)
+    leases = store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     assert sorted((lease.run_id, lease.step_id) for lease in leases) == sorted(
         (run_id, run_id) for run_id in odd
     )
@@ -514,7 +514,9 @@ def test_a_batch_whose_statements_were_dropped_prepares_them_again(
         "d1", 1, [scheduled], RunIndex(status=RunStatus.RUNNING, steps={"s": task}), NOW
     )
     store._steps_expected = True
-    assert [lease.step_id for lease in store.lease_steps("w", [BUILD], NOW, until, 10)] == ["s"]
+    assert [
+        lease.step_id for lease in store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
+    ] == ["s"]
     (conn,) = store._idle  # the one pooled connection, its statements prepared
     conn.execute("DEALLOCATE ALL")  # behind the store's back, as psycopg does
     conn.commit()
@@ -540,7 +542,9 @@ def test_a_batch_whose_statements_were_dropped_prepares_them_again(
     )
     conn.execute("DEALLOCATE ALL")
     conn.commit()
-    [lease] = store.lease_steps("w", [BUILD], NOW, until, 10)  # a transaction its string opens
+    [lease] = store.lease_steps(
+        LeaseAsk("w", [BUILD], NOW, until, 10)
+    )  # a transaction its string opens
     assert lease.step_id == scheduled_again.step_id
     keys = [e.event_key for e in store.read_history("d1")]
     assert keys == [
@@ -898,7 +902,7 @@ def test_due_work_queries_use_the_due_time_indexes(
     # The cost follows what is due: three due runs among 10,000 waiting read three rows.
     store.commit([], [new_run(f"due-{i}") for i in range(3)], NOW)
     before = store.stats.scheduler_rows_read
-    leased = store.lease_runs("w", [BUILD], NOW, NOW + timedelta(seconds=30), 100)
+    leased = store.lease_runs(LeaseAsk("w", [BUILD], NOW, NOW + timedelta(seconds=30), 100))
     assert sorted(leased) == ["due-0", "due-1", "due-2"]
     assert store.stats.scheduler_rows_read - before == 3
 

@@ -24,7 +24,15 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
-from flow_cli.store.protocol import CommitGroup, NewRun, RunFilter, RunIndex, StepTask, StreamWrite
+from flow_cli.store.protocol import (
+    CommitGroup,
+    LeaseAsk,
+    NewRun,
+    RunFilter,
+    RunIndex,
+    StepTask,
+    StreamWrite,
+)
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +103,7 @@ def test_a_lease_commits_without_waiting_for_the_disk_and_events_wait(db_path: P
     _ready_step(store, "r1")
     durable = store.stats.durable_commits
     statements = _traced(store)
-    [lease] = store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)
+    [lease] = store.lease_steps(LeaseAsk("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10))
     assert lease.step_id == "s"
     relax, restore = (
         statements.index("PRAGMA synchronous = NORMAL"),
@@ -122,7 +130,7 @@ def test_a_lease_that_fails_still_restores_the_durable_mode(
 
     monkeypatch.setattr(store, "_due_times", broken)
     with pytest.raises(StoreError):
-        store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)
+        store.lease_steps(LeaseAsk("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10))
     conn = store._conn()
     assert not conn.in_transaction
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
@@ -134,7 +142,7 @@ def test_a_store_not_in_full_mode_leaves_its_mode_alone(db_path: Path) -> None:
     store = SQLiteStore(db_path, synchronous="OFF")
     _ready_step(store, "r1")
     statements = _traced(store)
-    assert len(store.lease_steps("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10)) == 1
+    assert len(store.lease_steps(LeaseAsk("w", [BUILD], NOW, NOW + timedelta(seconds=30), 10))) == 1
     assert "COMMIT" in statements and not any("synchronous" in s for s in statements)
     assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 0  # OFF
     store.close()
@@ -453,8 +461,8 @@ def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
     statements: list[str] = []
     store._conn().set_trace_callback(statements.append)  # the SQL the store really runs
     until = NOW + timedelta(seconds=30)
-    store.lease_runs("w", [BUILD, "shop-0"], NOW, until, 10)
-    store.lease_steps("w", [BUILD], NOW, until, 10)
+    store.lease_runs(LeaseAsk("w", [BUILD, "shop-0"], NOW, until, 10))
+    store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     store.next_due([BUILD])
     store._conn().set_trace_callback(None)
     selects = [s for s in statements if s.startswith("SELECT")]

@@ -59,6 +59,7 @@ from flow_cli.store.protocol import (
     EventStore,
     HookEntry,
     HookRecord,
+    LeaseAsk,
     NewRun,
     StepTask,
     StreamWrite,
@@ -191,7 +192,7 @@ def test_stale_append_conflicts_and_writes_nothing(store: EventStore, clock: Man
     assert keys(store, "r1") == [(1, "run_started"), (2, "signal_received")]
     assert store.get_run("r1") == before
     assert store.find_hook("t1") is None
-    assert store.lease_steps("w", [BUILD], clock.now(), clock.now(), 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], clock.now(), clock.now(), 10)) == []
     assert store.stats.conflicts == 1
 
 
@@ -410,7 +411,7 @@ def test_group_commit_leaves_out_a_stale_group_and_commits_the_other(
     assert keys(store, "a") == [(1, "run_started"), (2, "signal_received")]
     record = store.get_run("a")
     assert record is not None and (record.last_sequence, record.updated_at) == (2, later)
-    leases = store.lease_steps("w", [BUILD], later, later + timedelta(seconds=30), 10)
+    leases = store.lease_steps(LeaseAsk("w", [BUILD], later, later + timedelta(seconds=30), 10))
     assert [(s.run_id, s.step_id) for s in leases] == [("a", "s1")]
     assert store.stats.conflicts == 1
 
@@ -446,7 +447,7 @@ def test_a_group_alone_that_fails_writes_nothing_and_is_reported(
     assert type(result).__name__ == failure
     assert keys(store, "a") == [(1, "run_started")] and store.get_run("a") == before
     assert store.get_run("kid") is None
-    assert store.lease_steps("w", [BUILD], clock.now(), clock.advance(30), 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], clock.now(), clock.advance(30), 10)) == []
     assert store.stats.conflicts == conflicts + (failure == "EventConflict")
     # The store goes on: the same group, made right, commits.
     fixed = StreamWrite(run_id="a", expected_sequence=1, events=[signal(2)], index=idx())
@@ -500,8 +501,8 @@ def test_group_commit_reports_each_failing_group_and_keeps_the_rest(
         token="tok", run_id="a", hook_id="approve", resolved=False
     )
     # The created run's step task belongs to the created run's build.
-    assert store.lease_steps("w", [BUILD], now, now, 10) == []
-    [lease] = store.lease_steps("w", ["shop-9"], now, now + timedelta(seconds=30), 10)
+    assert store.lease_steps(LeaseAsk("w", [BUILD], now, now, 10)) == []
+    [lease] = store.lease_steps(LeaseAsk("w", ["shop-9"], now, now + timedelta(seconds=30), 10))
     assert (lease.run_id, lease.step_id) == ("kid", "s1")
 
 

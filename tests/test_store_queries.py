@@ -22,6 +22,7 @@ from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     EventStore,
     HookEntry,
+    LeaseAsk,
     RunFilter,
     StepTask,
 )
@@ -84,16 +85,16 @@ def test_scheduler_rows_read_counts_rows_returned(store: EventStore, clock: Manu
     schedule_tasks(store, "due-a", now, s1=now)
     assert store.stats.scheduler_rows_read == 0
     until = now + timedelta(seconds=30)
-    assert len(store.lease_runs("w", [BUILD], now, until, 10)) == 2
+    assert len(store.lease_runs(LeaseAsk("w", [BUILD], now, until, 10))) == 2
     assert store.stats.scheduler_rows_read == 2
-    assert len(store.lease_steps("w", [BUILD], now, until, 10)) == 1
+    assert len(store.lease_steps(LeaseAsk("w", [BUILD], now, until, 10))) == 1
     # A store may read when work is next due with the lease (see ``flow_cli.store.due``): the
     # same two rows next_due reads, once.
     assert store.stats.scheduler_rows_read in (3, 5)
     store.next_due([BUILD])  # one row from the runs index, one from the step tasks
     assert store.stats.scheduler_rows_read == 5
     store.next_due(["nobody"])
-    store.lease_runs("w", [BUILD], now, until, 10)
+    store.lease_runs(LeaseAsk("w", [BUILD], now, until, 10))
     assert store.stats.scheduler_rows_read == 5
 
 

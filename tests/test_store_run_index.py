@@ -26,6 +26,7 @@ from flow_cli.store.protocol import (
     KEEP,
     EventStore,
     HookEntry,
+    LeaseAsk,
     RunFilter,
     RunIndex,
     StepTask,
@@ -75,7 +76,7 @@ def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> 
     }
     store.append_if_sequence("r1", 1, [signal(1)], idx(steps=steps), now)
     until = now + timedelta(seconds=30)
-    leases = store.lease_steps("w1", [BUILD], now, until, 10)
+    leases = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))
     assert [(s.step_id, s.attempt, s.lease_until) for s in leases] == [("s1", 1, until)]
     # Upsert: a new attempt replaces the task and ends w1's lease; None deletes s2.
     # (The lease recorded s1's step_started: sequence 3.)
@@ -83,7 +84,7 @@ def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> 
     store.append_if_sequence("r1", 3, [signal(3)], idx(steps=retry), now)
     assert not store.renew_step("r1", "s1", "w1", until)
     later = clock.advance(10)
-    again = store.lease_steps("w2", [BUILD], later, later + timedelta(seconds=30), 10)
+    again = store.lease_steps(LeaseAsk("w2", [BUILD], later, later + timedelta(seconds=30), 10))
     assert [(s.run_id, s.step_id, s.attempt) for s in again] == [("r1", "s1", 2)]
 
 
@@ -98,8 +99,8 @@ def test_terminal_status_clears_due_work(store: EventStore, clock: ManualClock) 
     )
     record = store.get_run("r1")
     assert record is not None and (record.status, record.decide_at) == (RunStatus.COMPLETED, None)
-    assert store.lease_steps("w", [BUILD], now, now, 10) == []
-    assert store.lease_runs("w", [BUILD], now, now, 10) == []
+    assert store.lease_steps(LeaseAsk("w", [BUILD], now, now, 10)) == []
+    assert store.lease_runs(LeaseAsk("w", [BUILD], now, now, 10)) == []
     assert store.next_due([BUILD]) is None
 
 

@@ -28,6 +28,7 @@ from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import (
     CommitGroup,
     EventStore,
+    LeaseAsk,
     RunFilter,
     StepLease,
     StepTask,
@@ -48,15 +49,22 @@ def test_lease_runs_takes_only_due_runs_of_hosted_builds(
     create(store, "idle", now, decide_at=None)
     create(store, "other-build", now, decide_at=now, build="shop-0")
     until = now + timedelta(seconds=30)
-    assert store.lease_runs("w1", [BUILD], now, until, 10) == ["due-1", "due-2", "exactly-now"]
+    assert store.lease_runs(LeaseAsk("w1", [BUILD], now, until, 10)) == [
+        "due-1",
+        "due-2",
+        "exactly-now",
+    ]
     record = store.get_run("due-1")
     assert record is not None and record.decide_at == until
     # Leased runs are skipped until the lease expires, then any worker may take them again.
     assert (
-        store.lease_runs("w2", [BUILD], clock.advance(29), until + timedelta(seconds=30), 10) == []
+        store.lease_runs(
+            LeaseAsk("w2", [BUILD], clock.advance(29), until + timedelta(seconds=30), 10)
+        )
+        == []
     )
     clock.advance(1)
-    assert set(store.lease_runs("w2", [BUILD, "shop-0"], clock.now(), until, 10)) == {
+    assert set(store.lease_runs(LeaseAsk("w2", [BUILD, "shop-0"], clock.now(), until, 10))) == {
         "due-1",
         "due-2",
         "exactly-now",
@@ -69,16 +77,16 @@ def test_lease_runs_respects_limit_and_empty_builds(store: EventStore, clock: Ma
     for n in range(5):
         create(store, f"r{n}", now, decide_at=now - timedelta(seconds=10 - n))
     until = now + timedelta(seconds=30)
-    assert store.lease_runs("w", [], now, until, 10) == []
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r0", "r1"]
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r2", "r3"]
-    assert store.lease_runs("w", [BUILD], now, until, 2) == ["r4"]
+    assert store.lease_runs(LeaseAsk("w", [], now, until, 10)) == []
+    assert store.lease_runs(LeaseAsk("w", [BUILD], now, until, 2)) == ["r0", "r1"]
+    assert store.lease_runs(LeaseAsk("w", [BUILD], now, until, 2)) == ["r2", "r3"]
+    assert store.lease_runs(LeaseAsk("w", [BUILD], now, until, 2)) == ["r4"]
 
 
 def test_park_run_only_at_the_current_sequence(store: EventStore, clock: ManualClock) -> None:
     now = clock.now()
     create(store, "r1", now, decide_at=now)
-    store.lease_runs("w", [BUILD], now, now + timedelta(seconds=30), 10)
+    store.lease_runs(LeaseAsk("w", [BUILD], now, now + timedelta(seconds=30), 10))
     wake = now + timedelta(hours=1)
     assert store.park_run("r1", 1, wake)
     record = store.get_run("r1")
@@ -105,19 +113,23 @@ def test_lease_steps_semantics(store: EventStore, clock: ManualClock) -> None:
     )
     schedule_tasks(store, "old", now, x=now - timedelta(seconds=9))
     until = now + timedelta(seconds=30)
-    first = store.lease_steps("w1", [BUILD], now, until, 1)
+    first = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 1))
     assert [(s.run_id, s.step_id, s.attempt, s.lease_until) for s in first] == [
         ("r1", "a", 1, until)
     ]
-    assert [s.step_id for s in store.lease_steps("w1", [BUILD], now, until, 10)] == ["b"]
-    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
-    assert store.lease_steps("w2", [], now, until, 10) == []
+    assert [s.step_id for s in store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))] == ["b"]
+    assert store.lease_steps(LeaseAsk("w2", [BUILD], now, until, 10)) == []
+    assert store.lease_steps(LeaseAsk("w2", [], now, until, 10)) == []
     # c becomes ready; a and b stay leased until their lease runs out.
     later = clock.advance(29)
     c_until = later + timedelta(seconds=30)
-    assert [s.step_id for s in store.lease_steps("w2", [BUILD], later, c_until, 10)] == ["c"]
+    assert [s.step_id for s in store.lease_steps(LeaseAsk("w2", [BUILD], later, c_until, 10))] == [
+        "c"
+    ]
     expired = clock.advance(1)
-    again = store.lease_steps("w3", [BUILD, "shop-0"], expired, expired + timedelta(seconds=30), 10)
+    again = store.lease_steps(
+        LeaseAsk("w3", [BUILD, "shop-0"], expired, expired + timedelta(seconds=30), 10)
+    )
     assert sorted((s.run_id, s.step_id) for s in again) == [("old", "x"), ("r1", "a"), ("r1", "b")]
 
 
@@ -128,7 +140,7 @@ def test_an_index_build_id_moves_the_run_and_its_step_tasks_to_that_build(
     create(store, "r1", now, decide_at=now)
     schedule_tasks(store, "r1", now, a=now, b=now)
     until = now + timedelta(seconds=30)
-    [held] = store.lease_steps("w1", [BUILD], now, until, 1)  # one attempt is running
+    [held] = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 1))  # one attempt is running
     upgraded = BuildUpgraded(from_build=BUILD, to_build="shop-2")
     last = len(store.read_history("r1"))
     store.append_if_sequence("r1", last, [upgraded], idx(build_id="shop-2", decide_at=now), now)
@@ -136,16 +148,20 @@ def test_an_index_build_id_moves_the_run_and_its_step_tasks_to_that_build(
     assert record is not None and record.build_id == "shop-2"
     assert [r.run_id for r in store.find_runs(RunFilter(build_id="shop-2"))] == ["r1"]
     assert store.find_runs(RunFilter(build_id=BUILD)) == []
-    assert store.lease_runs("old", [BUILD], now, until, 10) == []
-    assert store.lease_steps("old", [BUILD], now, until, 10) == []
+    assert store.lease_runs(LeaseAsk("old", [BUILD], now, until, 10)) == []
+    assert store.lease_steps(LeaseAsk("old", [BUILD], now, until, 10)) == []
     assert store.next_due([BUILD]) is None
-    assert store.lease_runs("new", ["shop-2"], now, until, 10) == ["r1"]
+    assert store.lease_runs(LeaseAsk("new", ["shop-2"], now, until, 10)) == ["r1"]
     [other] = {"a", "b"} - {held.step_id}
-    assert [s.step_id for s in store.lease_steps("new", ["shop-2"], now, until, 10)] == [other]
+    assert [s.step_id for s in store.lease_steps(LeaseAsk("new", ["shop-2"], now, until, 10))] == [
+        other
+    ]
     # The attempt that was running keeps its lease; once it runs out, the new build takes it.
     assert store.renew_step("r1", held.step_id, "w1", until)
     expired = until + timedelta(seconds=1)
-    again = store.lease_steps("new", ["shop-2"], expired, expired + timedelta(seconds=30), 10)
+    again = store.lease_steps(
+        LeaseAsk("new", ["shop-2"], expired, expired + timedelta(seconds=30), 10)
+    )
     assert held.step_id in [s.step_id for s in again]
 
 
@@ -156,7 +172,7 @@ def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
     create(store, "r1", now)
     schedule_tasks(store, "r1", now, a=now, b=now)
     until = now + timedelta(seconds=30)
-    leases = store.lease_steps("w1", [BUILD], now, until, 10)
+    leases = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))
     assert sorted(s.step_id for s in leases) == ["a", "b"]
     history = store.read_history("r1")
     assert [e.sequence for e in history] == [1, 2, 3, 4]
@@ -170,7 +186,7 @@ def test_leasing_a_step_records_its_step_started_in_the_same_transaction(
     assert (record.last_sequence, record.status) == (4, RUNNING)
     # Nothing ready: no event, no write.
     commits = store.stats.durable_commits
-    assert store.lease_steps("w2", [BUILD], now, until, 10) == []
+    assert store.lease_steps(LeaseAsk("w2", [BUILD], now, until, 10)) == []
     assert len(store.read_history("r1")) == 4
     assert store.stats.durable_commits == commits
 
@@ -190,7 +206,7 @@ def test_a_lease_can_carry_its_runs_history_with_its_step_started(
         asked.append(run_id)
         return 2 if run_id == "r2" else 0  # r2: as if its first two events were known
 
-    leases = store.lease_steps("w1", [BUILD], now, until, 10, read_after=read_after)
+    leases = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10), read_after=read_after)
     assert sorted(asked) == ["r1", "r2"]  # once per run, not per lease
     by_run: dict[str, list[StepLease]] = {}
     for lease in leases:
@@ -209,7 +225,7 @@ def test_a_lease_can_carry_its_runs_history_with_its_step_started(
     )
     create(store, "r3", now)
     schedule_tasks(store, "r3", now, y=now)
-    (plain,) = store.lease_steps("w1", [BUILD], now, until, 10)
+    (plain,) = store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))
     assert plain.history is None
 
 
@@ -218,14 +234,16 @@ def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualCl
     create(store, "r1", now)
     schedule_tasks(store, "r1", now, a=now)
     until = now + timedelta(seconds=30)
-    store.lease_steps("w1", [BUILD], now, until, 10)
+    store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))
     assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
     assert not store.renew_step("r1", "missing", "w1", until + timedelta(seconds=60))
     assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
     # The renewed lease outlives the first one: nobody can take the step at its old expiry.
-    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
+    assert store.lease_steps(LeaseAsk("w2", [BUILD], clock.advance(45), until, 10)) == []
     clock.advance(45)
-    assert [s.step_id for s in store.lease_steps("w2", [BUILD], clock.now(), until, 10)] == ["a"]
+    assert [
+        s.step_id for s in store.lease_steps(LeaseAsk("w2", [BUILD], clock.now(), until, 10))
+    ] == ["a"]
 
 
 def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: ManualClock) -> None:
@@ -237,7 +255,7 @@ def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: Manu
     store.append_if_sequence("r1", 1, [signal(1)], idx(steps=started), now)
     assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
     assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
-    assert store.lease_steps("w2", [BUILD], clock.advance(45), until, 10) == []
+    assert store.lease_steps(LeaseAsk("w2", [BUILD], clock.advance(45), until, 10)) == []
 
 
 # -- wait_for_change -----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from flow_cli.store.protocol import (
     EventStore,
     HandOffs,
     HookListing,
+    LeaseAsk,
     NewRun,
     RunCount,
     RunFilter,
@@ -538,17 +539,16 @@ class Engine:
         """Advance one run as far as it can go now (used by workers and tests)."""
         return self.decider.decide(run_id)
 
-    def lease_runs(self, lease_seconds: float, limit: int) -> list[str]:
+    def _ask(self, lease_seconds: float, limit: int) -> LeaseAsk:
         now = self.clock.now()
-        return self.store.lease_runs(
-            self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
-        )
+        until = now + timedelta(seconds=lease_seconds)
+        return LeaseAsk(self.worker_id, self.build_ids, now, until, limit)
+
+    def lease_runs(self, lease_seconds: float, limit: int) -> list[str]:
+        return self.store.lease_runs(self._ask(lease_seconds, limit))
 
     def lease_steps(self, lease_seconds: float, limit: int) -> list[StepLease]:
-        now = self.clock.now()
-        return self.store.lease_steps(
-            self.worker_id, self.build_ids, now, now + timedelta(seconds=lease_seconds), limit
-        )
+        return self.store.lease_steps(self._ask(lease_seconds, limit))
 
     def lease_steps_handed(
         self, lease_seconds: float, limit: int
@@ -556,14 +556,8 @@ class Engine:
         """``lease_steps``, with the runs read in the lease's transaction: each lease comes
         with the snapshot its attempt runs on (for ``execute_step``), or ``None`` where the
         attempt must read the run itself (a second lease of the same run)."""
-        now = self.clock.now()
         leases = self.store.lease_steps(
-            self.worker_id,
-            self.build_ids,
-            now,
-            now + timedelta(seconds=lease_seconds),
-            limit,
-            read_after=self.streams.cached_sequence,
+            self._ask(lease_seconds, limit), read_after=self.streams.cached_sequence
         )
         handed = []
         for lease in leases:

@@ -30,6 +30,7 @@ from flow_cli.store.protocol import (
     CommitGroup,
     HookListing,
     HookRecord,
+    LeaseAsk,
     NewRun,
     ReadAfter,
     RunCount,
@@ -448,15 +449,9 @@ class MemoryStore(AppendViaCommit):
 
     # -- due work ---------------------------------------------------------------------------------
 
-    def lease_runs(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-    ) -> list[str]:
+    def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
+        worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
             due = [
@@ -473,17 +468,10 @@ class MemoryStore(AppendViaCommit):
             self.stats.scheduler_rows_read += len(leased)
             return [r.run_id for r in leased]
 
-    def lease_steps(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        read_after: ReadAfter | None = None,
-    ) -> list[StepLease]:
+    def lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None = None) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same step (``read_after``: see ``EventStore``)."""
+        worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
             ready = sorted(

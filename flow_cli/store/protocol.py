@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
@@ -194,6 +194,18 @@ class StepLease:
     """Asked for with ``lease_steps(read_after=...)``: the run's events after the sequence
     ``read_after`` gave, read no earlier than the lease's commit (so its ``step_started`` is
     there). Only the first lease of a run carries it; ``None`` otherwise."""
+
+
+class LeaseAsk(NamedTuple):
+    """A worker asking for work: leases for ``worker`` on runs or steps of ``build_ids`` due at
+    ``now``, held until ``lease_until``, at most ``limit`` of them. A tuple, so that a store
+    unpacks it in one line."""
+
+    worker: str
+    build_ids: Sequence[str]
+    now: datetime
+    lease_until: datetime
+    limit: int
 
 
 ReadAfter = Callable[[str], int]
@@ -503,14 +515,7 @@ class Scheduler(Protocol):
     """What workers use to find work: leases on runs and step attempts, the next due time, and
     a wait that ends when work may have arrived."""
 
-    def lease_runs(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-    ) -> list[str]:
+    def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` runs of the given builds whose ``decide_at <= now``.
 
         Leasing moves ``decide_at`` to ``lease_until`` so others skip the run until it expires.
@@ -524,15 +529,7 @@ class Scheduler(Protocol):
         """
         ...
 
-    def lease_steps(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        read_after: ReadAfter | None = None,
-    ) -> list[StepLease]:
+    def lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None = None) -> list[StepLease]:
         """Lease up to ``limit`` step tasks whose ``available_at <= now``.
 
         With ``read_after``, the first lease of each run carries the run's events after

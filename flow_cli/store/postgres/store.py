@@ -50,6 +50,7 @@ from flow_cli.store.postgres.reads import READ_HISTORIES, histories_params
 from flow_cli.store.protocol import (
     WORKER_RETENTION,
     AppendViaCommit,
+    LeaseAsk,
     ReadAfter,
     StepLease,
     StoreStats,
@@ -90,19 +91,13 @@ class PostgresStore(PostgresCommits, AppendViaCommit):
 
     stats: StoreStats
 
-    def lease_runs(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-    ) -> list[str]:
+    def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds, earliest first.
 
         Leasing moves ``decide_at`` to ``lease_until``. Rows another transaction holds are
         skipped, not waited for, so concurrent workers never lease the same run.
         """
+        worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
         if self._due.no_run_due(build_ids, now):
@@ -143,15 +138,7 @@ class PostgresStore(PostgresCommits, AppendViaCommit):
             )
         return cursor.fetchone() is not None
 
-    def lease_steps(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        read_after: ReadAfter | None = None,
-    ) -> list[StepLease]:
+    def lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None = None) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same transaction.
 
@@ -166,6 +153,7 @@ class PostgresStore(PostgresCommits, AppendViaCommit):
         that worker's commit, guarded by the sequence alone, would be built on a history that
         no longer exists.
         """
+        worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
         self._work_heard = False

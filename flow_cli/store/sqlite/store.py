@@ -20,6 +20,7 @@ from flow_cli.store.protocol import (
     WORKER_RETENTION,
     AppendViaCommit,
     CommitGroup,
+    LeaseAsk,
     NewRun,
     ReadAfter,
     StepLease,
@@ -334,15 +335,9 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
     # -- due work ---------------------------------------------------------------------------------
 
     @guarded
-    def lease_runs(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-    ) -> list[str]:
+    def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
+        worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0 or self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
@@ -365,18 +360,11 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
         return run_ids
 
     @guarded
-    def lease_steps(
-        self,
-        worker: str,
-        build_ids: Sequence[str],
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        read_after: ReadAfter | None = None,
-    ) -> list[StepLease]:
+    def lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None = None) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
         ``step_started`` for each in the same transaction (``read_after``: see ``EventStore``;
         the histories are read just after the commit, on this thread's connection)."""
+        worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
         self._due.forget()
