@@ -74,13 +74,13 @@ def hang_step(engine: Engine, run_id: str, step_id: str, lease_seconds: float = 
         engine.store, list(engine.runtimes.values()), clock=engine.clock, worker_id="hung-worker"
     )
     # Leasing records step_started in the same transaction: not running it is hanging.
-    leases = hung.lease_steps(lease_seconds, 100)
+    leases = hung.work.lease_steps(lease_seconds, 100)
     target = [lease for lease in leases if (lease.run_id, lease.step_id) == (run_id, step_id)]
     if len(target) != 1:
         raise AssertionError(f"step {step_id!r} of {run_id!r} is not ready: {leases}")
     for lease in leases:
         if lease is not target[0]:
-            hung.execute_step(lease)
+            hung.work.execute_step(lease)
 
 
 def check_history_invariants(history: list[EventEnvelope]) -> None:

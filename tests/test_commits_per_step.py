@@ -193,7 +193,7 @@ def test_a_pass_reads_the_histories_of_its_runs_in_one_store_call(
 
     monkeypatch.setattr(store, "read_history", one)
     monkeypatch.setattr(store, "read_histories", many)
-    run_ids = engine.lease_runs(30.0, 100)
+    run_ids = engine.work.lease_runs(30.0, 100)
     assert len(run_ids) == runs
     engine.decider.decide_many([*run_ids, "no-such-run"])
     assert singles == []
@@ -228,7 +228,9 @@ def _handed_over(
     engine.start("alarm-logged", {"at": at.isoformat()}, run_id="a")
     engine.tick(until_idle=True)
     clock.advance(timedelta(minutes=6))
-    report = engine.decider.decide_many(engine.lease_runs(30, 10), start=StartSteps("w", 30, 10))
+    report = engine.decider.decide_many(
+        engine.work.lease_runs(30, 10), start=StartSteps("w", 30, 10)
+    )
     assert [lease.run_id for lease in report.started] == ["a"]
     reads: list[str] = []
     read_history = store.read_history
@@ -247,7 +249,7 @@ def test_a_step_started_with_its_decision_runs_on_the_snapshot_handed_over(
 ) -> None:
     engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
     assert set(handed) == {"a"}
-    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    engine.work.execute_step(lease, 30, snapshot=handed.pop("a"))
     assert reads == []  # the run was not read again before its step ran
     assert CALLS == ["a"]
     outcome = engine.snapshot("a").outcome
@@ -269,7 +271,7 @@ def test_a_cancel_recorded_after_the_hand_over_is_met_when_the_step_ends(
     engine, handed, [lease], reads = _handed_over(store, clock, monkeypatch)
     other = _cancel_elsewhere(store, clock)
     reads.clear()
-    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    engine.work.execute_step(lease, 30, snapshot=handed.pop("a"))
     # The attempt ran on the snapshot it was handed; its end met the stale sequence, the run
     # was read again, and the cancellation stood: the output is not recorded.
     assert CALLS == ["a"] and "a" in reads
@@ -286,7 +288,7 @@ def test_a_snapshot_handed_over_long_ago_is_read_again_before_the_step_runs(
     other = _cancel_elsewhere(store, clock)
     clock.advance(HANDOVER_FRESH + timedelta(milliseconds=1))
     reads.clear()
-    engine.execute_step(lease, 30, snapshot=handed.pop("a"))
+    engine.work.execute_step(lease, 30, snapshot=handed.pop("a"))
     assert reads == ["a"]
     assert CALLS == []  # the cancellation was seen before the handler ran
     assert other.snapshot("a").status is RunStatus.CANCELLED

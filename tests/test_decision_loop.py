@@ -244,7 +244,7 @@ def test_tick_renews_the_lease_of_a_step_it_is_running(tmp_path: Path) -> None:
     stolen = []
     started.wait(10)
     while thread.is_alive():
-        stolen += other.lease_steps(0.5, 10)
+        stolen += other.work.lease_steps(0.5, 10)
         time.sleep(0.05)
     thread.join()
     assert stolen == []

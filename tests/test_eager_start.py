@@ -55,8 +55,10 @@ def test_start_commits_the_first_decision_with_the_run(
     ]
     assert store.get_run("e1").status is RunStatus.RUNNING  # type: ignore[union-attr]
     # Nothing to decide: the step is ready and a worker leases it straight away.
-    assert engine.lease_runs(30, 10) == []
-    assert [(lease.run_id, lease.step_id) for lease in engine.lease_steps(30, 10)] == [("e1", "s0")]
+    assert engine.work.lease_runs(30, 10) == []
+    assert [(lease.run_id, lease.step_id) for lease in engine.work.lease_steps(30, 10)] == [
+        ("e1", "s0")
+    ]
 
 
 def test_without_eager_start_the_workers_make_the_first_decision(
@@ -65,7 +67,7 @@ def test_without_eager_start_the_workers_make_the_first_decision(
     engine = Engine(store, [chain], clock=clock, worker_id="w", eager_start=False)
     engine.start("chain", {"steps": 2, "x": 0}, run_id="e1")
     assert [e.event.event_key() for e in store.read_history("e1")] == ["run_started"]
-    assert engine.lease_runs(30, 10) == ["e1"]
+    assert engine.work.lease_runs(30, 10) == ["e1"]
 
 
 def test_starting_again_changes_nothing(store: EventStore, clock: ManualClock) -> None:

@@ -25,9 +25,9 @@ def test_exhausted_step_in_a_batch_cancels_unsettled_siblings_before_run_failed(
 
     # Leasing records step_started: "b" and "c" are attempts of a worker that then hung (their
     # outcome is unknown); "a": its first attempt fails, the retry is due one second later.
-    leases = {lease.step_id: lease for lease in engine.lease_steps(3600, 10)}
+    leases = {lease.step_id: lease for lease in engine.work.lease_steps(3600, 10)}
     assert set(leases) == {"a", "b", "c"}
-    assert engine.execute_step(leases["a"]).state == "retrying"
+    assert engine.work.execute_step(leases["a"]).state == "retrying"
 
     engine.tick(until_idle=True)  # before the backoff elapsed: nothing runs
     assert log.calls == [("trio", "a", 1)]

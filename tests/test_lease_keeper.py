@@ -63,14 +63,14 @@ def test_an_outage_mid_chain_leaves_no_lease_renewed_forever(
     flaky = OutageAfter(store)
     engine = Engine(flaky, [chain], clock=clock, worker_id="w1", eager_start=False)  # type: ignore[arg-type]
     engine.start("chain", None, run_id="r")
-    run_ids = engine.lease_runs(30, 10)
+    run_ids = engine.work.lease_runs(30, 10)
     started = engine.decider.decide_many(run_ids, start=StartSteps("w1", 30, 10)).started
     assert [lease.step_id for lease in started] == ["s0"]
-    keeper = engine.lease_keeper(30)
+    keeper = engine.work.lease_keeper(30)
     keeper.hold(started[0])
     flaky.allowed = 1  # s0's completion (which starts s1) commits; s1's completion does not
     with pytest.raises(StoreError):
-        engine.execute_step(started[0], 30, keeper)
+        engine.work.execute_step(started[0], 30, keeper)
     assert keeper.held == []
 
     # The outage ends; s1's lease runs out, and another worker runs it again and finishes.
@@ -90,9 +90,9 @@ def test_a_lease_is_renewed_only_when_it_would_run_low_before_the_next_round(
     its time left, and a renewed lease counts from its renewal."""
     engine = Engine(store, [chain], clock=clock, worker_id="w1", eager_start=False)
     engine.start("chain", None, run_id="r")
-    run_ids = engine.lease_runs(30, 10)
+    run_ids = engine.work.lease_runs(30, 10)
     started = engine.decider.decide_many(run_ids, start=StartSteps("w1", 30, 10)).started
-    keeper = engine.lease_keeper(30)  # a round every 10 s
+    keeper = engine.work.lease_keeper(30)  # a round every 10 s
     keeper.hold(started[0])
     renewed: list[str] = []
     renew_step = store.renew_step
@@ -117,7 +117,7 @@ def test_a_lease_is_renewed_only_when_it_would_run_low_before_the_next_round(
         keeper.renew_now()
     assert 5 <= len(renewed) <= 11
     other = Engine(store, [chain], clock=clock, worker_id="w2")
-    assert other.lease_steps(30, 10) == []
+    assert other.work.lease_steps(30, 10) == []
     keeper.drop(started[0])
     clock.advance(timedelta(seconds=31))
-    assert [lease.step_id for lease in other.lease_steps(30, 10)] == ["s0"]
+    assert [lease.step_id for lease in other.work.lease_steps(30, 10)] == ["s0"]

@@ -111,7 +111,7 @@ def test_a_lease_renewal_refused_twice_is_told_once(store: EventStore, clock: Ma
     seen = Recorder()
     engine = Engine(store, [slow], clock=clock, worker_id="w1")
     engine.observe(seen)
-    keeper = engine.lease_keeper(30)
+    keeper = engine.work.lease_keeper(30)
     lease = StepLease(run_id="r", step_id="s", attempt=1, lease_until=clock.now())
     keeper.hold(lease)  # the store knows no such attempt: every renewal is refused
     keeper.renew_now()

@@ -73,7 +73,7 @@ def pair() -> Iterator[tuple[Engine, Engine]]:
 
 def _offered(worker: Engine) -> None:
     """``worker`` idle: offered, and listening (the offer is made from that connection)."""
-    worker.offer_idle(30.0)
+    worker.work.offer_idle(30.0)
     worker.store.wait_for_change(0, work_only=True)
 
 
@@ -100,12 +100,12 @@ def test_a_start_hands_its_first_step_to_an_idle_worker(pair: tuple[Engine, Engi
     worker.store.wait_for_change(5, work_only=True)
     assert time.monotonic() - began < 2.5
     commits = worker.store.stats.durable_commits
-    ((lease, snapshot),) = worker.take_handed_steps()
+    ((lease, snapshot),) = worker.work.take_handed_steps()
     assert (lease.run_id, lease.step_id, lease.attempt) == ("r1", "s0", 1)
     assert lease.lease_until == started.lease_until  # type: ignore[union-attr]
     assert snapshot is not None and snapshot.last_sequence == 3
     assert snapshot.steps["s0"].status is StepStatus.RUNNING
-    worker.execute_step(lease, snapshot=snapshot)
+    worker.work.execute_step(lease, snapshot=snapshot)
     # No lease and no read: the step's end with the run's completion is the one commit.
     assert worker.store.stats.durable_commits - commits == 1
     assert _keys(starter, "r1")[-2:] == ["step_completed", "run_completed"]
@@ -133,9 +133,9 @@ def test_a_history_too_long_to_carry_is_read(pair: tuple[Engine, Engine]) -> Non
     starter.start("chain", {"steps": 1, "x": 0, "pad": "x" * 20_000}, run_id="big")
     assert _keys(starter, "big")[-1] == "step_started"
     worker.store.wait_for_change(5, work_only=True)
-    ((lease, snapshot),) = worker.take_handed_steps()
+    ((lease, snapshot),) = worker.work.take_handed_steps()
     assert snapshot is not None and snapshot.spec.input["pad"] == "x" * 20_000  # type: ignore[index]
-    worker.execute_step(lease, snapshot=snapshot)
+    worker.work.execute_step(lease, snapshot=snapshot)
     assert starter.get_run("big").status is RunStatus.COMPLETED  # type: ignore[union-attr]
 
 
@@ -148,8 +148,8 @@ def test_an_offer_serves_one_start(pair: tuple[Engine, Engine]) -> None:
     # Not offered again yet: the second start leaves its step ready, and says so.
     assert _keys(starter, "r2") == ["run_started", "step_scheduled"]
     worker.store.wait_for_change(5, work_only=True)
-    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
-    leased = worker.lease_steps_handed(30.0, 10)
+    assert [lease.run_id for lease, _ in worker.work.take_handed_steps()] == ["r1"]
+    leased = worker.work.lease_steps_handed(30.0, 10)
     assert [lease.run_id for lease, _ in leased] == ["r2"]
 
 
@@ -158,7 +158,7 @@ def test_a_worker_offers_itself_again_before_it_sleeps(pair: tuple[Engine, Engin
     _offered(worker)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     worker.store.wait_for_change(5, work_only=True)
-    assert len(worker.take_handed_steps()) == 1
+    assert len(worker.work.take_handed_steps()) == 1
     _offered(worker)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
     assert _keys(starter, "r2")[-1] == "step_started"
@@ -173,8 +173,8 @@ def test_a_first_decision_with_two_ready_steps_hands_off_neither(
     starter.start("pair", {}, run_id="r1")
     assert "step_started" not in _keys(starter, "r1")
     worker.store.wait_for_change(5, work_only=True)
-    assert worker.take_handed_steps() == []
-    leased = worker.lease_steps_handed(30.0, 10)
+    assert worker.work.take_handed_steps() == []
+    leased = worker.work.lease_steps_handed(30.0, 10)
     assert sorted(lease.step_id for lease, _ in leased) == ["a", "b"]
 
 
@@ -184,14 +184,14 @@ def test_a_worker_that_never_offered_gets_nothing_handed(pair: tuple[Engine, Eng
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
     worker.store.wait_for_change(5, work_only=True)  # woken by the ready step's notification
-    assert worker.take_handed_steps() == []
-    assert [lease.run_id for lease, _ in worker.lease_steps_handed(30.0, 10)] == ["r1"]
+    assert worker.work.take_handed_steps() == []
+    assert [lease.run_id for lease, _ in worker.work.lease_steps_handed(30.0, 10)] == ["r1"]
 
 
 def test_a_withdrawn_worker_gets_nothing_handed(pair: tuple[Engine, Engine]) -> None:
     worker, starter = pair
     _offered(worker)
-    worker.withdraw()
+    worker.work.withdraw()
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     assert _keys(starter, "r1") == ["run_started", "step_scheduled"]
 
@@ -241,7 +241,7 @@ def test_a_step_handed_to_a_worker_that_never_runs_it_is_run_once_its_lease_ends
     pair: tuple[Engine, Engine],
 ) -> None:
     worker, starter = pair
-    worker.offer_idle(0.5)  # a short lease, so that this test need not wait long
+    worker.work.offer_idle(0.5)  # a short lease, so that this test need not wait long
     worker.store.wait_for_change(0, work_only=True)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     assert _keys(starter, "r1")[-1] == "step_started"
@@ -375,11 +375,11 @@ def test_work_announced_with_a_hand_off_is_looked_for_after_it(
     starter.start("chain", {"steps": 1, "x": 0}, run_id="handed")
     starter.start("pair", {}, run_id="ready")  # two ready steps: announced, not handed
     worker.store.wait_for_change(5, work_only=True)
-    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["handed"]
+    assert [lease.run_id for lease, _ in worker.work.take_handed_steps()] == ["handed"]
     began = time.monotonic()
     worker.store.wait_for_change(5, work_only=True)
     assert time.monotonic() - began < 1.0
-    leased = worker.lease_steps_handed(30.0, 10)
+    leased = worker.work.lease_steps_handed(30.0, 10)
     assert sorted(lease.step_id for lease, _ in leased) == ["a", "b"]
     # Looked for: the next wait sleeps until something new comes.
     began = time.monotonic()
@@ -395,8 +395,8 @@ def test_a_step_handed_just_before_the_worker_withdraws_still_reaches_it(
     worker, starter = pair
     _offered(worker)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
-    worker.withdraw()  # its notification not read yet
-    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
+    worker.work.withdraw()  # its notification not read yet
+    assert [lease.run_id for lease, _ in worker.work.take_handed_steps()] == ["r1"]
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
     assert _keys(starter, "r2") == ["run_started", "step_scheduled"]
 
@@ -414,7 +414,7 @@ def test_a_hand_off_heard_during_a_statement_on_the_listener_still_reaches_the_w
     listener = worker.store._listener  # type: ignore[attr-defined]
     assert select.select([listener.fileno()], [], [], 5)[0]  # the notification is here
     listener.execute("SELECT 1")  # read with the answer, and kept aside
-    assert [lease.run_id for lease, _ in worker.take_handed_steps()] == ["r1"]
+    assert [lease.run_id for lease, _ in worker.work.take_handed_steps()] == ["r1"]
 
 
 def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
@@ -428,13 +428,13 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
 
     worker_engine, starter = pair
     offers: list[float] = []
-    offer = worker_engine.offer_idle
+    offer = worker_engine.work.offer_idle
 
     def timed_offer(lease_seconds: float) -> None:
         offers.append(time.time())  # the clock the events' times are read from
         offer(lease_seconds)
 
-    worker_engine.offer_idle = timed_offer  # type: ignore[method-assign]
+    worker_engine.work.offer_idle = timed_offer  # type: ignore[method-assign]
     worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
     thread = threading.Thread(target=worker.run)
     thread.start()

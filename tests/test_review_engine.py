@@ -132,16 +132,16 @@ def test_a_worker_with_a_stale_lease_does_not_run_an_attempt_another_worker_hold
     b = make_engine(store, [rt], clock, "B")
     a.start("one-step", run_id="r")
     a.decide("r")  # the first decision schedules the step
-    (lease_a,) = a.lease_steps(30, 10)
+    (lease_a,) = a.work.lease_steps(30, 10)
     clock.advance(31)  # A stalls (GC pause, slow network) past its lease
-    (lease_b,) = b.lease_steps(30, 10)
+    (lease_b,) = b.work.lease_steps(30, 10)
     seen = []
     # A starts its attempt; while its handler would run, B tries its own lease of the same attempt.
     a.executor.execute(
-        lease_a, "A", 30, before_call=lambda: seen.append(b.execute_step(lease_b, 30))
+        lease_a, "A", 30, before_call=lambda: seen.append(b.work.execute_step(lease_b, 30))
     )
     if not seen:
-        seen.append(b.execute_step(lease_b, 30))
+        seen.append(b.work.execute_step(lease_b, 30))
     assert len(calls) == 1, calls
     a.tick(until_idle=True)
     assert len(calls) == 1, calls

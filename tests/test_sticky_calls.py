@@ -55,7 +55,7 @@ def test_a_chain_resumes_its_call_and_records_what_replay_records(
     plain = Engine(MemoryStore(), [_chain()], clock=plain_clock, worker_id="w")
     plain.start("chain", {"steps": 60}, run_id="r")
     while plain.snapshot("r").outcome is None:
-        for lease in plain.lease_steps(30, 1):
+        for lease in plain.work.lease_steps(30, 1):
             plain.executor.execute(lease, "w", 30)  # one step: no chain, no kept call
             plain.decider.sticky.close()
         plain.tick(until_idle=True)

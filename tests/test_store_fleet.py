@@ -140,7 +140,7 @@ def test_run_states_read_leases_and_step_tasks(store: EventStore, clock: ManualC
     assert (fresh.run_id, fresh.lease_owner, fresh.tasks) == ("s", None, ())
     assert fresh.decide_at == clock.now() and fresh.status is RunStatus.PENDING
 
-    assert engine.lease_runs(60, 10) == ["r", "s"]
+    assert engine.work.lease_runs(60, 10) == ["r", "s"]
     leased = {s.run_id: s for s in store.run_states(RunFilter())}
     assert leased["r"].lease_owner == "w1"
     assert leased["r"].decide_at == clock.now() + timedelta(seconds=60)
@@ -279,7 +279,7 @@ def test_doctor_finds_expired_leases(store: EventStore, clock: ManualClock) -> N
     engine.decide("step")
     hang_step(engine, "step", "s", lease_seconds=60)
     engine.start("one-signal", run_id="decision")
-    assert engine.lease_runs(60, 10) == ["decision"]  # ... and the worker dies deciding it
+    assert engine.work.lease_runs(60, 10) == ["decision"]  # ... and the worker dies deciding it
     assert _causes(store, clock) == {"step": "runnable", "decision": "runnable"}
     assert _diagnosis(store, clock, "decision").detail == "being decided by worker w1"
     clock.advance(60 + 31)

@@ -400,7 +400,7 @@ def test_a_step_that_ends_after_the_upgrade_is_decided_by_the_new_build(
     _setup(engine, clock)
     # "fresh" stays as created, before any decision: its starter leaves them to the workers.
     v1_only = make_engine(engine.store, [V1], clock, name="v1-worker", eager_start=False)
-    [lease] = [lease for lease in v1_only.lease_steps(60, 10) if lease.run_id == "charging"]
+    [lease] = [lease for lease in v1_only.work.lease_steps(60, 10) if lease.run_id == "charging"]
     # The upgrade lands while pay-1's worker runs the charge handler.
     outcome = v1_only.executor.execute(
         lease,

@@ -175,14 +175,14 @@ def test_healthz_is_503_while_the_worker_loop_is_stalled(monkeypatch: pytest.Mon
     runner = Worker(engine, max_idle_sleep=0.05)
     runner.liveness.stall_seconds = 0.5
     stuck, release = threading.Event(), threading.Event()
-    real_lease_runs = engine.lease_runs
+    real_lease_runs = engine.work.lease_runs
 
     def lease_runs(*args: Any, **kwargs: Any) -> list[str]:
         if stuck.is_set():
             release.wait(30)  # a hung query
         return real_lease_runs(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "lease_runs", lease_runs)
+    monkeypatch.setattr(engine.work, "lease_runs", lease_runs)
     server = serve(health_app(None, runner.liveness, Readiness(lambda: None)), "127.0.0.1", 0)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=runner.run)

@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     import logging
     from wsgiref.simple_server import WSGIServer
 
-    from flow_cli.engine.engine import Engine, TickReport
+    from flow_cli.engine.engine import Engine
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.observe import Observer
-    from flow_cli.engine.worker import Worker, WorkerStats
+    from flow_cli.engine.worker import TickReport, Worker, WorkerStats
 
 METRICS_EXTRA = "pip install 'flow-cli[metrics]'"
 

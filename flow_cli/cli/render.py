@@ -26,7 +26,7 @@ from flow_cli.model.events import TERMINAL_KEYS
 from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import TickReport
+    from flow_cli.engine.worker import TickReport
     from flow_cli.store.protocol import RunRecord
 
 STATUS_STYLES = {

@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from flow_cli.engine.group_commit import GroupCommitter
@@ -55,22 +55,20 @@ from flow_cli.store.protocol import (
     EventStore,
     HandOffs,
     HookListing,
-    LeaseAsk,
     NewRun,
     RunCount,
     RunFilter,
     RunRecord,
     RunState,
-    StepLease,
     StreamWrite,
     WorkerInfo,
 )
 
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
-    from flow_cli.engine.leases import LeaseKeeper
     from flow_cli.engine.metrics import MetricsObserver
-    from flow_cli.engine.steps import StepExecutor, StepOutcome
+    from flow_cli.engine.steps import StepExecutor
+    from flow_cli.engine.worker import TickReport, WorkerSession
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
@@ -81,22 +79,6 @@ class StartResult:
     run_id: str
     created: bool
     """False when a run with the same id and spec already existed (idempotent start)."""
-
-
-@dataclass(slots=True)
-class TickReport:
-    """What one or more scheduler passes did."""
-
-    passes: int = 0
-    decisions: int = 0
-    runs_decided: int = 0
-    steps_run: int = 0
-    conflicts: int = 0
-    decision_failures: int = 0
-
-    @property
-    def idle(self) -> bool:
-        return self.runs_decided == 0 and self.steps_run == 0
 
 
 class Engine:
@@ -138,6 +120,7 @@ class Engine:
         self._decider: Decider | None = None
         self._executor: StepExecutor | None = None
         self._starts: GroupCommitter | None = None
+        self._work: WorkerSession | None = None
         self._making = threading.Lock()
 
     @classmethod
@@ -539,83 +522,16 @@ class Engine:
         """Advance one run as far as it can go now (used by workers and tests)."""
         return self.decider.decide(run_id)
 
-    def _ask(self, lease_seconds: float, limit: int) -> LeaseAsk:
-        now = self.clock.now()
-        until = now + timedelta(seconds=lease_seconds)
-        return LeaseAsk(self.worker_id, self.build_ids, now, until, limit)
+    @property
+    def work(self) -> WorkerSession:
+        """This engine's side of the worker protocol: leases, hand-offs, attempts, the lease
+        keeper (``flow_cli.engine.worker``). ``Worker`` and ``tick`` drive it."""
+        work = self._work
+        if work is None:
+            from flow_cli.engine.worker import WorkerSession
 
-    def lease_runs(self, lease_seconds: float, limit: int) -> list[str]:
-        return self.store.lease_runs(self._ask(lease_seconds, limit))
-
-    def lease_steps(self, lease_seconds: float, limit: int) -> list[StepLease]:
-        return self.store.lease_steps(self._ask(lease_seconds, limit))
-
-    def lease_steps_handed(
-        self, lease_seconds: float, limit: int
-    ) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
-        """``lease_steps``, with the runs read in the lease's transaction: each lease comes
-        with the snapshot its attempt runs on (for ``execute_step``), or ``None`` where the
-        attempt must read the run itself (a second lease of the same run)."""
-        leases = self.store.lease_steps(
-            self._ask(lease_seconds, limit), read_after=self.streams.cached_sequence
-        )
-        handed = []
-        for lease in leases:
-            snapshot = None
-            if lease.history is not None:
-                snapshot = self.streams.handed(lease.run_id, lease.history)
-                lease = dataclasses.replace(lease, history=None)  # not kept while it runs
-            handed.append((lease, snapshot))
-        return handed
-
-    def offer_idle(self, lease_seconds: float) -> None:
-        """Offer this engine's worker for hand-offs before it sleeps (a store that cannot
-        tell a worker of one ignores it)."""
-        if self.handoffs is not None:
-            self.handoffs.offer_worker(self.worker_id, self.build_ids, lease_seconds)
-
-    def withdraw(self) -> None:
-        """Stop being offered for hand-offs (the worker stops)."""
-        if self.handoffs is not None:
-            self.handoffs.withdraw_worker(self.worker_id)
-
-    def take_handed_steps(self) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
-        """The steps starts handed to this engine's worker (their ``step_started`` recorded
-        in the starts' commits), each with the snapshot to run it on, as
-        ``lease_steps_handed`` returns leases."""
-        if self.handoffs is None:
-            return []
-        handed = []
-        for lease in self.handoffs.handed_steps(self.worker_id, self.streams.cached_sequence):
-            snapshot = None
-            if lease.history is not None:
-                snapshot = self.streams.handed(lease.run_id, lease.history)
-                lease = dataclasses.replace(lease, history=None)
-            handed.append((lease, snapshot))
-        return handed
-
-    def execute_step(
-        self,
-        lease: StepLease,
-        lease_seconds: float = 30.0,
-        keeper: LeaseKeeper | None = None,
-        *,
-        snapshot: WorkflowRunSnapshot | None = None,
-    ) -> StepOutcome:
-        """Run a leased attempt, then the run's next steps as they become ready (each one leased
-        to this engine in the commit that records the previous one's end). ``snapshot``: the
-        run as the commit that started the attempt left it (``DecideReport.handed``)."""
-        return self.executor.execute(
-            lease, self.worker_id, lease_seconds, keeper=keeper, snapshot=snapshot
-        )
-
-    def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
-        """A keeper that renews this engine's step leases while their handlers run."""
-        from flow_cli.engine.leases import LeaseKeeper
-
-        return LeaseKeeper(
-            self.store, self.worker_id, self.clock, lease_seconds, self.streams.observer
-        )
+            work = self._work = WorkerSession(self)
+        return work
 
     @property
     def observer(self) -> Observer:
@@ -642,41 +558,13 @@ class Engine:
         ready step attempts (new, retries whose backoff elapsed, expired leases) and runs them.
         Future timers and retries stay pending.
         """
-        from flow_cli.engine.decider import StartSteps
-
-        report = TickReport()
-        with self.lease_keeper(lease_seconds) as keeper:
-            for _ in range(max_passes):
-                did = TickReport()
-                started: list[StepLease] = []
-                handed: dict[str, WorkflowRunSnapshot] = {}
-                run_ids = self.lease_runs(lease_seconds, batch)
-                if run_ids:
-                    start = StartSteps(self.worker_id, lease_seconds, batch)
-                    result = self.decider.decide_many(run_ids, start=start)
-                    started, handed = result.started, result.handed
-                    did.runs_decided += len(run_ids)
-                    did.decisions += result.decisions
-                    did.conflicts += result.conflicts
-                    did.decision_failures += result.decision_failures
-                leased = [(lease, handed.pop(lease.run_id, None)) for lease in started]
-                for lease, snapshot in leased + self.lease_steps_handed(lease_seconds, batch):
-                    keeper.hold(lease)
-                    outcome = self.execute_step(lease, lease_seconds, keeper, snapshot=snapshot)
-                    did.steps_run += outcome.steps_run
-                    did.decisions += outcome.decisions
-                    did.decision_failures += outcome.decision_failures
-                report.passes += 1
-                report.decisions += did.decisions
-                report.runs_decided += did.runs_decided
-                report.steps_run += did.steps_run
-                report.conflicts += did.conflicts
-                report.decision_failures += did.decision_failures
-                if on_pass is not None:
-                    on_pass(report)
-                if not until_idle or did.idle:
-                    break
-        return report
+        return self.work.tick(
+            until_idle=until_idle,
+            lease_seconds=lease_seconds,
+            batch=batch,
+            max_passes=max_passes,
+            on_pass=on_pass,
+        )
 
     def next_due(self) -> datetime | None:
         return self.store.next_due(self.build_ids)
@@ -698,4 +586,4 @@ def _json_input(value: JsonValue, what: str) -> JsonValue:
         raise InputError(f"the {what} is not a JSON value: {exc}") from None
 
 
-__all__ = ["Engine", "StartResult", "TickReport"]
+__all__ = ["Engine", "StartResult"]

@@ -1,4 +1,5 @@
-"""``Worker``: the long-running loop behind ``flow worker``.
+"""``Worker``, the long-running loop behind ``flow worker``, and ``WorkerSession``, the worker
+protocol it and ``flow tick`` speak with the store (leases, hand-offs, the lease keeper).
 
 It leases due runs and decides them, leases ready step attempts and runs them on a thread pool,
 renews the leases of attempts still running, and sleeps until the store says work arrived or the
@@ -7,20 +8,27 @@ next timer is due. Stopping (SIGINT/SIGTERM) finishes the attempts in hand, then
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from flow_cli.engine.decider import StartSteps
-from flow_cli.engine.engine import Engine
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.health import Liveness
+from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.errors import StoreError, StoreRefused
 from flow_cli.model.snapshot import WorkflowRunSnapshot
-from flow_cli.store.protocol import StepLease
+from flow_cli.store.protocol import LeaseAsk, StepLease
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.steps import StepOutcome
 
 log = logging.getLogger("flow.worker")
 
@@ -44,6 +52,159 @@ end now, often on the same machine, and the worker's round trips before it sleep
 when work is next due) would compete with that read for the processor and the database; work
 announced meanwhile is heard right after. A start in that time finds no offer and its step is
 leased as usual."""
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one or more scheduler passes did."""
+
+    passes: int = 0
+    decisions: int = 0
+    runs_decided: int = 0
+    steps_run: int = 0
+    conflicts: int = 0
+    decision_failures: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.runs_decided == 0 and self.steps_run == 0
+
+
+class WorkerSession:
+    """One engine's side of the worker protocol: what ``Worker`` and ``Engine.tick`` do with
+    the store. It leases due runs and ready step attempts (``LeaseAsk``), takes the steps a
+    start handed to this worker (PostgreSQL), runs attempts, and renews their leases.
+
+    Get it as ``engine.work``; every lease is this engine's ``worker_id``, for its hosted builds.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _ask(self, lease_seconds: float, limit: int) -> LeaseAsk:
+        engine = self.engine
+        now = engine.clock.now()
+        until = now + timedelta(seconds=lease_seconds)
+        return LeaseAsk(engine.worker_id, engine.build_ids, now, until, limit)
+
+    def lease_runs(self, lease_seconds: float, limit: int) -> list[str]:
+        """Lease up to ``limit`` due runs for ``lease_seconds``; decide them with
+        ``engine.decider``."""
+        return self.engine.store.lease_runs(self._ask(lease_seconds, limit))
+
+    def lease_steps(self, lease_seconds: float, limit: int) -> list[StepLease]:
+        """Lease up to ``limit`` ready step attempts (their ``step_started`` recorded)."""
+        return self.engine.store.lease_steps(self._ask(lease_seconds, limit))
+
+    def lease_steps_handed(
+        self, lease_seconds: float, limit: int
+    ) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
+        """``lease_steps``, with the runs read in the lease's transaction: each lease comes
+        with the snapshot its attempt runs on (for ``execute_step``), or ``None`` where the
+        attempt must read the run itself (a second lease of the same run)."""
+        streams = self.engine.streams
+        leases = self.engine.store.lease_steps(
+            self._ask(lease_seconds, limit), read_after=streams.cached_sequence
+        )
+        return [self._with_snapshot(lease) for lease in leases]
+
+    def _with_snapshot(self, lease: StepLease) -> tuple[StepLease, WorkflowRunSnapshot | None]:
+        if lease.history is None:
+            return lease, None
+        snapshot = self.engine.streams.handed(lease.run_id, lease.history)
+        return dataclasses.replace(lease, history=None), snapshot  # not kept while it runs
+
+    def offer_idle(self, lease_seconds: float) -> None:
+        """Offer this engine's worker for hand-offs before it sleeps (a store that cannot
+        tell a worker of one ignores it)."""
+        engine = self.engine
+        if engine.handoffs is not None:
+            engine.handoffs.offer_worker(engine.worker_id, engine.build_ids, lease_seconds)
+
+    def withdraw(self) -> None:
+        """Stop being offered for hand-offs (the worker stops)."""
+        if self.engine.handoffs is not None:
+            self.engine.handoffs.withdraw_worker(self.engine.worker_id)
+
+    def take_handed_steps(self) -> list[tuple[StepLease, WorkflowRunSnapshot | None]]:
+        """The steps starts handed to this engine's worker (their ``step_started`` recorded
+        in the starts' commits), each with the snapshot to run it on, as
+        ``lease_steps_handed`` returns leases."""
+        engine = self.engine
+        if engine.handoffs is None:
+            return []
+        handed = engine.handoffs.handed_steps(engine.worker_id, engine.streams.cached_sequence)
+        return [self._with_snapshot(lease) for lease in handed]
+
+    def execute_step(
+        self,
+        lease: StepLease,
+        lease_seconds: float = 30.0,
+        keeper: LeaseKeeper | None = None,
+        *,
+        snapshot: WorkflowRunSnapshot | None = None,
+    ) -> StepOutcome:
+        """Run a leased attempt, then the run's next steps as they become ready (each one leased
+        to this engine in the commit that records the previous one's end). ``snapshot``: the
+        run as the commit that started the attempt left it (``DecideReport.handed``)."""
+        return self.engine.executor.execute(
+            lease, self.engine.worker_id, lease_seconds, keeper=keeper, snapshot=snapshot
+        )
+
+    def lease_keeper(self, lease_seconds: float) -> LeaseKeeper:
+        """A keeper that renews this engine's step leases while their handlers run."""
+        engine = self.engine
+        return LeaseKeeper(
+            engine.store, engine.worker_id, engine.clock, lease_seconds, engine.streams.observer
+        )
+
+    def tick(
+        self,
+        *,
+        until_idle: bool = False,
+        lease_seconds: float = 30.0,
+        batch: int = 100,
+        max_passes: int = 100_000,
+        on_pass: Callable[[TickReport], None] | None = None,
+    ) -> TickReport:
+        """``Engine.tick``: scheduler passes in the calling thread."""
+        report = TickReport()
+        with self.lease_keeper(lease_seconds) as keeper:
+            for _ in range(max_passes):
+                did = self._tick_pass(keeper, lease_seconds, batch)
+                report.passes += 1
+                report.decisions += did.decisions
+                report.runs_decided += did.runs_decided
+                report.steps_run += did.steps_run
+                report.conflicts += did.conflicts
+                report.decision_failures += did.decision_failures
+                if on_pass is not None:
+                    on_pass(report)
+                if not until_idle or did.idle:
+                    break
+        return report
+
+    def _tick_pass(self, keeper: LeaseKeeper, lease_seconds: float, batch: int) -> TickReport:
+        did = TickReport()
+        started: list[StepLease] = []
+        handed: dict[str, WorkflowRunSnapshot] = {}
+        run_ids = self.lease_runs(lease_seconds, batch)
+        if run_ids:
+            start = StartSteps(self.engine.worker_id, lease_seconds, batch)
+            result = self.engine.decider.decide_many(run_ids, start=start)
+            started, handed = result.started, result.handed
+            did.runs_decided += len(run_ids)
+            did.decisions += result.decisions
+            did.conflicts += result.conflicts
+            did.decision_failures += result.decision_failures
+        leased = [(lease, handed.pop(lease.run_id, None)) for lease in started]
+        for lease, snapshot in leased + self.lease_steps_handed(lease_seconds, batch):
+            keeper.hold(lease)
+            outcome = self.execute_step(lease, lease_seconds, keeper, snapshot=snapshot)
+            did.steps_run += outcome.steps_run
+            did.decisions += outcome.decisions
+            did.decision_failures += outcome.decision_failures
+        return did
 
 
 @dataclass(slots=True)
@@ -73,7 +234,8 @@ class Worker:
         self.on_store_error = on_store_error
         self.stats = WorkerStats()
         self._stop = threading.Event()
-        self._keeper = engine.lease_keeper(lease_seconds)
+        self._work = engine.work
+        self._keeper = self._work.lease_keeper(lease_seconds)
         self._step_done = threading.Event()
         self._quiet = False
         """The last pass took steps handed to an idle worker (``_idle`` lets them commit)."""
@@ -136,7 +298,7 @@ class Worker:
         """Stopping: no start may hand this worker a step any more; the steps handed to it
         already run before it exits (else each would wait for its lease to run out)."""
         try:
-            self.engine.withdraw()
+            self._work.withdraw()
             self._take_handed(pool, in_flight)
         except StoreError as exc:
             log.warning("%s", exc)
@@ -144,7 +306,7 @@ class Worker:
     def _take_handed(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         """Run the steps starts handed to this worker (``Engine.take_handed_steps``), busy or
         not: each is leased to it already, and only it will run it before that runs out."""
-        handed = self.engine.take_handed_steps()
+        handed = self._work.take_handed_steps()
         for lease, snapshot in handed:
             self._keeper.hold(lease)
             in_flight.add(self._submit(pool, lease, snapshot))
@@ -172,7 +334,7 @@ class Worker:
             # transaction per few runs where their decisions here would have cost one a pass.
             room = self.concurrency + RUN_BATCH - len(in_flight)
             # Each attempt's run is read in its lease's transaction, not by its thread after.
-            leases = self.engine.lease_steps_handed(self.lease_seconds, room)
+            leases = self._work.lease_steps_handed(self.lease_seconds, room)
             for lease, snapshot in leases:
                 self._keeper.hold(lease)
                 in_flight.add(self._submit(pool, lease, snapshot))
@@ -183,7 +345,7 @@ class Worker:
             busy = len(leases) == room
         backlog = len(in_flight) - self.concurrency
         run_ids = (
-            self.engine.lease_runs(self.lease_seconds, RUN_BATCH) if backlog < RUN_BATCH else []
+            self._work.lease_runs(self.lease_seconds, RUN_BATCH) if backlog < RUN_BATCH else []
         )
         if run_ids:
             # A step the decisions schedule starts in their own commit and waits in the pool's
@@ -217,7 +379,7 @@ class Worker:
     def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:
         deferred = False
         try:
-            outcome = self.engine.execute_step(
+            outcome = self._work.execute_step(
                 lease, self.lease_seconds, self._keeper, snapshot=snapshot
             )
             self.stats.steps_run += outcome.steps_run
@@ -258,6 +420,6 @@ class Worker:
             timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
             # A thread is free: a start may hand this worker its run's first step meanwhile.
-            self.engine.offer_idle(self.lease_seconds)
+            self._work.offer_idle(self.lease_seconds)
             self.liveness.beat(waiting=timeout)
             self.engine.store.wait_for_change(timeout, work_only=True)

@@ -417,11 +417,11 @@ class Simulation:
         worker = self.workers[index]
         try:
             if decide:
-                for run_id in worker.lease_runs(LEASE_SECONDS, 1):
+                for run_id in worker.work.lease_runs(LEASE_SECONDS, 1):
                     worker.decide(run_id)
             else:
-                for lease in worker.lease_steps(LEASE_SECONDS, 1):
-                    worker.execute_step(lease, LEASE_SECONDS)
+                for lease in worker.work.lease_steps(LEASE_SECONDS, 1):
+                    worker.work.execute_step(lease, LEASE_SECONDS)
         except Crash:
             self.report.crashes += 1
             self.workers[index] = self._spawn()  # the process died; a new one takes its place
