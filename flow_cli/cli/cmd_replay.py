@@ -123,14 +123,17 @@ def replay_check(
         if unreadable:
             document["unreadable"] = [{"file": f, "error": e} for f, e in unreadable]
         emit_json(document)
-    elif report_format is ReportFormat.GITHUB:
-        for line in replay_report.github(groups, build_id, origins):
-            out(line)
-        for path, error in unreadable:
-            out(replay_report.github_file_error(path, error))
-        _summary(results, diverged, groups, build_id, len(unreadable))
     else:
-        _report(results, diverged, groups, build_id, len(unreadable))
+        if report_format is ReportFormat.GITHUB:
+            for line in replay_report.github(groups, build_id, origins):
+                out(line)
+            for path, error in unreadable:
+                out(replay_report.github_file_error(path, error))
+        elif diverged:
+            from flow_cli.cli import render
+
+            render.console().print(replay_report.table(groups))
+        _summary(results, diverged, groups, build_id, len(unreadable))
     for _path, error in unreadable:
         note(f"error: {error}")
     for result in broken:
@@ -230,20 +233,6 @@ def _replay(runtime: Runtime, histories: Sequence[list[EventEnvelope]]) -> list[
             results.append(replay_history(runtime, history))
             progress.advance(task)
     return results
-
-
-def _report(
-    results: Sequence[ReplayResult],
-    diverged: Sequence[ReplayResult],
-    groups: Sequence[Group],
-    build: str,
-    unreadable: int,
-) -> None:
-    if diverged:
-        from flow_cli.cli import render, replay_report
-
-        render.console().print(replay_report.table(groups))
-    _summary(results, diverged, groups, build, unreadable)
 
 
 def _summary(

@@ -558,13 +558,18 @@ class Engine:
         ready step attempts (new, retries whose backoff elapsed, expired leases) and runs them.
         Future timers and retries stay pending.
         """
-        return self.work.tick(
-            until_idle=until_idle,
-            lease_seconds=lease_seconds,
-            batch=batch,
-            max_passes=max_passes,
-            on_pass=on_pass,
-        )
+        from flow_cli.engine.worker import TickReport
+
+        report = TickReport()
+        with self.work.lease_keeper(lease_seconds) as keeper:
+            for _ in range(max_passes):
+                did = self.work.tick_pass(keeper, lease_seconds, batch)
+                report.add(did)
+                if on_pass is not None:
+                    on_pass(report)
+                if not until_idle or did.idle:
+                    break
+        return report
 
     def next_due(self) -> datetime | None:
         return self.store.next_due(self.build_ids)

@@ -69,6 +69,15 @@ class TickReport:
     def idle(self) -> bool:
         return self.runs_decided == 0 and self.steps_run == 0
 
+    def add(self, other: TickReport) -> None:
+        """Count ``other``'s passes into this report."""
+        self.passes += other.passes
+        self.decisions += other.decisions
+        self.runs_decided += other.runs_decided
+        self.steps_run += other.steps_run
+        self.conflicts += other.conflicts
+        self.decision_failures += other.decision_failures
+
 
 class WorkerSession:
     """One engine's side of the worker protocol: what ``Worker`` and ``Engine.tick`` do with
@@ -158,34 +167,10 @@ class WorkerSession:
             engine.store, engine.worker_id, engine.clock, lease_seconds, engine.streams.observer
         )
 
-    def tick(
-        self,
-        *,
-        until_idle: bool = False,
-        lease_seconds: float = 30.0,
-        batch: int = 100,
-        max_passes: int = 100_000,
-        on_pass: Callable[[TickReport], None] | None = None,
-    ) -> TickReport:
-        """``Engine.tick``: scheduler passes in the calling thread."""
-        report = TickReport()
-        with self.lease_keeper(lease_seconds) as keeper:
-            for _ in range(max_passes):
-                did = self._tick_pass(keeper, lease_seconds, batch)
-                report.passes += 1
-                report.decisions += did.decisions
-                report.runs_decided += did.runs_decided
-                report.steps_run += did.steps_run
-                report.conflicts += did.conflicts
-                report.decision_failures += did.decision_failures
-                if on_pass is not None:
-                    on_pass(report)
-                if not until_idle or did.idle:
-                    break
-        return report
-
-    def _tick_pass(self, keeper: LeaseKeeper, lease_seconds: float, batch: int) -> TickReport:
-        did = TickReport()
+    def tick_pass(self, keeper: LeaseKeeper, lease_seconds: float, batch: int) -> TickReport:
+        """One pass of ``Engine.tick``: decide the due runs, then run the ready attempts
+        (those the decisions started, then those leased), in the calling thread."""
+        did = TickReport(passes=1)
         started: list[StepLease] = []
         handed: dict[str, WorkflowRunSnapshot] = {}
         run_ids = self.lease_runs(lease_seconds, batch)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -88,6 +88,19 @@ class DueHints:
                 self._hint = None
                 return None
             return hint
+
+    def next_due(
+        self, builds: Sequence[str], read: Callable[[], Iterable[datetime | None]]
+    ) -> datetime | None:
+        """The earliest time work of ``builds`` is due: from a fresh hint, else the earliest
+        of the times ``read`` gets from the database (a run's ``decide_at``, a step's
+        ``available_at``; ``None`` where there is none)."""
+        if not builds:
+            return None
+        hint = self.fresh(builds)
+        if hint is not None:
+            return hint.earliest
+        return min((t for t in read() if t is not None), default=None)
 
     def no_run_due(self, builds: Sequence[str], now: datetime) -> bool:
         """Whether a fresh hint shows that no run of ``builds`` is due at ``now``."""

@@ -311,19 +311,14 @@ class PostgresStore(PostgresCommits, AppendViaCommit):
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        if not build_ids:
-            return None
-        hint = self._due.fresh(build_ids)
-        if hint is not None:
-            return hint.earliest
+        return self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+
+    def _due_times(self, build_ids: Sequence[str]) -> list[datetime]:
         with self._reading() as conn:
-            row = conn.execute(
-                tables.NEXT_DUE,
-                {"builds": list(build_ids)},
-            ).fetchone()
+            row = conn.execute(tables.NEXT_DUE, {"builds": list(build_ids)}).fetchone()
         found = [tables.utc(value) for value in row or () if value is not None]
         self._count_rows(len(found))
-        return min(found, default=None)
+        return found
 
     def register_worker(self, worker: WorkerInfo) -> None:
         """Record a starting worker; forget those silent for longer than the retention."""

@@ -438,13 +438,7 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
     @guarded
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        if not build_ids:
-            return None
-        hint = self._due.fresh(build_ids)
-        if hint is not None:
-            return hint.earliest
-        found = [t for t in self._due_times(self._conn(), build_ids) if t is not None]
-        return min(found, default=None)
+        return self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
 
     def _due_times(
         self, conn: sqlite3.Connection, build_ids: Sequence[str]
