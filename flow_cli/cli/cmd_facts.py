@@ -16,7 +16,7 @@ import typer
 
 from flow_cli.cli.bulk import Targets, act, follow_one
 from flow_cli.cli.io import emit_json, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload
+from flow_cli.cli.options import JsonFlag, Payload, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.names import check_name, check_run_id, escape_controls
@@ -44,41 +44,37 @@ def start(
     ] = None,
     run_id: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--id",
-            metavar="ID",
-            help="Run id to use (default: WORKFLOW-<random>). Starting the same id with the "
+            "ID",
+            "Run id to use (default: WORKFLOW-<random>). Starting the same id with the "
             "same workflow and input again is a no-op.",
-            show_default=False,
         ),
     ] = None,
     input: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--input",
-            metavar="JSON|@FILE|-",
-            help="The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
-            show_default=False,
+            "JSON|@FILE|-",
+            "The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
         ),
     ] = None,
     build_id: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--build-id",
-            metavar="B",
-            help="Start under this loaded build. Default: flow.toml's build_id, else the one "
+            "B",
+            "Start under this loaded build. Default: flow.toml's build_id, else the one "
             "runtime that defines WORKFLOW (several and no build_id: exit 2, pass this).",
-            show_default=False,
         ),
     ] = None,
     from_jsonl: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--from-jsonl",
-            metavar="FILE|-",
-            help='Start many runs, one {"run_id", "workflow", "input", "build_id"?} a line '
+            "FILE|-",
+            'Start many runs, one {"run_id", "workflow", "input", "build_id"?} a line '
             "(- reads stdin); one result line per run; idempotent.",
-            show_default=False,
         ),
     ] = None,
     json_output: JsonFlag = False,
@@ -126,13 +122,7 @@ def hook_resolve(
     ],
     payload: Payload = None,
     run_id: Annotated[
-        str | None,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="Only resolve the hook if it belongs to this run.",
-            show_default=False,
-        ),
+        str | None, text_option("--run", "RUN", "Only resolve the hook if it belongs to this run.")
     ] = None,
     json_output: JsonFlag = False,
 ) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out, parse_json_arg, short_json
-from flow_cli.cli.options import JsonFlag, RunArg
+from flow_cli.cli.options import JsonFlag, RunArg, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.cli.words import plural
 from flow_cli.errors import InputError
@@ -20,40 +20,27 @@ def fork(
     ctx: typer.Context,
     run_id: RunArg,
     new_id: Annotated[
-        str | None,
-        typer.Option(
-            "--id",
-            metavar="NEW",
-            help="The new run's id (default: RUN-fork-<random>).",
-            show_default=False,
-        ),
+        str | None, text_option("--id", "NEW", "The new run's id (default: RUN-fork-<random>).")
     ] = None,
     input: Annotated[
         str | None,
-        typer.Option(
-            "--input",
-            metavar="JSON|@FILE|-",
-            help="Another input for the new run (default: the original's).",
-            show_default=False,
+        text_option(
+            "--input", "JSON|@FILE|-", "Another input for the new run (default: the original's)."
         ),
     ] = None,
     build_id: Annotated[
         str | None,
-        typer.Option(
-            "--build-id",
-            metavar="B",
-            help="Run the fork under this loaded build (default: the original's).",
-            show_default=False,
+        text_option(
+            "--build-id", "B", "Run the fork under this loaded build (default: the original's)."
         ),
     ] = None,
     from_step: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--from-step",
-            metavar="STEP_ID",
-            help="Keep the steps completed before STEP_ID was first scheduled (not invoked "
+            "STEP_ID",
+            "Keep the steps completed before STEP_ID was first scheduled (not invoked "
             "again); STEP_ID and everything after it run anew.",
-            show_default=False,
         ),
     ] = None,
     json_output: JsonFlag = False,

@@ -8,6 +8,7 @@ import typer
 
 from flow_cli.cli.config import config_path, render_init
 from flow_cli.cli.io import out
+from flow_cli.cli.options import text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError, InputError
 
@@ -24,11 +25,8 @@ def init(
     ] = "sqlite:///flow.db",
     runtimes: Annotated[
         list[str] | None,
-        typer.Option(
-            "--runtime",
-            metavar="MODULE:ATTR",
-            help="A Runtime to host, e.g. shop.flows:runtime (repeatable).",
-            show_default=False,
+        text_option(
+            "--runtime", "MODULE:ATTR", "A Runtime to host, e.g. shop.flows:runtime (repeatable)."
         ),
     ] = None,
     build_id: Annotated[

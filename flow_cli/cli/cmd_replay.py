@@ -13,7 +13,7 @@ import typer
 
 from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out
-from flow_cli.cli.options import JsonFlag
+from flow_cli.cli.options import JsonFlag, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 
@@ -36,12 +36,11 @@ def replay_check(
     ctx: typer.Context,
     build_id: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--build-id",
-            metavar="B",
-            help="The build to check: a build id of one of flow.toml's runtimes "
+            "B",
+            "The build to check: a build id of one of flow.toml's runtimes "
             "(default: flow.toml's build_id).",
-            show_default=False,
         ),
     ] = None,
     run_ids: Annotated[
@@ -53,13 +52,12 @@ def replay_check(
     ] = False,
     files: Annotated[
         list[str] | None,
-        typer.Option(
+        text_option(
             "--file",
-            metavar="F",
-            help="`flow export` files to check: files, directories (every *.json below) or "
+            "F",
+            "`flow export` files to check: files, directories (every *.json below) or "
             "globs such as 'histories/**/*.json' (repeatable); needs no database. Regular "
             "files of at most 64 MiB only.",
-            show_default=False,
         ),
     ] = None,
     report_format: Annotated[

@@ -13,7 +13,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.filters import parse_duration
 from flow_cli.cli.io import dumps, emit_json, note, one_line, out, parse_json_arg, short_json
-from flow_cli.cli.options import JsonFlag, RunArg
+from flow_cli.cli.options import JsonFlag, RunArg, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunStillOpen
 
@@ -117,21 +117,19 @@ def execute(
     workflow: Annotated[str, typer.Argument(metavar="WORKFLOW", help="The workflow to start.")],
     input: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--input",
-            metavar="JSON|@FILE|-",
-            help="The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
-            show_default=False,
+            "JSON|@FILE|-",
+            "The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
         ),
     ] = None,
     run_id: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--id",
-            metavar="ID",
-            help="Run id (default: WORKFLOW-<random>); the same id and input again waits for "
+            "ID",
+            "Run id (default: WORKFLOW-<random>); the same id and input again waits for "
             "the existing run.",
-            show_default=False,
         ),
     ] = None,
     timeout: Timeout = None,

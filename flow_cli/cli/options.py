@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+
+def text_option(flag: str, metavar: str, help: str) -> Any:
+    """An option that takes a text value and has no default worth showing (most of Flow's):
+    ``name: Annotated[str | None, text_option("--id", "ID", "...")] = None``."""
+    return typer.Option(flag, metavar=metavar, help=help, show_default=False)
+
 
 JsonFlag = Annotated[
     bool,
