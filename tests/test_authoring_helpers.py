@@ -223,5 +223,7 @@ def test_one_wait_id_used_twice_in_a_decision_is_refused() -> None:
     env = WorkflowEnvironment(rt, fail_on_decision_error=False)
     run = env.start("twice")
     env.run_until_idle()
-    (mismatch,) = env.snapshot(run).decision_error["mismatches"]
+    error = env.snapshot(run).decision_error
+    assert error is not None
+    (mismatch,) = error.mismatches  # type: ignore[misc]
     assert (mismatch["identity"], mismatch["field"]) == ("timer 't'", "id")

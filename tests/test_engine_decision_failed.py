@@ -46,7 +46,8 @@ def test_raising_workflow_records_one_decision_failed_per_distinct_error(
     snapshot = engine.snapshot("flip")
     assert snapshot.status is RunStatus.PENDING
     assert not snapshot.terminal
-    assert snapshot.decision_error == failed
+    assert snapshot.decision_error is not None
+    assert snapshot.decision_error.to_data() == failed
     assert engine.get_run("flip").failing == "ValueError: boom one"
 
     # The same error on every retry: still one event.

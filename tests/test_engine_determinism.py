@@ -166,7 +166,8 @@ def test_live_non_determinism_is_one_decision_failed_and_resumes_with_fixed_code
     _check_error_message(failed["message"], expected)
     snapshot = changed.snapshot(RUN)
     assert not snapshot.terminal
-    assert snapshot.decision_error == failed
+    assert snapshot.decision_error is not None
+    assert snapshot.decision_error.to_data() == failed
     assert changed.get_run(RUN).failing is not None
     assert "NonDeterminismError" in changed.get_run(RUN).failing
 

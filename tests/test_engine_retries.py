@@ -252,7 +252,8 @@ def test_reissuing_a_surfaced_failed_step_is_workflow_stuck_not_a_hang(
     assert "already settled" in stuck["message"]
     snapshot = engine.snapshot("r")
     assert not snapshot.terminal
-    assert snapshot.decision_error == stuck
+    assert snapshot.decision_error is not None
+    assert snapshot.decision_error.to_data() == stuck
     for _ in range(3):
         clock.advance(10)
         engine.tick(until_idle=True)

@@ -73,7 +73,8 @@ def test_a_failed_decision_records_the_workflow_codes_traceback(
     assert 'return order["missing"]' in trace
     assert trace.rstrip().endswith("KeyError: 'missing'")
     assert "flow_cli" not in trace  # Flow's own frames say nothing about the mistake
-    assert engine.snapshot("d").decision_error["traceback"] == trace  # type: ignore[index]
+    error = engine.snapshot("d").decision_error
+    assert error is not None and error.traceback == trace
 
 
 def test_a_failed_step_attempt_records_the_handlers_traceback(

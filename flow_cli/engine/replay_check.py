@@ -253,7 +253,7 @@ def _check_open_end(runtime: Runtime, snap: WorkflowRunSnapshot, diverge: Any) -
         for m in error.mismatches:
             diverge(snap.last_sequence, m.identity, m.field, m.recorded, m.produced)
         return
-    recorded = snap.decision_error if isinstance(snap.decision_error, dict) else {}
-    if recorded.get("error_type") == type(error).__name__:
+    recorded = snap.decision_error
+    if recorded is not None and recorded.error_type == type(error).__name__:
         return  # the run is already stuck on this error; this build does not make it worse
     diverge(snap.last_sequence, "workflow", "error", None, f"{type(error).__name__}: {error}")

@@ -100,15 +100,13 @@ def stored_size(event: Event) -> int:
 def failing_type(snapshot: WorkflowRunSnapshot) -> str | None:
     """The error type of the run's last decision while it stands failed."""
     error = snapshot.decision_error
-    return str(error.get("error_type")) if isinstance(error, dict) else None
+    return None if error is None else error.error_type
 
 
 def failing(snapshot: WorkflowRunSnapshot) -> str | None:
     """The runs index's ``failing`` text: the last decision error while it stands."""
     error = snapshot.decision_error
-    if not isinstance(error, dict):
-        return None
-    return f"{error.get('error_type')}: {error.get('message')}"
+    return None if error is None else f"{error.error_type}: {error.message}"
 
 
 class Streams:

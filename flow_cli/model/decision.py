@@ -171,10 +171,10 @@ def decide(
     if result.terminal is not None:
         return terminate(snapshot, result.terminal, terminal_reason(result.terminal))
     if result.waits_on_open:
-        if isinstance(snapshot.decision_error, dict):
+        if snapshot.decision_error is not None:
             # Fixed code decided cleanly but has nothing new to record: say so in history, so
             # that the run stops showing as failing.
-            error_type = str(snapshot.decision_error.get("error_type"))
+            error_type = snapshot.decision_error.error_type
             return Append((DecisionRecovered(error_type=error_type),), settles=True)
         return Park(snapshot.next_deadline())
     stuck = WorkflowStuck(
@@ -230,7 +230,9 @@ def failed(
     since = snapshot.failing_since or now
     delay = min(max(now - since, DECISION_RETRY_MIN), DECISION_RETRY_MAX)
     previous = snapshot.decision_error
-    same = isinstance(previous, dict) and failure_cause(previous) == failure_cause(event.to_data())
+    same = previous is not None and failure_cause(previous.to_data()) == failure_cause(
+        event.to_data()
+    )
     return Failed(None if same else event, error, now + delay)
 
 

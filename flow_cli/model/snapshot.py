@@ -184,7 +184,8 @@ class WorkflowRunSnapshot:
     cancel_sequence: int | None = None
     decided: bool = False
     """Whether any decision event has been recorded."""
-    decision_error: JsonValue = None
+    decision_error: DecisionFailed | None = None
+    """The last ``decision_failed`` while the run stands failing (``None`` once it decides)."""
     """The last ``decision_failed`` data, cleared by the next decision event."""
     failing_since: datetime | None = None
     """When the current streak of failed decisions began (the retry back-off grows from it)."""
@@ -505,7 +506,7 @@ class WorkflowRunSnapshot:
             case DecisionFailed():
                 if self.decision_error is None:
                     self.failing_since = at
-                self.decision_error = event.to_data()
+                self.decision_error = event
             case DecisionRecovered():
                 self.decision_error = None
                 self.failing_since = None
@@ -655,7 +656,9 @@ class WorkflowRunSnapshot:
             },
             "cancel_requested": self.cancel_requested,
             "cancel_reason": self.cancel_reason,
-            "decision_error": self.decision_error,
+            "decision_error": (
+                None if self.decision_error is None else self.decision_error.to_data()
+            ),
             "progress": self.progress(),
             "last_sequence": self.last_sequence,
             "outcome": self.outcome.to_json() if self.outcome else None,

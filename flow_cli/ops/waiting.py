@@ -43,7 +43,9 @@ def outcome_of(engine: Engine, run_id: str) -> Waited:
     """The outcome now (``None`` while open), following a continue-as-new chain."""
     live = chain_from(engine, run_id)[-1]
     snap = engine.snapshot(live)
-    return Waited(live, snap.outcome, snap.status.value, snap.decision_error)
+    error = snap.decision_error
+    data = None if error is None else error.to_data()
+    return Waited(live, snap.outcome, snap.status.value, data)
 
 
 def wait_for_outcome(

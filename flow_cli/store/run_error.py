@@ -54,7 +54,7 @@ def failed_error(snapshot: WorkflowRunSnapshot) -> RunError | None:
 def decision_error(snapshot: WorkflowRunSnapshot) -> RunError | None:
     """The error of the run's failing decision while it stands, else ``None``."""
     error = snapshot.decision_error
-    return error_of(error) if isinstance(error, Mapping) else None
+    return None if error is None else error_of(error.to_data())
 
 
 def failing_error(failing: str) -> RunError:
