@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
-from flow_cli.model.jsonval import canonical
+from flow_cli.model.jsonval import canonical, json_fields
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -96,10 +96,7 @@ class Group:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "identity": self.identity,
-            "field": self.field,
-            "recorded": self.recorded,
-            "produced": self.produced,
+            **json_fields(self, "identity", "field", "recorded", "produced"),
             "runs": len(self.runs),
             "sample_runs": self.runs[:SAMPLES],
         }

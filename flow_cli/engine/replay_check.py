@@ -31,7 +31,7 @@ from flow_cli.model.events import (
     StepScheduled,
     WaitStarted,
 )
-from flow_cli.model.jsonval import canonical
+from flow_cli.model.jsonval import canonical, json_fields
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.runtime import Runtime
 
@@ -51,13 +51,7 @@ class Divergence:
     produced: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "sequence": self.sequence,
-            "identity": self.identity,
-            "field": self.field,
-            "recorded": self.recorded,
-            "produced": self.produced,
-        }
+        return json_fields(self, "sequence", "identity", "field", "recorded", "produced")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -113,6 +113,12 @@ _AS_STORED = (str, int, bool, type(None))
 not one: it reads back as its base)."""
 
 
+def json_fields(obj: object, *names: str) -> dict[str, Any]:
+    """``{name: obj.name}`` for each of ``names``, in that order: the plain part of a
+    ``to_json``."""
+    return {name: getattr(obj, name) for name in names}
+
+
 def canonical(value: JsonValue) -> str:
     """Stable text of a JSON value: equal values give equal text."""
     return _CANONICAL.encode(value)

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from flow_cli.errors import InputError
+from flow_cli.model.jsonval import json_fields
 
 OnExhausted = Literal["terminate", "surface"]
 
@@ -61,10 +62,9 @@ class RetryPolicy:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "max_attempts": self.max_attempts,
-            "initial_interval": self.initial_interval,
-            "backoff_coefficient": self.backoff_coefficient,
-            "max_interval": self.max_interval,
+            **json_fields(
+                self, "max_attempts", "initial_interval", "backoff_coefficient", "max_interval"
+            ),
             "non_retryable": list(self.non_retryable),
             "on_exhausted": self.on_exhausted,
         }

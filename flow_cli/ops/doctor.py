@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from flow_cli.model.jsonval import json_fields
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
 
@@ -85,11 +86,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, str]:
         return {
-            "run_id": self.run_id,
-            "workflow": self.workflow,
-            "build_id": self.build_id,
-            "cause": self.cause,
-            "detail": self.detail,
+            **json_fields(self, "run_id", "workflow", "build_id", "cause", "detail"),
             "since": self.since.isoformat(),
         }
 

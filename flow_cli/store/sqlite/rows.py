@@ -47,14 +47,6 @@ def dt_or_none(text: str | None) -> datetime | None:
     return None if text is None else dt(text)
 
 
-def is_busy(exc: sqlite3.OperationalError) -> bool:
-    """SQLITE_BUSY: another connection holds the lock ("database is locked")."""
-    code: int | None = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF == sqlite3.SQLITE_BUSY  # extended codes (BUSY_RECOVERY...) too
-    return "locked" in str(exc)
-
-
 def insert_events(
     conn: sqlite3.Connection, run_id: str, expected: int, rows: list[tuple[str, str]], stamp: str
 ) -> None:
