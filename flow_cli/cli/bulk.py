@@ -49,8 +49,9 @@ Reason = Annotated[
 ]
 
 
-def read_ids(text: str) -> list[str]:
-    """Run ids from stdin: one a line, or JSON objects with a ``run_id`` (``--jsonl`` output).
+def read_ids(text: str, key: str = "run_id") -> list[str]:
+    """Run ids (or other ids, by ``key``) from stdin: one a line, or JSON objects with a
+    ``run_id`` (``--jsonl`` output).
 
     Blank lines are skipped; there is no comment syntax, since a run id may begin with ``#``.
     """
@@ -61,11 +62,11 @@ def read_ids(text: str) -> list[str]:
             continue
         if line.startswith("{"):
             try:
-                value = json.loads(line).get("run_id")
+                value = json.loads(line).get(key)
             except (ValueError, AttributeError):
                 value = None
             if not isinstance(value, str):
-                raise InputError(f'stdin line {number}: a JSON line must have a "run_id".')
+                raise InputError(f'stdin line {number}: a JSON line must have a "{key}".')
             line = value
         ids.append(line)
     return ids
@@ -136,6 +137,30 @@ def follow_named(engine: Engine, runs: list[str]) -> list[str]:
             note(message)
         live.append(run_id)
     return list(dict.fromkeys(live))
+
+
+def act_on_all(
+    state: CliState,
+    engine: Engine,
+    ids: list[str],
+    *,
+    verb: str,
+    as_json: bool,
+    jsonl: bool,
+    results: Callable[[list[str]], Iterator[BulkResult]],
+) -> None:
+    """``act`` on runs named one by one (from a file or stdin): no dry run, no confirmation."""
+    act(
+        state,
+        engine,
+        Targets(ids, False, {}),
+        verb=verb,
+        dry_run=False,
+        yes=True,
+        as_json=as_json,
+        jsonl=jsonl,
+        results=results,
+    )
 
 
 def act(

@@ -7,14 +7,13 @@ creates or changes a database. Only ``start`` may create a missing SQLite file.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flow_cli.cli.bulk import Targets, act, follow_one
+from flow_cli.cli.bulk import act_on_all, follow_one, read_ids
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, Payload, text_option
 from flow_cli.cli.state import CliState
@@ -154,20 +153,7 @@ def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_jso
     from flow_cli.errors import FlowError
     from flow_cli.ops.bulk import BulkResult, Outcome
 
-    tokens: list[str] = []
-    for number, raw in enumerate(sys.stdin.read().splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                token = json.loads(line).get("token")
-            except (ValueError, AttributeError):
-                token = None
-            if not isinstance(token, str):
-                raise InputError(f'stdin line {number}: a JSON line must have a "token".')
-            line = token
-        tokens.append(line)
+    tokens = read_ids(sys.stdin.read(), key="token")
 
     def resolve(found: list[str]) -> Iterator[BulkResult]:
         for token in found:
@@ -179,14 +165,6 @@ def resolve_from_stdin(state: CliState, payload: Any, run_id: str | None, as_jso
             yield BulkResult(owner, Outcome.DONE, f"hook {hook_id!r} resolved")
 
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        act(
-            state,
-            engine,
-            Targets(tokens, False, {}),
-            verb="resolve",
-            dry_run=False,
-            yes=True,
-            as_json=as_json,
-            jsonl=False,
-            results=resolve,
+        act_on_all(
+            state, engine, tokens, verb="resolve", as_json=as_json, jsonl=False, results=resolve
         )

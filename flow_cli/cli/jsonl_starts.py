@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from flow_cli.cli.bulk import Targets, act
+from flow_cli.cli.bulk import act_on_all
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.jsonval import MAX_DEPTH, JsonLimitError, check_limits, parse_int
@@ -67,17 +67,8 @@ def start_from_jsonl(ctx: typer.Context, source: str, as_json: bool, jsonl: bool
                     result = next(started)
                 yield replace(result, detail=f"line {line.number}: {result.detail}")
 
-        act(
-            state,
-            engine,
-            Targets([line.run_id for line in found], False, {}),
-            verb="start",
-            dry_run=False,
-            yes=True,
-            as_json=as_json,
-            jsonl=jsonl,
-            results=results,
-        )
+        ids = [line.run_id for line in found]
+        act_on_all(state, engine, ids, verb="start", as_json=as_json, jsonl=jsonl, results=results)
 
 
 def _read_line(number: int, raw: str) -> _Line | None:
