@@ -14,7 +14,7 @@ always did (their single-run output and exit codes are unchanged).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -44,87 +44,93 @@ if TYPE_CHECKING:
     from flow_cli.ops.bulk import BulkResult
 
 
-@with_filters
-def cancel(
-    ctx: typer.Context,
-    runs: RunsArg = None,
-    reason: Reason = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    json_output: JsonFlag = False,
-    jsonl: JsonlFlag = False,
-    *,
-    filters: FilterArgs,
+def _ending_verb(
+    verb: str,
+    default_reason: str,
+    results: Callable[[Engine, list[str], str], Iterator[BulkResult]],
+    one: Callable[[typer.Context, str, str, bool, bool], None] | None,
+) -> Callable[..., None]:
+    """The command of a verb that ends runs (``cancel``, ``terminate``): one signature for
+    both. ``one`` handles a single run named without filters; without it, one unknown run is
+    exit 2 as for every verb."""
+
+    @with_filters
+    def command(
+        ctx: typer.Context,
+        runs: RunsArg = None,
+        reason: Reason = None,
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        json_output: JsonFlag = False,
+        jsonl: JsonlFlag = False,
+        *,
+        filters: FilterArgs,
+    ) -> None:
+        text = reason or default_reason
+        alone = bool(runs) and len(runs or []) == 1 and runs != ["-"] and not filters.selects
+        if alone and one is not None:
+            one(ctx, (runs or [""])[0], text, dry_run, json_output)
+            return
+        state = CliState.of(ctx)
+        with state.open_engine(create=False, with_runtimes=False) as engine:
+            targets = select(engine, runs or [], filters, follow=True)
+            if one is None and len(targets.ids) == 1 and not targets.by_filter:
+                engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
+            act(
+                state,
+                engine,
+                targets,
+                verb=verb,
+                dry_run=dry_run,
+                yes=yes,
+                as_json=state.want_json(json_output),
+                jsonl=jsonl,
+                results=lambda ids: results(engine, ids, text),
+            )
+
+    command.__name__ = command.__qualname__ = verb
+    return command
+
+
+def _cancel_alone(
+    ctx: typer.Context, run_id: str, reason: str, dry_run: bool, json_output: bool
 ) -> None:
-    """Request cancellation of runs.
+    # One run: the single-run output and exit codes of `flow cancel RUN`.
+    if dry_run:
+        dry_run_one(ctx, run_id, json_output)
+    else:
+        cancel_one(ctx, run_id, reason, json_output)
+
+
+def _cancel_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+    from flow_cli.ops.bulk import cancel_runs
+
+    return cancel_runs(engine, ids, reason)
+
+
+def _terminate_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+    from flow_cli.ops.bulk import terminate_runs
+
+    return terminate_runs(engine, ids, reason)
+
+
+cancel = _ending_verb("cancel", "cancelled by operator", _cancel_runs, _cancel_alone)
+cancel.__doc__ = """Request cancellation of runs.
 
     A run moves to Cancelling; its workflow may run cleanup steps, then ends Cancelled. Asking
     twice is harmless, and a run that already ended is skipped (exit 0), as by terminate. Several
     runs (ids, - for stdin, or filters): one result line each (done, skipped or failed); exit 1
     if any failed. --dry-run names a run that does not exist (exit 2 for one RUN, else 1).
     """
-    text = reason or "cancelled by operator"
-    if runs and len(runs) == 1 and runs != ["-"] and not filters.selects:
-        if dry_run:
-            dry_run_one(ctx, runs[0], json_output)
-            return
-        cancel_one(ctx, runs[0], text, json_output)
-        return
-    from flow_cli.ops.bulk import cancel_runs
 
-    state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        act(
-            state,
-            engine,
-            select(engine, runs or [], filters, follow=True),
-            verb="cancel",
-            dry_run=dry_run,
-            yes=yes,
-            as_json=state.want_json(json_output),
-            jsonl=jsonl,
-            results=lambda ids: cancel_runs(engine, ids, text),
-        )
-
-
-@with_filters
-def terminate(
-    ctx: typer.Context,
-    runs: RunsArg = None,
-    reason: Reason = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    json_output: JsonFlag = False,
-    jsonl: JsonlFlag = False,
-    *,
-    filters: FilterArgs,
-) -> None:
-    """End runs at once, without running workflow code.
+terminate = _ending_verb("terminate", "terminated by operator", _terminate_runs, None)
+terminate.__doc__ = """End runs at once, without running workflow code.
 
     Unsettled steps get step_cancelled (outcome_unknown where an attempt started), children
     follow their cancellation policy, then run_cancelled with "forced": true. Works on a run
     whose code raises on every decision. A run that already ended is skipped. A run named
     that continued as new stands for its live successor (said on stderr).
     """
-    from flow_cli.ops.bulk import terminate_runs
-
-    text = reason or "terminated by operator"
-    state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        targets = select(engine, runs or [], filters, follow=True)
-        if len(targets.ids) == 1 and not targets.by_filter:
-            engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
-        act(
-            state,
-            engine,
-            targets,
-            verb="terminate",
-            dry_run=dry_run,
-            yes=yes,
-            as_json=state.want_json(json_output),
-            jsonl=jsonl,
-            results=lambda ids: terminate_runs(engine, ids, text),
-        )
 
 
 @with_filters
