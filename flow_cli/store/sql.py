@@ -90,18 +90,20 @@ def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str,
         names = [f"status{i}" for i in range(len(where.statuses))]
         conditions.append(f"status IN ({', '.join(n(name) for name in names)})")
         params.update(zip(names, (status.value for status in where.statuses), strict=True))
-    if where.workflow is not None:
-        conditions.append(f"workflow = {n('workflow')}")
-        params["workflow"] = where.workflow
-    if where.build_id is not None:
-        conditions.append(f"{dialect.build_key} = {n('build_id')}")
-        params["build_id"] = where.build_id
-    if where.since is not None:
-        conditions.append(f"created_at >= {n('since')}")
-        params["since"] = dialect.time(where.since)
-    if where.until is not None:
-        conditions.append(f"created_at < {n('until')}")
-        params["until"] = dialect.time(where.until)
+    # (filter field, column, operator, is a time): a field set to a value is one comparison.
+    compared = (
+        ("workflow", "workflow", "=", False),
+        ("build_id", dialect.build_key, "=", False),
+        ("since", "created_at", ">=", True),
+        ("until", "created_at", "<", True),
+        ("idle_since", "updated_at", "<=", True),
+        ("error_type", "error_type", "=", False),
+    )
+    for name, column, operator, is_time in compared:
+        value = getattr(where, name)
+        if value is not None:
+            conditions.append(f"{column} {operator} {n(name)}")
+            params[name] = dialect.time(value) if is_time else value
     if where.failing:
         conditions.append("failing IS NOT NULL")
     if where.waiting_on is not None:
@@ -111,12 +113,6 @@ def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str,
             f"{n('needle')}) > 0"
         )
         params["needle"] = waiting_needle(where.waiting_on)
-    if where.idle_since is not None:
-        conditions.append(f"updated_at <= {n('idle_since')}")
-        params["idle_since"] = dialect.time(where.idle_since)
     if where.top_level:
         conditions.append("parent_run_id IS NULL")
-    if where.error_type is not None:
-        conditions.append(f"error_type = {n('error_type')}")
-        params["error_type"] = where.error_type
     return conditions, params
