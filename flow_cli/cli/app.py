@@ -205,29 +205,40 @@ def main_options(
     ctx.obj = CliState(db=db, config_option=config, json=json_output)
 
 
-app.command("init")(cmd_init.init)
-app.command("start")(cmd_facts.start)
-app.command("tick")(cmd_drive.tick)
-app.command("worker")(cmd_drive.worker)
-app.command("signal")(cmd_bulk.signal_runs)
+_Command = Callable[..., None]
+
+# In the order `flow --help` lists them.
+_first: tuple[tuple[str, _Command], ...] = (
+    ("init", cmd_init.init),
+    ("start", cmd_facts.start),
+    ("tick", cmd_drive.tick),
+    ("worker", cmd_drive.worker),
+    ("signal", cmd_bulk.signal_runs),
+)
+_rest: tuple[tuple[str, _Command], ...] = (
+    ("cancel", cmd_bulk.cancel),
+    ("terminate", cmd_bulk.terminate),
+    ("runs", cmd_triage.runs),
+    ("count", cmd_triage.count),
+    ("show", cmd_read.show),
+    ("history", cmd_read.history),
+    ("result", cmd_wait.result),
+    ("execute", cmd_wait.execute),
+    ("fork", cmd_fork.fork),
+    ("upgrade", cmd_upgrade.upgrade),
+    ("export", cmd_bulk.export),
+    ("replay-check", cmd_replay.replay_check),
+    ("workers", cmd_fleet.workers),
+    ("doctor", cmd_fleet.doctor),
+    ("builds", cmd_fleet.builds),
+    ("check", cmd_check.check),
+)
+for _name, _command in _first:
+    app.command(_name)(_command)
 app.add_typer(cmd_facts.hook_app)
 cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
-app.command("cancel")(cmd_bulk.cancel)
-app.command("terminate")(cmd_bulk.terminate)
-app.command("runs")(cmd_triage.runs)
-app.command("count")(cmd_triage.count)
-app.command("show")(cmd_read.show)
-app.command("history")(cmd_read.history)
-app.command("result")(cmd_wait.result)
-app.command("execute")(cmd_wait.execute)
-app.command("fork")(cmd_fork.fork)
-app.command("upgrade")(cmd_upgrade.upgrade)
-app.command("export")(cmd_bulk.export)
-app.command("replay-check")(cmd_replay.replay_check)
-app.command("workers")(cmd_fleet.workers)
-app.command("doctor")(cmd_fleet.doctor)
-app.command("builds")(cmd_fleet.builds)
-app.command("check")(cmd_check.check)
+for _name, _command in _rest:
+    app.command(_name)(_command)
 app.add_typer(cmd_completion.completion_app)
 
 

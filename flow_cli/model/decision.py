@@ -18,7 +18,7 @@ once:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -299,21 +299,22 @@ def _exhausted_step(snapshot: WorkflowRunSnapshot) -> Any:
 def _check_hosted(snapshot: WorkflowRunSnapshot, code: WorkflowCode, result: Plan) -> None:
     """A new step or child must name code the build has: found at decision time, nothing is
     recorded and no attempt is burnt; deploying fixed code lets the run go on."""
+    build = snapshot.spec.runtime_build_id
+
+    def unknown(what: str, name: str, kind: str, known: Iterable[str]) -> str:
+        names = ", ".join(sorted(known)) or "none"
+        return (
+            f"{what} {name!r}, which build {build!r} does not have (known {kind}: {names}); "
+            "fix the name and deploy, and the run goes on"
+        )
+
     for event in result.events:
         if isinstance(event, StepScheduled) and event.name not in code.steps:
-            known = ", ".join(sorted(code.steps)) or "none"
-            raise UnknownStep(
-                f"step {event.step_id!r} names handler {event.name!r}, which build "
-                f"{snapshot.spec.runtime_build_id!r} does not have (known steps: {known}); "
-                "fix the name and deploy, and the run goes on"
-            )
+            what = f"step {event.step_id!r} names handler"
+            raise UnknownStep(unknown(what, event.name, "steps", code.steps))
         if isinstance(event, ChildScheduled) and event.workflow not in code.workflows:
-            known = ", ".join(sorted(code.workflows)) or "none"
-            raise UnknownWorkflow(
-                f"child {event.child_id!r} starts workflow {event.workflow!r}, which build "
-                f"{snapshot.spec.runtime_build_id!r} does not have (known workflows: {known}); "
-                "fix the name and deploy, and the run goes on"
-            )
+            what = f"child {event.child_id!r} starts workflow"
+            raise UnknownWorkflow(unknown(what, event.workflow, "workflows", code.workflows))
 
 
 def _mismatch_json(m: Mismatch) -> dict[str, Any]:
