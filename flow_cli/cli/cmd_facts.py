@@ -15,7 +15,7 @@ import typer
 
 from flow_cli.cli.bulk import act_on_all, follow_one, read_ids
 from flow_cli.cli.io import emit_json, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, text_option
+from flow_cli.cli.options import JsonFlag, Payload, RunInput, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.names import check_name, check_run_id, escape_controls
@@ -50,14 +50,7 @@ def start(
             "same workflow and input again is a no-op.",
         ),
     ] = None,
-    input: Annotated[
-        str | None,
-        text_option(
-            "--input",
-            "JSON|@FILE|-",
-            "The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
-        ),
-    ] = None,
+    input: RunInput = None,
     build_id: Annotated[
         str | None,
         text_option(

@@ -13,7 +13,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.filters import parse_duration
 from flow_cli.cli.io import dumps, emit_json, note, one_line, out, parse_json_arg, short_json
-from flow_cli.cli.options import JsonFlag, RunArg, text_option
+from flow_cli.cli.options import JsonFlag, RunArg, RunInput, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunStillOpen
 
@@ -115,14 +115,7 @@ def result(
 def execute(
     ctx: typer.Context,
     workflow: Annotated[str, typer.Argument(metavar="WORKFLOW", help="The workflow to start.")],
-    input: Annotated[
-        str | None,
-        text_option(
-            "--input",
-            "JSON|@FILE|-",
-            "The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
-        ),
-    ] = None,
+    input: RunInput = None,
     run_id: Annotated[
         str | None,
         text_option(

@@ -144,18 +144,7 @@ class FilterArgs:
     @property
     def selects(self) -> bool:
         """Whether any condition was given (``--limit``/``--after`` alone select nothing)."""
-        return bool(
-            self.status
-            or self.workflow
-            or self.build_id
-            or self.since
-            or self.until
-            or self.failing
-            or self.waiting_on
-            or self.idle_for
-            or self.top_level
-            or self.error_type
-        )
+        return any(getattr(self, name) for name in _SELECTING)
 
     def to_filter(self, now: datetime | None = None) -> RunFilter:
         """The store's ``RunFilter``. Raises ``InputError`` with one sentence."""
@@ -177,6 +166,10 @@ class FilterArgs:
             limit=self.limit or None,  # --limit 0: no limit
             after=self.after,
         )
+
+
+_SELECTING = tuple(f.name for f in fields(FilterArgs) if f.name not in ("limit", "after"))
+"""The fields of ``FilterArgs`` that select runs (``--limit``/``--after`` alone select none)."""
 
 
 _OPTIONS: dict[str, tuple[Any, Any]] = {

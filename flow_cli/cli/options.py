@@ -14,6 +14,14 @@ def text_option(flag: str, metavar: str, help: str) -> Any:
     return typer.Option(flag, metavar=metavar, help=help, show_default=False)
 
 
+RunInput = Annotated[
+    str | None,
+    text_option(
+        "--input",
+        "JSON|@FILE|-",
+        "The run input: literal JSON, @file.json, or - to read stdin. Default: null.",
+    ),
+]
 JsonFlag = Annotated[
     bool,
     typer.Option("--json", help="Machine-readable JSON on stdout (stable field names, no colour)."),
