@@ -6,13 +6,23 @@ type a parameter that may be NULL, how a time is sent); everything else is writt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from flow_cli.model.jsonval import JsonValue
 from flow_cli.store.index import RowChanges
-from flow_cli.store.protocol import KEEP, Keep, RunError, RunFilter, waiting_needle
+from flow_cli.store.protocol import (
+    KEEP,
+    HookListing,
+    Keep,
+    RunError,
+    RunFilter,
+    WorkerInfo,
+    waiting_needle,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +126,33 @@ def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str,
     if where.top_level:
         conditions.append("parent_run_id IS NULL")
     return conditions, params
+
+
+def hook_listing(
+    row: Sequence[Any], time: Callable[[Any], datetime], metadata: Callable[[Any], JsonValue]
+) -> HookListing:
+    """A row of ``SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks``;
+    ``time`` and ``metadata`` read the backend's time and JSON."""
+    return HookListing(
+        run_id=row[0],
+        hook_id=row[1],
+        token=row[2],
+        resolved=bool(row[3]),
+        created_at=None if row[4] is None else time(row[4]),
+        metadata=None if row[5] is None else metadata(row[5]),
+    )
+
+
+def worker_info(row: Sequence[Any], time: Callable[[Any], datetime]) -> WorkerInfo:
+    """A row of ``SELECT worker_id, host, pid, builds, started_at, heartbeat_at,
+    heartbeat_seconds, stopped_at FROM workers``; ``time`` reads the backend's time."""
+    return WorkerInfo(
+        worker_id=row[0],
+        host=row[1],
+        pid=int(row[2]),
+        builds=tuple(json.loads(row[3])),
+        started_at=time(row[4]),
+        heartbeat_at=time(row[5]),
+        heartbeat_seconds=float(row[6]),
+        stopped_at=None if row[7] is None else time(row[7]),
+    )

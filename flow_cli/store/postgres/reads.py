@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from flow_cli.store.protocol import (
     assemble_states,
     build_usages,
 )
+from flow_cli.store.sql import hook_listing, worker_info
 
 READ_HISTORIES = (
     "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -216,17 +216,7 @@ class PostgresReads(PostgresConnections):
                     "ended": sorted(s.value for s in TERMINAL_STATUSES),
                 },
             ).fetchall()
-        return [
-            HookListing(
-                run_id=r[0],
-                hook_id=r[1],
-                token=r[2],
-                resolved=bool(r[3]),
-                created_at=None if r[4] is None else tables.utc(r[4]),
-                metadata=r[5],
-            )
-            for r in rows
-        ]
+        return [hook_listing(r, tables.utc, _as_is) for r in rows]
 
     def find_hook(self, token: str) -> HookRecord | None:
         """The hook owning ``token``, or ``None``."""
@@ -245,19 +235,7 @@ class PostgresReads(PostgresConnections):
                 "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, heartbeat_seconds, "
                 "stopped_at FROM workers ORDER BY started_at DESC, worker_id DESC"
             ).fetchall()
-        return [
-            WorkerInfo(
-                worker_id=row[0],
-                host=row[1],
-                pid=int(row[2]),
-                builds=tuple(json.loads(row[3])),
-                started_at=tables.utc(row[4]),
-                heartbeat_at=tables.utc(row[5]),
-                heartbeat_seconds=float(row[6]),
-                stopped_at=None if row[7] is None else tables.utc(row[7]),
-            )
-            for row in rows
-        ]
+        return [worker_info(row, tables.utc) for row in rows]
 
     def check_integrity(self) -> list[str]:
         """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""
@@ -266,3 +244,7 @@ class PostgresReads(PostgresConnections):
                 return structural_problems(lambda sql: conn.execute(sql).fetchall())
         except psycopg.Error as exc:
             raise self._store_error(exc, lost=False) from exc
+
+
+def _as_is(value: Any) -> Any:
+    return value  # psycopg reads a json column as the value it holds

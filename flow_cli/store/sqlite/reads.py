@@ -25,10 +25,10 @@ from flow_cli.store.protocol import (
     assemble_states,
     build_usages,
 )
-from flow_cli.store.sql import run_filter
+from flow_cli.store.sql import hook_listing, run_filter, worker_info
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
-from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, dt_or_none, run_record
+from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, run_record
 from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
 
 
@@ -214,17 +214,7 @@ class SQLiteReads(SQLiteConnections):
             )
             .fetchall()
         )
-        return [
-            HookListing(
-                run_id=r[0],
-                hook_id=r[1],
-                token=r[2],
-                resolved=bool(r[3]),
-                created_at=dt_or_none(r[4]),
-                metadata=None if r[5] is None else json.loads(r[5]),
-            )
-            for r in rows
-        ]
+        return [hook_listing(r, dt, json.loads) for r in rows]
 
     @guarded
     def find_hook(self, token: str) -> HookRecord | None:
@@ -250,19 +240,7 @@ class SQLiteReads(SQLiteConnections):
             )
             .fetchall()
         )
-        return [
-            WorkerInfo(
-                worker_id=row[0],
-                host=row[1],
-                pid=row[2],
-                builds=tuple(json.loads(row[3])),
-                started_at=dt(row[4]),
-                heartbeat_at=dt(row[5]),
-                heartbeat_seconds=float(row[6]),
-                stopped_at=dt_or_none(row[7]),
-            )
-            for row in rows
-        ]
+        return [worker_info(row, dt) for row in rows]
 
     def check_integrity(self) -> list[str]:
         """``PRAGMA integrity_check``, then Flow's structural checks (see ``integrity``)."""
