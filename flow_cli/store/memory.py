@@ -13,7 +13,7 @@ import itertools
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
@@ -86,21 +86,12 @@ class _Run:
     events: list[_Event] = field(default_factory=list)
 
     def record(self) -> RunRecord:
-        return RunRecord(
-            run_id=self.run_id,
-            workflow=self.workflow,
-            status=self.status,
-            build_id=self.build_id,
-            parent_run_id=self.parent_run_id,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            last_sequence=len(self.events),
-            decide_at=self.decide_at,
-            failing=self.failing,
-            waiting_on=self.waiting_on,
-            error_type=self.error_type,
-            error=self.error,
-        )
+        kept = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        return RunRecord(last_sequence=len(self.events), **kept)
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name != "last_sequence")
+"""What a ``RunRecord`` takes from a ``_Run`` as it is (its sequence is its event count)."""
 
 
 @dataclass(slots=True)
