@@ -205,17 +205,14 @@ def main_options(
     ctx.obj = CliState(db=db, config_option=config, json=json_output)
 
 
-_Command = Callable[..., None]
-
-# In the order `flow --help` lists them.
-_first: tuple[tuple[str, _Command], ...] = (
+# In the order `flow --help` lists them; a group (``typer.Typer``) stands for its subcommands.
+_COMMANDS: tuple[tuple[str, Callable[..., None]] | typer.Typer, ...] = (
     ("init", cmd_init.init),
     ("start", cmd_facts.start),
     ("tick", cmd_drive.tick),
     ("worker", cmd_drive.worker),
     ("signal", cmd_bulk.signal_runs),
-)
-_rest: tuple[tuple[str, _Command], ...] = (
+    cmd_facts.hook_app,
     ("cancel", cmd_bulk.cancel),
     ("terminate", cmd_bulk.terminate),
     ("runs", cmd_triage.runs),
@@ -232,14 +229,14 @@ _rest: tuple[tuple[str, _Command], ...] = (
     ("doctor", cmd_fleet.doctor),
     ("builds", cmd_fleet.builds),
     ("check", cmd_check.check),
+    cmd_completion.completion_app,
 )
-for _name, _command in _first:
-    app.command(_name)(_command)
-app.add_typer(cmd_facts.hook_app)
 cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
-for _name, _command in _rest:
-    app.command(_name)(_command)
-app.add_typer(cmd_completion.completion_app)
+for _entry in _COMMANDS:
+    if isinstance(_entry, typer.Typer):
+        app.add_typer(_entry)
+    else:
+        app.command(_entry[0])(_entry[1])
 
 
 _GLOBAL_OPTIONS = {"--db": True, "--config": True, "--json": False}

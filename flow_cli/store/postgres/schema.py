@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg import sql
 
@@ -278,24 +279,29 @@ def ensure_schema(
     return found
 
 
+def _ask(conn: Connection, query: str, schema: str) -> Any:
+    """The one value ``query`` answers about ``schema`` (a catalog question)."""
+    row = conn.execute(query, (schema,)).fetchone()
+    return None if row is None else row[0]
+
+
 def _create_schema(conn: Connection, schema: str) -> None:
-    row = conn.execute(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)", (schema,)
-    ).fetchone()
-    if row is None or not row[0]:
+    namespace = "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s)"
+    if not _ask(conn, namespace, schema):
         # Only when missing: CREATE SCHEMA needs a privilege that a Flow user of an existing,
         # DBA-made schema may not have, even with IF NOT EXISTS.
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     else:
-        tables = conn.execute(
+        others = _ask(
+            conn,
             "SELECT string_agg(tablename, ', ' ORDER BY tablename) FROM pg_tables "
             "WHERE schemaname = %s AND tablename <> 'flow_meta'",
-            (schema,),
-        ).fetchone()
-        if tables is not None and tables[0]:
+            schema,
+        )
+        if others:
             raise StoreError(
                 f"PostgreSQL schema {schema!r} already holds tables that are not Flow's "
-                f"({tables[0]}); give Flow a schema of its own."
+                f"({others}); give Flow a schema of its own."
             )
     conn.execute("CREATE TABLE IF NOT EXISTS flow_meta (key text PRIMARY KEY, value text NOT NULL)")
 
@@ -312,12 +318,11 @@ def _read_version(conn: Connection, schema: str) -> int:
     # Asked of the catalog tables, not to_regclass(): their lookups go through caches that a
     # transaction which has just waited for the migration lock may not have refreshed yet, so
     # they could miss the schema another opener committed meanwhile.
-    table = conn.execute(
+    meta = (
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_tables "
-        "WHERE schemaname = %s AND tablename = 'flow_meta')",
-        (schema,),
-    ).fetchone()
-    if table is None or not table[0]:
+        "WHERE schemaname = %s AND tablename = 'flow_meta')"
+    )
+    if not _ask(conn, meta, schema):
         return 0
     row = conn.execute(
         sql.SQL("SELECT value FROM {}.flow_meta WHERE key = 'schema_version'").format(
