@@ -100,8 +100,8 @@ def test_deadline_and_timeout_together_are_refused() -> None:
     run = env.start("both")
     env.run_until_idle()
     error = env.snapshot(run).decision_error
-    assert isinstance(error, dict)
-    assert "give deadline= or timeout=, not both" in str(error["message"])
+    assert error is not None
+    assert "give deadline= or timeout=, not both" in error.message
 
 
 def test_a_deadline_that_moves_with_ctx_now_gets_a_hint_that_says_so(
