@@ -156,11 +156,24 @@ def commands_and_outputs(body: list[str]) -> tuple[list[str], list[str]]:
     return commands, outputs
 
 
+_SITECUSTOMIZE = """\
+import socket
+
+socket.gethostname = lambda: "vm"
+"""
+"""Every host is ``vm``, as in the docs: a longer host name in a worker id would wrap a table's
+rows at other places (the pid and the rest of the worker id are blanked)."""
+
+
 def _env(workdir: Path) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
+    site = workdir / ".harness"
+    if not site.exists():
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
     return {
         "PATH": f"{venv_bin}:/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": f"{site}:{ROOT}",
         "HOME": str(workdir),
         "XDG_DATA_HOME": str(workdir / "data"),
         "COLUMNS": "100",
