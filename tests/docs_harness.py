@@ -50,6 +50,9 @@ runtimes = [
 ]
 """
 
+SCRATCH = "/srv/shop"
+"""The scratch directory as the docs name it (in tracebacks, say)."""
+
 _WORKER_ID = re.compile(r"\b[\w.-]+:(\d+):[0-9a-f]{6}\b")
 _VOLATILE = (
     (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?"), "<time>"),
@@ -198,7 +201,7 @@ def run_commands(commands: list[str], workdir: Path) -> list[str]:
         check=False,
     )
     outputs: list[list[str]] = []
-    for line in done.stdout.rstrip("\n").split("\n"):
+    for line in done.stdout.replace(str(workdir), SCRATCH).rstrip("\n").split("\n"):
         if re.fullmatch(r"@@\d+@@", line):
             outputs.append([])
         elif outputs:
