@@ -15,9 +15,10 @@ none of them):
 ``<!-- setup: SHELL -->`` (or ``<!-- setup:``, lines of shell, ``-->``)
     a step the walkthrough needs but a console block cannot show (a worker started in the
     background, killed, time passing); it runs at that point of the session, its output is
-    discarded and a failure is reported. A background process it starts writes its pid to the
-    file ``bg.pids`` in the scratch directory; the session ends by stopping them (SIGTERM, then
-    SIGKILL).
+    discarded and a failure is reported. It may use the functions of :data:`SETUP_PRELUDE`; a
+    background process started with ``start_bg`` is stopped when the session ends (SIGTERM,
+    then SIGKILL). A file ``session.env`` it writes is sourced before each later block (for
+    a page that says its terminal is wider, ``export COLUMNS=120``).
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _env(workdir: Path) -> dict[str, str]:
 
 def run_commands(commands: list[str], workdir: Path) -> list[str]:
     """Run ``commands`` in one shell (so ``$?`` carries over); what each printed."""
-    script = ["set +e"]
+    script = ["set +e", "if [ -f session.env ]; then . ./session.env; fi"]
     for number, command in enumerate(commands):
         script += ["__status=$?", f"printf '@@%d@@\\n' {number}", "(exit $__status)", command]
     done = subprocess.run(
@@ -209,10 +210,28 @@ def run_commands(commands: list[str], workdir: Path) -> list[str]:
     return ["\n".join(lines) for lines in outputs]
 
 
+SETUP_PRELUDE = """\
+alive() { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status; }
+start_bg() { "$@" >> bg.log 2>&1 & echo $! >> bg.pids; }
+stop_bg() {
+  for p in $(cat bg.pids 2>/dev/null); do kill -TERM $p 2>/dev/null || true; done
+  for p in $(cat bg.pids 2>/dev/null); do while alive $p; do sleep 0.05; done; done
+  rm -f bg.pids
+}
+wait_for() {
+  for i in $(seq 600); do if eval "$1" >/dev/null 2>&1; then return 0; fi; sleep 0.05; done
+  echo "timed out waiting for: $1"; return 1
+}
+"""
+"""Shell functions for setup steps: ``start_bg CMD...`` runs a command in the background (its
+output in ``bg.log``), ``stop_bg`` stops them all with SIGTERM and waits, ``wait_for 'CMD'``
+retries CMD until it succeeds (30 s at most)."""
+
+
 def run_setup(script: str, workdir: Path) -> tuple[int, str]:
     """Run a setup step; its exit status and what it printed."""
     done = subprocess.run(
-        ["bash", "-e", "-c", script],
+        ["bash", "-e", "-c", SETUP_PRELUDE + script],
         cwd=workdir,
         env=_env(workdir),
         stdout=subprocess.PIPE,
