@@ -62,7 +62,7 @@ _VOLATILE = (
     (re.compile(r"-fork-[0-9a-f]{6}\b"), "-fork-<id>"),
     (re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|m|h)\b"), "<duration>"),
     (re.compile(r'File "[^"]*/'), 'File "<dir>/'),
-    (re.compile(r"(_seconds_sum|_lateness_seconds_count) \d+(\.\d+(e-?\d+)?)?"), r"\1 <n>"),
+    (re.compile(r"(_seconds_sum) \d+(\.\d+(e-?\d+)?)?"), r"\1 <n>"),
     (re.compile(r" {2,}"), "  "),
     (re.compile(r"─+"), "─"),
 )
