@@ -23,13 +23,16 @@ none of them):
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,18 +194,9 @@ def run_commands(commands: list[str], workdir: Path) -> list[str]:
     script = ["set +e", "if [ -f session.env ]; then . ./session.env; fi"]
     for number, command in enumerate(commands):
         script += ["__status=$?", f"printf '@@%d@@\\n' {number}", "(exit $__status)", command]
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(script)],
-        cwd=workdir,
-        env=_env(workdir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    printed = _run_bash(["bash", "-c", "\n".join(script)], workdir)[1]
     outputs: list[list[str]] = []
-    for line in done.stdout.replace(str(workdir), SCRATCH).rstrip("\n").split("\n"):
+    for line in printed.replace(str(workdir), SCRATCH).rstrip("\n").split("\n"):
         if re.fullmatch(r"@@\d+@@", line):
             outputs.append([])
         elif outputs:
@@ -230,18 +224,32 @@ retries CMD until it succeeds (30 s at most)."""
 
 def run_setup(script: str, workdir: Path) -> tuple[int, str]:
     """Run a setup step; its exit status and what it printed."""
-    done = subprocess.run(
-        ["bash", "-e", "-c", SETUP_PRELUDE + script],
+    return _run_bash(["bash", "-e", "-c", SETUP_PRELUDE + script], workdir)
+
+
+TIMEOUT = 120
+"""Seconds a block or a setup step may take: a sample that waits for ever (a worker nobody
+stops) is killed with everything it started in the foreground, and reported."""
+
+
+def _run_bash(argv: list[str], workdir: Path) -> tuple[int, str]:
+    with subprocess.Popen(
+        argv,
         cwd=workdir,
         env=_env(workdir),
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
         text=True,
-        timeout=120,
-        check=False,
-    )
-    return done.returncode, done.stdout
+        start_new_session=True,
+    ) as process:
+        try:
+            printed, _ = process.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            printed, _ = process.communicate()
+            return -1, printed + f"\n<killed after {TIMEOUT} s>"
+    return process.returncode, printed
 
 
 def stop_background(workdir: Path) -> None:
@@ -296,6 +304,37 @@ def check_page(path: Path, workdir: Path, *, update: bool) -> list[str]:
     lines = path.read_text(encoding="utf-8").split("\n")
     problems: list[str] = []
     replacements: list[tuple[int, int, list[str]]] = []
+    with _port_lock(lines):
+        _run_page(path, lines, workdir, problems, replacements)
+    if update:
+        for first, end, body in reversed(replacements):
+            lines[first:end] = body
+        path.write_text("\n".join(lines), encoding="utf-8")
+    return problems
+
+
+@contextmanager
+def _port_lock(lines: list[str]) -> Iterator[None]:
+    """A page whose worker serves metrics binds the port its text names: two test runs on one
+    machine (other checkouts, say) take turns rather than fail to bind."""
+    if not any("--metrics-port" in line and line.startswith("$ ") for line in lines):
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "flow-docs-metrics-port.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_page(
+    path: Path,
+    lines: list[str],
+    workdir: Path,
+    problems: list[str],
+    replacements: list[tuple[int, int, list[str]]],
+) -> None:
     try:
         for item in parse(lines):
             if isinstance(item, Setup):
@@ -322,11 +361,6 @@ def check_page(path: Path, workdir: Path, *, update: bool) -> list[str]:
             replacements.append((item.first, item.end, "\n".join(new_body).split("\n")))
     finally:
         stop_background(workdir)
-    if update:
-        for first, end, body in reversed(replacements):
-            lines[first:end] = body
-        path.write_text("\n".join(lines), encoding="utf-8")
-    return problems
 
 
 def pages() -> list[Path]:
