@@ -363,6 +363,22 @@ def _run_page(
         stop_background(workdir)
 
 
+def unchecked_blocks(paths: list[Path]) -> tuple[list[str], list[str]]:
+    """The console blocks not checked: those without a marker, and those that say why not
+    (``file:line``, then the reason)."""
+    unmarked: list[str] = []
+    reasoned: list[str] = []
+    for path in paths:
+        for item in parse(path.read_text(encoding="utf-8").split("\n")):
+            if isinstance(item, Block) and not item.checked:
+                where = f"{path.name}:{item.first}"
+                if item.reason:
+                    reasoned.append(f"{where} ({item.reason})")
+                else:
+                    unmarked.append(where)
+    return unmarked, reasoned
+
+
 def pages() -> list[Path]:
     """The pages of docs/ that hold checked console blocks."""
     return [

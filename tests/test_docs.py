@@ -128,19 +128,25 @@ def test_checked_console_samples_are_what_flow_prints(page: Path, tmp_path: Path
 
 def test_every_console_block_is_checked_or_says_why_not() -> None:
     """A new console sample is checked, or carries the reason it cannot be: docs don't go stale."""
-    unmarked = []
-    unchecked = []
-    for path in sorted(DOCS.glob("*.md")):
-        lines = path.read_text(encoding="utf-8").split("\n")
-        for item in docs_harness.parse(lines):
-            if isinstance(item, docs_harness.Block) and not item.checked:
-                where = f"{path.name}:{item.first}"
-                (unchecked if item.reason else unmarked).append(where)
+    unmarked, unchecked = docs_harness.unchecked_blocks(sorted(DOCS.glob("*.md")))
     assert unmarked == [], (
         f"console blocks neither checked nor saying why not: {unmarked}; put "
         f"{docs_harness.CHECKED!r} or '<!-- output not checked: REASON -->' above each"
     )
     assert len(unchecked) <= MAX_UNCHECKED, unchecked
+
+
+def test_an_unmarked_console_block_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```console\n$ flow runs\n```\n\n"
+        "<!-- output not checked: needs PostgreSQL -->\n```console\n$ flow worker\n```\n"
+        "```text\nflow upgrade --from B1\n```\n",
+        encoding="utf-8",
+    )
+    unmarked, unchecked = docs_harness.unchecked_blocks([page])
+    assert unmarked == ["page.md:1"]
+    assert unchecked == ["page.md:6 (needs PostgreSQL)"]
 
 
 MAX_UNCHECKED = 5
@@ -206,3 +212,36 @@ def test_every_bench_script_the_benchmarks_cite_is_in_the_repository() -> None:
         cited for cited in paths | names if not any((place / cited).exists() for place in places)
     )
     assert missing == [], f"docs/benchmarks.md cites scripts that are not here: {missing}"
+
+
+def test_the_harness_runs_a_page_as_one_session_and_reports_a_stale_sample(
+    tmp_path: Path,
+) -> None:
+    """Setup steps and blocks share one directory in page order; a stale output is reported,
+    and the update mode rewrites it with what was printed."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Intro.\n\n"
+        "<!-- setup:\necho hidden > state.txt\n-->\n"
+        f"{docs_harness.CHECKED}\n"
+        "```console\n$ cat state.txt\nhidden\n$ echo one \\\n    two\none two\n```\n\n"
+        "<!-- setup: echo changed >> state.txt -->\n"
+        f"{docs_harness.CHECKED}\n"
+        "```console\n$ cat state.txt\nhidden\n...\n$ wc -l < state.txt\n3\n```\n",
+        encoding="utf-8",
+    )
+    problems = docs_harness.check_page(page, tmp_path / "run", update=False)
+    assert len(problems) == 1 and "$ wc -l < state.txt" in problems[0], problems
+    assert docs_harness.check_page(page, tmp_path / "again", update=True)
+    assert docs_harness.check_page(page, tmp_path / "after", update=False) == []
+    assert "$ wc -l < state.txt\n2\n```" in page.read_text(encoding="utf-8")
+
+
+def test_a_failing_setup_step_is_reported(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"<!-- setup: exit 3 -->\n{docs_harness.CHECKED}\n```console\n$ true\n```\n",
+        encoding="utf-8",
+    )
+    problems = docs_harness.check_page(page, tmp_path / "run", update=False)
+    assert len(problems) == 1 and "setup exited 3" in problems[0]
