@@ -149,8 +149,9 @@ def test_an_unmarked_console_block_is_found(tmp_path: Path) -> None:
     assert unchecked == ["page.md:6 (needs PostgreSQL)"]
 
 
-MAX_UNCHECKED = 5
-"""The console blocks that may stay unchecked (each with its reason): a handful, no more."""
+MAX_UNCHECKED = 1
+"""The console blocks that may stay unchecked, each with its reason (today: PostgreSQL with
+workers on many machines). Raise it only for a sample no scratch directory can reproduce."""
 
 
 def test_the_harness_blanks_only_what_varies() -> None:
