@@ -8,8 +8,8 @@ none of them):
 ``<!-- output checked by tests/test_docs.py -->``
     right above a ``console`` block: each ``$ command`` runs (a line ending in ``\\`` continues
     onto the next) and what it prints, stdout and stderr interleaved, must match the lines under
-    it once volatile parts are blanked (:func:`blank`). A documented line ``...`` stands for any
-    number of printed lines.
+    it once volatile parts are blanked (:func:`blank`). A documented line ``...`` stands for one or
+    more printed lines.
 ``<!-- output not checked: REASON -->``
     right above a ``console`` block that cannot be checked, with the reason.
 ``<!-- setup: SHELL -->`` (or ``<!-- setup:``, lines of shell, ``-->``)
@@ -90,7 +90,7 @@ def _blank_line(line: str) -> str:
 
 
 def matches(documented: str, printed: str) -> bool:
-    """Whether ``printed`` is what ``documented`` shows, a line ``...`` matching any lines."""
+    """Whether ``printed`` is what ``documented`` shows, a line ``...`` matching one or more."""
     want, got = blank(documented).split("\n"), blank(printed).split("\n")
     if "..." not in want:
         return want == got
