@@ -1,8 +1,10 @@
 """The manual: README and docs/ cover every command, option and public ``ctx`` member, the
-generated command-line reference is current, and the README's Python examples run."""
+generated command-line reference is current, the README's Python examples run, and every console
+sample in docs/ prints what flow prints (tests/docs_harness.py runs them)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -115,14 +117,20 @@ def test_the_architecture_page_names_only_what_exists() -> None:
 # -- console samples that show output are what flow prints ----------------------------------------
 
 
-@pytest.mark.parametrize("page", docs_harness.pages(), ids=lambda path: path.name)
-def test_checked_console_samples_are_what_flow_prints(page: Path, tmp_path: Path) -> None:
+def test_checked_console_samples_are_what_flow_prints(tmp_path: Path) -> None:
     """Each page's checked console blocks, run in order as one session (tests/docs_harness.py
-    says how); ``FLOW_DOCS_UPDATE=1`` rewrites the blocks with what flow prints now."""
-    import os
+    says how); ``FLOW_DOCS_UPDATE=1`` rewrites the blocks with what flow prints now. The pages
+    run side by side: a session mostly waits for the processes it starts."""
+    from concurrent.futures import ThreadPoolExecutor
 
     update = os.environ.get("FLOW_DOCS_UPDATE") == "1"
-    problems = docs_harness.check_page(page, tmp_path / page.stem, update=update)
+    pages = docs_harness.pages()
+    assert pages, f"no console block in docs/ is marked {docs_harness.CHECKED!r}"
+    with ThreadPoolExecutor(max_workers=len(pages)) as pool:
+        found = pool.map(
+            lambda page: docs_harness.check_page(page, tmp_path / page.stem, update=update), pages
+        )
+        problems = [problem for page_problems in found for problem in page_problems]
     assert not problems, "\n\n".join(problems) + "\n(FLOW_DOCS_UPDATE=1 rewrites the blocks)"
 
 
