@@ -388,7 +388,7 @@ def test_show_lists_children_and_timers(project: FlowProject) -> None:
     assert sleepy["waits"]["nap"]["done"] is False
     text = project.ok("show", "s").stdout
     assert "timers" in text and "nap" in text and "pending" in text
-    assert "1 waits open" in text
+    assert "1 wait open" in text
 
 
 def test_global_json_option(project: FlowProject) -> None:

@@ -21,7 +21,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from flow_cli.cli.fitted import FittedTable
 from flow_cli.cli.io import short_json, short_text
+from flow_cli.cli.words import plural
 from flow_cli.model.events import TERMINAL_KEYS
 from flow_cli.model.names import escape_controls
 
@@ -155,8 +157,8 @@ def _clean_record(record: RunRecord) -> RunRecord:
     )
 
 
-def _table(title: str | None = None) -> Table:
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+def _table(title: str | None = None) -> FittedTable:
+    return FittedTable(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
 
 
 # -- flow runs -------------------------------------------------------------------------------
@@ -170,8 +172,9 @@ def runs_table(
     records = [_clean_record(record) for record in records]
     table = _table()
     # Status and time never wrap; ids, names and the error fold, so an 80-column terminal
-    # still shows every column (no-wrap ids squeezed the rest down to "…"). The reason column
-    # is there only when a run failed or is failing.
+    # still shows every column (no-wrap ids squeezed the rest down to "…"); narrower than
+    # status and time fit, one block a run. The reason column is there only when a run failed
+    # or is failing.
     table.add_column("run id", overflow="fold")
     table.add_column("workflow", overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -465,15 +468,15 @@ def _progress(progress: Mapping[str, int]) -> RenderableType:
     bits = [
         f"steps {progress.get('steps_completed', 0)}/{progress.get('steps_total', 0)} completed",
     ]
-    for key, label in (
-        ("steps_failed", "failed"),
-        ("steps_cancelled", "cancelled"),
-        ("waits_open", "waits open"),
-        ("hooks_open", "hooks open"),
-        ("children_open", "children open"),
+    for key, noun, many in (
+        ("steps_failed", "failed", "failed"),
+        ("steps_cancelled", "cancelled", "cancelled"),
+        ("waits_open", "wait open", "waits open"),
+        ("hooks_open", "hook open", "hooks open"),
+        ("children_open", "child open", "children open"),
     ):
         if progress.get(key):
-            bits.append(f"{progress[key]} {label}")
+            bits.append(plural(progress[key], noun, many))
     bits.append(f"{progress.get('events', 0)} events")
     return Text("progress: " + " · ".join(bits), style="dim")
 
@@ -624,7 +627,7 @@ UPGRADE_STYLES = {"upgraded": "green", "would upgrade": "green", "refused": "bol
 def upgrade_table(rows: Sequence[tuple[str, str, str]]) -> RenderableType:
     """One row per run ``flow upgrade`` looked at: (run id, result, detail)."""
     table = _table()
-    table.add_column("run", overflow="fold")
+    table.add_id_column("run")
     table.add_column("result", no_wrap=True)
     table.add_column("detail", overflow="fold")
     for run_id, result, detail in rows:

@@ -6,22 +6,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from flow_cli.cli.io import short_json, short_text
-from flow_cli.cli.render import when
+from flow_cli.cli.render import _table, when
 from flow_cli.model.names import escape_controls
 
 if TYPE_CHECKING:
     from flow_cli.ops.builds import BuildReport
     from flow_cli.ops.doctor import DoctorReport
-
-
-def _table(title: str | None = None) -> Table:
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
 
 
 def _count(n: int, noun: str) -> str:
@@ -31,8 +25,8 @@ def _count(n: int, noun: str) -> str:
 def workers_table(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
     """``flow workers``: one row per registered process, live ones first."""
     table = _table()
-    table.add_column("worker id", overflow="fold")
-    table.add_column("host", overflow="fold")
+    table.add_id_column("worker id")
+    table.add_id_column("host")
     table.add_column("pid", justify="right")
     table.add_column("builds", overflow="fold")
     table.add_column("started", no_wrap=True)
@@ -86,10 +80,10 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
         parts.append(counts)
         shown = _table()
         shown.add_column("cause", no_wrap=True)
-        shown.add_column("run", overflow="fold", min_width=12)
-        shown.add_column("build", overflow="fold")
+        shown.add_id_column("run")
+        shown.add_id_column("build")
         shown.add_column("since", no_wrap=True)
-        shown.add_column("detail", overflow="fold", min_width=30)
+        shown.add_column("detail", overflow="fold")
         for cause in CAUSES:
             for diagnosis in by_cause.get(cause, [])[:samples]:
                 shown.add_row(

@@ -43,9 +43,9 @@ def count_table(counted: RunCount, by: str | None) -> RenderableType:
 
 def hooks_table(hooks: Sequence[HookListing], now: datetime) -> RenderableType:
     table = _table()
-    table.add_column("run id", overflow="fold")
-    table.add_column("hook id", overflow="fold")
-    table.add_column("token", overflow="fold")
+    table.add_id_column("run id")
+    table.add_id_column("hook id")
+    table.add_id_column("token")
     table.add_column("state", no_wrap=True)
     table.add_column("age", no_wrap=True, justify="right")
     table.add_column("metadata", overflow="fold")
