@@ -380,6 +380,10 @@ class Decider:
                     return HookTokenInUse(event.token, owner.run_id, owner.hook_id)
         return None
 
+    def _declared_signals(self, build_id: str, workflow: str) -> tuple[str, ...] | None:
+        runtime = self.runtimes.get(build_id)
+        return runtime.signals.get(workflow) if runtime is not None else None
+
     def _children(
         self, snap: WorkflowRunSnapshot, events: tuple[Event, ...], now: datetime
     ) -> list[NewRun]:
@@ -393,6 +397,7 @@ class Decider:
                     patches=snap.spec.patches,
                     parent_run_id=snap.run_id,
                     parent_child_id=event.child_id,
+                    signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,

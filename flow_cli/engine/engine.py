@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.leases import LeaseKeeper
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.steps import StepExecutor, StepOutcome
+    from flow_cli.engine.talk import QueryResult, UpdateResult
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
@@ -270,6 +271,7 @@ class Engine:
             input=value,
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
+            signals=runtime.signals.get(workflow),
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
@@ -348,6 +350,30 @@ class Engine:
 
         sequence = self._append_fact(run_id, events, f"signal {name!r}")
         return earlier[-1] if earlier else sequence
+
+    def query(self, run_id: str, name: str, args: JsonValue = None) -> QueryResult:
+        """Answer query ``name`` with the run's own handler on its current history; nothing
+        is written. A continued run is followed to its live successor; an ended run answers
+        too. See ``flow_cli.engine.talk.query`` for the errors."""
+        from flow_cli.engine import talk
+
+        return talk.query(self, run_id, name, args)
+
+    def update(
+        self,
+        run_id: str,
+        name: str,
+        args: JsonValue = None,
+        *,
+        update_id: str | None = None,
+    ) -> UpdateResult:
+        """Apply update ``name``: its handler validates and answers on the current history,
+        and the answer is recorded (``update_applied``) for the workflow. The same
+        ``update_id`` again returns the recorded answer and writes nothing. See
+        ``flow_cli.engine.talk.update`` for the errors."""
+        from flow_cli.engine import talk
+
+        return talk.update(self, run_id, name, args, update_id=update_id)
 
     def resolve_hook(
         self, token: str, payload: JsonValue = None, *, run_id: str | None = None

@@ -275,6 +275,19 @@ class BuildUpgraded(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateApplied(_EventBase):
+    """An update was accepted by its handler (``flow update``): a fact from outside, like a
+    signal, that workflow code reads with ``ctx.updates(name)``. The handler's ``result`` is
+    history: replay reads it, it never runs the handler again."""
+
+    KEY = "update_applied"
+    update_id: str
+    name: str
+    args: JsonValue
+    result: JsonValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -332,6 +345,7 @@ Event: TypeAlias = (
     | DecisionFailed
     | DecisionRecovered
     | BuildUpgraded
+    | UpdateApplied
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -361,6 +375,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DecisionFailed,
         DecisionRecovered,
         BuildUpgraded,
+        UpdateApplied,
         RunCompleted,
         RunFailed,
         RunCancelled,

@@ -37,6 +37,7 @@ from flow_cli.model.events import (
     StepFailed,
     StepScheduled,
     StepStarted,
+    UpdateApplied,
     WaitCompleted,
     WaitStarted,
 )
@@ -157,6 +158,34 @@ class BuildUpgrade:
         }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedUpdate:
+    """One ``update_applied`` event, as ``ctx.updates(name)`` gives it."""
+
+    update_id: str
+    """The caller's id (``flow update --id``), or one the engine chose."""
+    name: str
+    """The update's declared name."""
+    args: JsonValue
+    """What the caller sent."""
+    result: JsonValue
+    """What the handler answered, as recorded: replay never runs the handler again."""
+    sequence: int
+    """Sequence of the ``update_applied`` event."""
+    at: datetime
+    """When it was recorded."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "update_id": self.update_id,
+            "name": self.name,
+            "args": self.args,
+            "result": self.result,
+            "sequence": self.sequence,
+            "at": self.at.isoformat(),
+        }
+
+
 @dataclass(slots=True)
 class WorkflowRunSnapshot:
     """Everything known about one run at ``last_sequence``. A projection of history only."""
@@ -203,6 +232,8 @@ class WorkflowRunSnapshot:
     """Indexes into ``signals`` of signals no wait has taken yet, per name, oldest first."""
     waiting_signals: dict[str, list[str]] = field(default_factory=dict)
     """Signal waits still without their signal, per name, oldest first."""
+    updates: dict[str, AppliedUpdate] = field(default_factory=dict)
+    """The applied updates by update id, in the order they were applied."""
     size: int = field(default=0, compare=False)
     """Approximate bytes of the history folded in (what a cached copy costs)."""
 
@@ -292,6 +323,7 @@ class WorkflowRunSnapshot:
             open_deadlines=dict(self.open_deadlines),
             buffered_signals={k: list(v) for k, v in self.buffered_signals.items()},
             waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
+            updates=dict(self.updates),
         )
 
     def progress(self) -> dict[str, int]:
@@ -550,6 +582,17 @@ class WorkflowRunSnapshot:
                         at=at,
                     )
                 )
+            case UpdateApplied():
+                # A fact from outside, like a signal: not a decision, so a failing run stays
+                # failing until its code decides again.
+                self.updates[event.update_id] = AppliedUpdate(
+                    update_id=event.update_id,
+                    name=event.name,
+                    args=event.args,
+                    result=event.result,
+                    sequence=envelope.sequence,
+                    at=at,
+                )
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -677,6 +720,7 @@ class WorkflowRunSnapshot:
                 }
                 for c in self.children.values()
             },
+            "updates": [u.to_json() for u in self.updates.values()],
             "cancel_requested": self.cancel_requested,
             "cancel_reason": self.cancel_reason,
             "decision_error": self.decision_error,

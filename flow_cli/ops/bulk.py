@@ -239,6 +239,7 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
         input=value,
         runtime_build_id=runtime.build_id,
         patches=runtime.patches,
+        signals=runtime.signals.get(line.workflow),
     )
     return NewRun(
         run_id=line.run_id,
