@@ -33,6 +33,7 @@ from flow_cli.cli import (
     cmd_init,
     cmd_read,
     cmd_replay,
+    cmd_talk,
     cmd_triage,
     cmd_upgrade,
     cmd_wait,
@@ -210,6 +211,8 @@ app.command("start")(cmd_facts.start)
 app.command("tick")(cmd_drive.tick)
 app.command("worker")(cmd_drive.worker)
 app.command("signal")(cmd_bulk.signal_runs)
+app.command("query")(cmd_talk.query)
+app.command("update")(cmd_talk.update)
 app.add_typer(cmd_facts.hook_app)
 cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
 app.command("cancel")(cmd_bulk.cancel)
