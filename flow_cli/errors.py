@@ -17,6 +17,7 @@
     ├── UnknownPatch             ``ctx.patched(name)`` names a marker the build does not declare
     ├── UpdateRejected           an update handler refused the update (its reason is the message)
     ├── UpdateIdReused           an update id already applied with another name or other args
+    ├── SignalKeyReused          a signal key already delivered with another payload
     ├── HandlerFailed            a query or update handler raised (nothing was written)
     │   └── CommandInHandler     a query or update handler called a ctx command method
     ├── RunBuildNotLoaded        a query or update needs the run's build, not loaded here
@@ -343,8 +344,7 @@ class UndeclaredName(InputError):
         names = ", ".join(sorted(declared)) if declared else "none"
         kinds = "queries" if kind == "query" else f"{kind}s"
         super().__init__(
-            f"Run {run_id!r}: its workflow declares no {kind} {name!r}. Declared {kinds}: "
-            f"{names}."
+            f"Run {run_id!r}: its workflow declares no {kind} {name!r}. Declared {kinds}: {names}."
         )
         self.run_id = run_id
         self.kind = kind
@@ -371,6 +371,20 @@ class UpdateIdReused(FlowError):
         )
         self.run_id = run_id
         self.update_id = update_id
+
+
+class SignalKeyReused(FlowError):
+    """A signal idempotency key already delivered with another payload."""
+
+    def __init__(self, run_id: str, name: str, key: str, sequence: int) -> None:
+        super().__init__(
+            f"Run {run_id!r}: signal {name!r} with key {key!r} was already delivered (event "
+            f"{sequence}) with another payload; a key names one message. Send this one under "
+            "another --key."
+        )
+        self.run_id = run_id
+        self.key = key
+        self.sequence = sequence
 
 
 class HandlerFailed(FlowError):

@@ -70,9 +70,7 @@ def test_a_continued_run_is_followed_to_its_live_successor(
     assert engine.snapshot(answer.run_id).spec.predecessor_run_id == "l1"
 
 
-def test_an_undeclared_query_lists_the_declared_ones(
-    store: EventStore, clock: ManualClock
-) -> None:
+def test_an_undeclared_query_lists_the_declared_ones(store: EventStore, clock: ManualClock) -> None:
     engine = make_engine(store, [build()], clock)
     engine.start("order", ORDER, run_id="o1")
     with pytest.raises(UndeclaredName) as caught:

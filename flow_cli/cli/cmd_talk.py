@@ -61,9 +61,7 @@ def update(
     run_id: RunArg,
     name: Annotated[
         str,
-        typer.Argument(
-            metavar="NAME", help="The update name, as declared with @runtime.update."
-        ),
+        typer.Argument(metavar="NAME", help="The update name, as declared with @runtime.update."),
     ],
     args: Args = None,
     update_id: Annotated[

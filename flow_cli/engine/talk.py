@@ -1,5 +1,5 @@
-"""Talking to a running run: queries (answered, nothing written) and updates (answered and
-recorded as ``update_applied``).
+"""Talking to a running run: queries (answered, nothing written), updates (answered and
+recorded as ``update_applied``) and signal-with-start.
 
 Both run the workflow's own handler, from the run's build, on the run's current history with a
 read-only ``ctx``. An update is appended with ``append_if_sequence`` at the sequence its handler
@@ -28,15 +28,19 @@ from flow_cli.errors import (
     UpdateIdReused,
     UpdateRejected,
 )
-from flow_cli.model.events import UpdateApplied
+from flow_cli.model.events import EventEnvelope, RunStarted, SignalReceived, UpdateApplied
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, canonical, normalise
 from flow_cli.model.names import check_name
+from flow_cli.model.signals import check_declared
 from flow_cli.model.snapshot import AppliedUpdate, WorkflowRunSnapshot
 from flow_cli.model.updates import ReadOnlyContext, handler_name
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    from datetime import datetime
+
+    from flow_cli.engine.engine import Engine, SignalDelivery
     from flow_cli.runtime import Handler, Runtime
+    from flow_cli.store.protocol import NewRun
 
 MAX_CONFLICT_RETRIES = 100
 
@@ -157,6 +161,40 @@ def chain_from(engine: Engine, run_id: str) -> list[str]:
     return chain
 
 
+def create_signalled(
+    engine: Engine,
+    run: NewRun,
+    signal: tuple[str, JsonValue],
+    key: str | None,
+    now: datetime,
+) -> SignalDelivery | None:
+    """Create ``run`` with signal ``signal`` as its second event, in one transaction
+    (signal-with-start). None, writing nothing, when the run id is taken: the caller then
+    delivers the signal to the run that is there."""
+    from flow_cli.engine.engine import SignalDelivery, _payload
+
+    name, payload = signal
+    check_name(name, "signal name")
+    if key is not None:
+        check_name(key, "signal key")
+    event = SignalReceived(signal_name=name, payload=_payload(payload), key=key)
+    first = EventEnvelope(
+        run_id=run.run_id,
+        sequence=1,
+        recorded_at=now,
+        event=RunStarted(spec=run.spec, seed=run.seed),
+    )
+    snap = WorkflowRunSnapshot.start(first)
+    check_declared(snap, name)
+    try:
+        engine.commit_facts([Write(snap, [event], decide_at=now)], [run], now=now)
+    except EventConflict as exc:
+        if exc.run_id == run.run_id and exc.expected_sequence in (0, 1):
+            return None
+        raise
+    return SignalDelivery(run_id=run.run_id, sequence=2, duplicate=False)
+
+
 def _whole_chain(engine: Engine, run_id: str) -> list[str]:
     """The chain from its first run to its live one: an update id is looked up in all of it."""
     live = chain_from(engine, run_id)
@@ -254,4 +292,4 @@ def _args(args: JsonValue) -> JsonValue:
         raise InputError(f"the args are not a JSON value: {exc}") from None
 
 
-__all__ = ["QueryResult", "UpdateResult", "query", "update"]
+__all__ = ["QueryResult", "UpdateResult", "create_signalled", "query", "update"]
