@@ -170,3 +170,42 @@ def test_cli_signal_with_start(tmp_path: Path) -> None:
     project.ok("tick", "--until-idle")
     result = project.invoke("result", "o1", "--json")
     assert result.code == 0, result.stderr
+
+
+def test_unconsumed_signals_are_carried_to_the_successor_in_order(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [build()], clock)
+    engine.start("looper", {"n": 0}, run_id="l1")
+    engine.tick(until_idle=True)
+    # Three signals arrive before the run decides: "go" is taken, the others were buffered.
+    engine.signal("l1", "go", 1)
+    engine.signal("l1", "note", {"k": 1}, key="nk")
+    engine.signal("l1", "go", 2)
+    engine.tick(until_idle=True)
+    successor = engine.snapshot("l1").outcome.successor_run_id  # type: ignore[union-attr]
+    assert successor is not None
+    history = engine.history(successor)
+    assert [e.to_json()["data"] for e in history[1:3]] == [
+        {"signal_name": "note", "payload": {"k": 1}, "key": "nk", "carried_from": "l1"},
+        {"signal_name": "go", "payload": 2, "carried_from": "l1"},
+    ]
+    # The carried "go" was taken by the successor's wait: it continued again at once.
+    final = engine.snapshot(successor).outcome
+    assert final is not None and final.successor_run_id is not None
+    last = engine.history(final.successor_run_id)
+    carried = [e.to_json()["data"] for e in last if e.event_key == "signal_received"]
+    assert carried == [
+        {"signal_name": "note", "payload": {"k": 1}, "key": "nk", "carried_from": successor}
+    ]
+    assert engine.snapshot(final.successor_run_id).outcome is not None  # n=2 completes
+
+
+def test_a_run_with_nothing_buffered_carries_nothing(store: EventStore, clock: ManualClock) -> None:
+    engine = make_engine(store, [build()], clock)
+    engine.start("looper", {"n": 0}, run_id="l1")
+    engine.tick(until_idle=True)
+    engine.signal("l1", "go")
+    engine.tick(until_idle=True)
+    successor = engine.snapshot("l1").outcome.successor_run_id  # type: ignore[union-attr]
+    assert keys(engine, successor)[:2] == ["run_started", "signal_wait_started"]

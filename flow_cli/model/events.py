@@ -166,11 +166,16 @@ class SignalReceived(_EventBase):
     key: str | None = None
     """The sender's idempotency key (``flow signal --key``): a second signal of this name with
     the same key is not delivered again. Written only when given."""
+    carried_from: str | None = None
+    """The run that received it first and continued as new before any wait took it: unconsumed
+    signals are carried to the successor, in order. Written only when set."""
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"signal_name": self.signal_name, "payload": self.payload}
         if self.key is not None:
             data["key"] = self.key
+        if self.carried_from is not None:
+            data["carried_from"] = self.carried_from
         return data
 
 

@@ -9,6 +9,7 @@ message, and silently dropping a different one would lose it.
 from __future__ import annotations
 
 from flow_cli.errors import SignalKeyReused, UndeclaredName
+from flow_cli.model.events import SignalReceived
 from flow_cli.model.jsonval import JsonValue, canonical
 from flow_cli.model.snapshot import ReceivedSignal, WorkflowRunSnapshot
 
@@ -33,4 +34,19 @@ def earlier_delivery(
     return sent
 
 
-__all__ = ["check_declared", "earlier_delivery"]
+def carried_signals(snap: WorkflowRunSnapshot) -> list[SignalReceived]:
+    """The signals ``snap``'s run received and no wait took, oldest first, as its
+    ``continue_as_new`` successor receives them: nothing sent to a chain is lost."""
+    return [
+        SignalReceived(
+            signal_name=signal.signal_name,
+            payload=signal.payload,
+            key=signal.key,
+            carried_from=snap.run_id,
+        )
+        for signal in snap.signals
+        if signal.wait_id is None
+    ]
+
+
+__all__ = ["carried_signals", "check_declared", "earlier_delivery"]
