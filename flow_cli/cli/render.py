@@ -410,6 +410,8 @@ def _signals(signals: Mapping[str, Any]) -> RenderableType:
                 state = Text("delivered", "green")
             elif wait.get("timed_out"):
                 state = Text("timed out", "yellow")
+            elif wait.get("closed"):
+                state = Text("closed (another branch won)", "yellow")
             else:
                 state = Text("waiting", "blue")
             payload = short_json(wait.get("payload"), 80) if wait["delivered"] else ""

@@ -44,6 +44,7 @@ from flow_cli.model.commands import (
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
+from flow_cli.model.select import SelectHelpers
 from flow_cli.model.snapshot import (
     AppliedUpdate,
     WaitState,
@@ -59,8 +60,9 @@ STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 """Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
 
 
-class WorkflowContext:
-    """The ``ctx`` passed to a workflow function."""
+class WorkflowContext(SelectHelpers):
+    """The ``ctx`` passed to a workflow function (``ctx.first``, ``ctx.all_settled`` and
+    ``ctx.spawn`` come from ``SelectHelpers``)."""
 
     def __init__(self, snapshot: WorkflowRunSnapshot, patches: Sequence[str] | None = None) -> None:
         self._snap = snapshot

@@ -156,6 +156,15 @@ class SignalWaitStarted(_EventBase):
     KEY = "signal_wait_started"
     wait_id: str
     signal_name: str
+    select: tuple[str, ...] | None = None
+    """Opened by ``ctx.first``: the select's members (``"signal:ok"``, ``"timer:late"``...);
+    once one settles, this wait is closed. Written only when set."""
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"wait_id": self.wait_id, "signal_name": self.signal_name}
+        if self.select is not None:
+            data["select"] = list(self.select)
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -71,6 +71,8 @@ class StepState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_reason: str | None = None
+    settled_sequence: int | None = None
+    """Sequence of the event that settled it (completed, failed for good, cancelled)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +98,10 @@ class SignalWaitState:
     signal_sequence: int | None = None
     timed_out: bool = False
     """Its deadline (``ctx.receive(..., deadline=)``) passed first: it takes no signal now."""
+    select: tuple[str, ...] | None = None
+    """The members of the ``ctx.first`` that opened it."""
+    closed: bool = False
+    """Another member of its select settled first: it takes no signal now."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +140,8 @@ class ChildState:
     """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
     parent ended first."""
     outcome: JsonValue = None
+    settled_sequence: int | None = None
+    """Sequence of its ``child_completed``."""
 
     @property
     def open(self) -> bool:
@@ -234,6 +242,9 @@ class WorkflowRunSnapshot:
     """Signal waits still without their signal, per name, oldest first."""
     updates: dict[str, AppliedUpdate] = field(default_factory=dict)
     """The applied updates by update id, in the order they were applied."""
+    selected_waits: dict[str, list[str]] = field(default_factory=dict)
+    """``ctx.first`` member (``"timer:late"``) → the open-or-closed signal waits of the selects
+    it belongs to: when it settles, those still open are closed."""
     size: int = field(default=0, compare=False)
     """Approximate bytes of the history folded in (what a cached copy costs)."""
 
@@ -324,6 +335,7 @@ class WorkflowRunSnapshot:
             buffered_signals={k: list(v) for k, v in self.buffered_signals.items()},
             waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
             updates=dict(self.updates),
+            selected_waits={k: list(v) for k, v in self.selected_waits.items()},
         )
 
     def progress(self) -> dict[str, int]:
@@ -415,8 +427,10 @@ class WorkflowRunSnapshot:
                         output=event.output,
                         finished_at=at,
                         lease_until=None,
+                        settled_sequence=envelope.sequence,
                     )
                 )
+                self._settled("step", event.step_id)
             case StepFailed():
                 step = self.steps[event.step_id]
                 error: dict[str, Any] = {
@@ -434,8 +448,10 @@ class WorkflowRunSnapshot:
                             error=error,
                             finished_at=at,
                             lease_until=None,
+                            settled_sequence=envelope.sequence,
                         )
                     )
+                    self._settled("step", event.step_id)
                 else:
                     self._set_step(
                         _step_with(
@@ -456,8 +472,10 @@ class WorkflowRunSnapshot:
                         cancel_reason=event.reason,
                         finished_at=at,
                         lease_until=None,
+                        settled_sequence=envelope.sequence,
                     )
                 )
+                self._settled("step", event.step_id)
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
@@ -474,16 +492,20 @@ class WorkflowRunSnapshot:
                 )
                 self.open_deadlines.pop(event.wait_id, None)
                 self._time_out(event.wait_id)
+                self._settled("timer", event.wait_id)
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
                     wait_id=event.wait_id,
                     signal_name=event.signal_name,
                     sequence=envelope.sequence,
+                    select=event.select,
                 )
                 self.signal_waits_open += 1
                 buffered = self.buffered_signals.get(event.signal_name)
-                if buffered:
+                if event.select is not None and self._select_opened(event.wait_id, event.select):
+                    pass  # a member settled before this wait opened: it is closed at once
+                elif buffered:
                     self._deliver(buffered.pop(0), event.wait_id)
                     if not buffered:
                         del self.buffered_signals[event.signal_name]
@@ -529,6 +551,7 @@ class WorkflowRunSnapshot:
                     hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
                 )
                 self.hooks_open -= int(not hook.resolved)
+                self._settled("hook", event.hook_id)
             case ChildScheduled():
                 self._decision()
                 self._set_child(
@@ -546,7 +569,15 @@ class WorkflowRunSnapshot:
                 child = self.children[event.child_id]
                 kind = event.outcome.get("kind") if isinstance(event.outcome, dict) else None
                 status = ChildStatus.of_outcome(kind)
-                self._set_child(replace(child, status=status, outcome=event.outcome))
+                self._set_child(
+                    replace(
+                        child,
+                        status=status,
+                        outcome=event.outcome,
+                        settled_sequence=envelope.sequence,
+                    )
+                )
+                self._settled("child", event.child_id)
             case ChildCancelled():
                 child = self.children[event.child_id]
                 self._set_child(replace(child, status=ChildStatus.CANCEL_REQUESTED))
@@ -624,7 +655,7 @@ class WorkflowRunSnapshot:
         if not timer_id.endswith(DEADLINE_SUFFIX):
             return
         wait = self.signal_waits.get(timer_id[: -len(DEADLINE_SUFFIX)])
-        if wait is None or wait.delivered or wait.timed_out:
+        if wait is None or wait.delivered or wait.timed_out or wait.closed:
             return
         self.signal_waits[wait.wait_id] = replace(wait, timed_out=True)
         self.signal_waits_open -= 1
@@ -642,6 +673,63 @@ class WorkflowRunSnapshot:
             wait, delivered=True, payload=signal.payload, signal_sequence=signal.sequence
         )
         self.signal_waits_open -= 1
+        self._settled("signal", wait_id)
+
+    # -- ctx.first -----------------------------------------------------------------------------
+
+    def settled_at(self, member: str) -> int | None:
+        """The sequence at which ``ctx.first`` member ``"kind:id"`` settled, or None."""
+        kind, _, ident = member.partition(":")
+        match kind:
+            case "signal":
+                wait = self.signal_waits.get(ident)
+                if wait is None or not wait.delivered or wait.signal_sequence is None:
+                    return None
+                return max(wait.sequence, wait.signal_sequence)
+            case "timer":
+                timer = self.waits.get(ident)
+                return timer.fired_sequence if timer is not None else None
+            case "hook":
+                hook = self.hooks.get(ident)
+                return hook.resolved_sequence if hook is not None else None
+            case "step":
+                step = self.steps.get(ident)
+                return step.settled_sequence if step is not None else None
+            case "child":
+                child = self.children.get(ident)
+                return child.settled_sequence if child is not None else None
+        return None
+
+    def _select_opened(self, wait_id: str, members: tuple[str, ...]) -> bool:
+        """Register signal wait ``wait_id`` of a select; True (and the wait closed) when one of
+        its other members has settled already."""
+        own = f"signal:{wait_id}"
+        for member in members:
+            if member != own:
+                self.selected_waits.setdefault(member, []).append(wait_id)
+        if any(self.settled_at(m) is not None for m in members if m != own):
+            self._close(wait_id)
+            return True
+        return False
+
+    def _settled(self, kind: str, ident: str) -> None:
+        """Member ``kind:ident`` settled: the signal waits of its selects take no signal now."""
+        if not self.selected_waits:
+            return
+        for wait_id in self.selected_waits.pop(f"{kind}:{ident}", ()):
+            self._close(wait_id)
+
+    def _close(self, wait_id: str) -> None:
+        wait = self.signal_waits.get(wait_id)
+        if wait is None or wait.delivered or wait.timed_out or wait.closed:
+            return
+        self.signal_waits[wait_id] = replace(wait, closed=True)
+        self.signal_waits_open -= 1
+        waiting = self.waiting_signals.get(wait.signal_name)
+        if waiting is not None and wait_id in waiting:
+            waiting.remove(wait_id)
+            if not waiting:
+                del self.waiting_signals[wait.signal_name]
 
     # -- JSON ----------------------------------------------------------------------------------
 
@@ -688,6 +776,7 @@ class WorkflowRunSnapshot:
                         "signal_name": w.signal_name,
                         "delivered": w.delivered,
                         "timed_out": w.timed_out,
+                        "closed": w.closed,
                         "payload": w.payload,
                     }
                     for w in self.signal_waits.values()
