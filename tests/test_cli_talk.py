@@ -127,6 +127,12 @@ def test_update_records_once_per_id(project: FlowProject) -> None:
     assert events(project, "o1").count("update_applied") == 1
     shown = project.invoke("show", "o1", "--json").json()
     assert [u["update_id"] for u in shown["updates"]] == ["u1"]
+    assert shown["updates"][0]["result"] == {"address": "2 New St"}
+    screen = project.invoke("show", "o1").stdout
+    assert "updates applied" in screen
+    assert "change-address" in screen and '{"address":"2 New St"}' in screen
+    line = [e for e in project.invoke("history", "o1").stdout.splitlines() if "update_applied" in e]
+    assert len(line) == 1 and "update 'change-address' id u1" in line[0]
     assert project.invoke("query", "o1", "status").json()["address"] == "2 New St"
 
 
