@@ -99,4 +99,6 @@ def build(build_id: str = "talk-1", *, changed: bool = False) -> Runtime:
 
 
 runtime = build()
+changed = build("talk-2", changed=True)
+"""The same workflows under another build whose ``change-address`` handler answers otherwise."""
 ORDER = {"amount": 30, "address": "1 Old Road"}

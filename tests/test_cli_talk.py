@@ -15,7 +15,8 @@ from flow_cli.store.sqlite import SQLiteStore
 CONFIG = """\
 [flow]
 database = "sqlite:///flow.db"
-runtimes = ["talk_workflows:runtime"]
+runtimes = ["talk_workflows:runtime", "talk_workflows:changed"]
+build_id = "talk-1"
 """
 
 
@@ -155,3 +156,43 @@ def test_two_processes_sending_the_same_update_id_record_it_once(project: FlowPr
     assert answers[0]["sequence"] == answers[1]["sequence"]
     assert answers[0]["result"] == answers[1]["result"] == {"n": 1}
     assert events(project, "o1").count("update_applied") == 1
+
+
+def test_args_over_the_payload_limit_are_refused(tmp_path: Path) -> None:
+    import talk_workflows
+
+    made = FlowProject(tmp_path, CONFIG + "max_payload_bytes = 2048\n")
+    engine = Engine(SQLiteStore(made.db), [talk_workflows.runtime])
+    engine.start("order", ORDER, run_id="o1")
+    engine.close()
+    big = json.dumps({"address": "x" * 4000})
+    for verb, name in (("query", "status"), ("update", "change-address")):
+        result = made.invoke(verb, "o1", name, "--args", big)
+        assert result.code == 2, result.stderr
+        assert "max_payload_bytes" in result.error_line()
+    assert "update_applied" not in events(made, "o1")
+
+
+def test_a_run_whose_build_is_not_loaded_is_exit_1(project: FlowProject, tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    other = FlowProject(tmp_path / "other", '[flow]\nruntimes = ["cli_workflows:runtime"]\n')
+    other.db = project.db
+    for verb, name in (("query", "status"), ("update", "counter")):
+        result = other.invoke(verb, "o1", name)
+        assert result.code == 1, result.stderr
+        assert "pinned to build 'talk-1', which is not loaded here" in result.error_line()
+
+
+def test_replay_check_and_fork_take_the_recorded_answer(project: FlowProject) -> None:
+    project.ok("update", "o1", "change-address", "--args", '{"address": "2 New St"}')
+    project.ok("signal", "o1", "approval", "--payload", "true")
+    project.ok("tick", "--until-idle")
+    checked = project.invoke("replay-check", "--all", "--build-id", "talk-2", "--json")
+    assert checked.code == 0, checked.stdout + checked.stderr
+    forked = project.invoke("fork", "o1", "--id", "o1-copy", "--from-step", "ship", "--json")
+    assert forked.code == 0, forked.stderr
+    assert "update_applied" in events(project, "o1-copy")
+    assert project.invoke("query", "o1-copy", "status").json()["address"] == "2 New St"
+    project.ok("tick", "--until-idle")
+    result = project.invoke("result", "o1-copy", "--json").json()
+    assert result["outcome"]["result"]["address"] == "2 New St"
