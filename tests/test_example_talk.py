@@ -1,4 +1,4 @@
-"""The example shop's ``status`` query and ``change-address`` update (scripts/demo.sh shows both)."""
+"""The example shop's ``status`` query and ``change-address`` update (shown by demo.sh)."""
 
 from __future__ import annotations
 
