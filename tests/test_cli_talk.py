@@ -196,3 +196,17 @@ def test_replay_check_and_fork_take_the_recorded_answer(project: FlowProject) ->
     project.ok("tick", "--until-idle")
     result = project.invoke("result", "o1-copy", "--json").json()
     assert result["outcome"]["result"]["address"] == "2 New St"
+
+
+def test_upgrade_replays_recorded_updates_and_the_new_build_answers(project: FlowProject) -> None:
+    project.ok("update", "o1", "change-address", "--args", '{"address": "2 New St"}')
+    moved = project.invoke(
+        "upgrade", "--from", "talk-1", "--to", "talk-2", "--allow-unhosted", "o1"
+    )
+    assert moved.code == 0, moved.stdout + moved.stderr
+    assert project.invoke("show", "o1", "--json").json()["build_id"] == "talk-2"
+    # The recorded answer stays; the next update is answered by talk-2's handler.
+    assert project.invoke("query", "o1", "status").json()["address"] == "2 New St"
+    again = project.invoke("update", "o1", "change-address", "--args", '{"address": "3 Up"}')
+    assert again.code == 0, again.stderr
+    assert again.json() == {"address": "3 UP"}
