@@ -87,6 +87,10 @@ def build(build_id: str = "talk-1", *, changed: bool = False) -> Runtime:
     def note(ctx: WorkflowContext, args: Any) -> Any:
         return {"n": ctx.input["n"], "note": args}
 
+    @runtime.workflow("parent")
+    def parent(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete(ctx.child("kid", "order", ctx.input).result)
+
     @runtime.step("charge")
     def charge(input: Any, info: StepInfo) -> Any:
         return {"charged": input["amount"]}

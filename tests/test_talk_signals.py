@@ -209,3 +209,32 @@ def test_a_run_with_nothing_buffered_carries_nothing(store: EventStore, clock: M
     engine.tick(until_idle=True)
     successor = engine.snapshot("l1").outcome.successor_run_id  # type: ignore[union-attr]
     assert keys(engine, successor)[:2] == ["run_started", "signal_wait_started"]
+
+
+def test_a_child_records_its_workflows_declared_signals(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [build()], clock)
+    engine.start("parent", ORDER, run_id="p")
+    engine.tick(until_idle=True)
+    assert engine.snapshot("p/kid").spec.signals == ("approval", "delivered")
+    with pytest.raises(UndeclaredName):
+        engine.signal("p/kid", "aproval")
+
+
+def test_a_bulk_signal_refuses_an_undeclared_name_per_run(tmp_path: Path) -> None:
+    import talk_workflows
+
+    project = FlowProject(tmp_path, CONFIG)
+    engine = Engine(SQLiteStore(project.db), [talk_workflows.runtime], eager_start=False)
+    engine.start("order", ORDER, run_id="o1")
+    engine.start("looper", {"n": 0}, run_id="l1")
+    engine.close()
+    result = project.invoke("signal", "-", "aproval", stdin="o1\nl1\n")
+    assert result.code == 1
+    assert "declares no signal 'aproval'" in result.stdout + result.stderr
+    history = project.invoke("history", "o1", "--json").json()
+    assert [e["event_key"] for e in history] == ["run_started"]
+    assert "signal_received" in [
+        e["event_key"] for e in project.invoke("history", "l1", "--json").json()
+    ]
