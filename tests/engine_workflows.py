@@ -409,7 +409,8 @@ def program_runtime(build_id: str = PROGRAM_BUILD) -> Runtime:
     ``["step", handler]``, ``["batch", [handler, ...]]``, ``["wait", seconds]``,
     ``["signal", name]``, ``["hook"]``, ``["child", policy, [op, ...]]``, ``["continue"]``,
     ``["fail"]``, ``["first", seconds]`` (signal ``a``, signal ``b`` or a timer, whichever comes
-    first), ``["updates"]`` (the answers of the ``note`` updates so far); handlers are ``ok``, ``fail`` and ``flaky`` (fails its first attempt).
+    first), ``["updates"]`` (the answers of the ``note`` updates so far); handlers are ``ok``,
+    ``fail`` and ``flaky`` (fails its first attempt).
     Under cancellation it runs a ``cleanup`` step first when ``input["cleanup"]`` is true.
     """
     rt = Runtime(build_id=build_id)
