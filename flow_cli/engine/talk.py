@@ -171,13 +171,13 @@ def create_signalled(
     """Create ``run`` with signal ``signal`` as its second event, in one transaction
     (signal-with-start). None, writing nothing, when the run id is taken: the caller then
     delivers the signal to the run that is there."""
-    from flow_cli.engine.engine import SignalDelivery, _payload
+    from flow_cli.engine.engine import SignalDelivery
 
     name, payload = signal
     check_name(name, "signal name")
     if key is not None:
         check_name(key, "signal key")
-    event = SignalReceived(signal_name=name, payload=_payload(payload), key=key)
+    event = SignalReceived(signal_name=name, payload=_json(payload, "payload"), key=key)
     first = EventEnvelope(
         run_id=run.run_id,
         sequence=1,
@@ -282,14 +282,20 @@ def _error(exc: BaseException) -> str:
 
 
 def _args(args: JsonValue) -> JsonValue:
+    return _json(args, "args value")
+
+
+def _json(value: JsonValue, what: str) -> JsonValue:
+    """``value`` normalised, or ``InputError`` (exit 2) when it is not JSON or over Flow's
+    limits (``[flow] max_payload_bytes``)."""
     try:
-        return normalise(args)
+        return normalise(value)
     except JsonLimitError as exc:
-        raise InputError(f"the args are refused: {exc}.") from None
+        raise InputError(f"the {what} is refused: {exc}.") from None
     except RecursionError:
-        raise InputError("the args are refused: they are nested too deeply.") from None
+        raise InputError(f"the {what} is refused: it is nested too deeply.") from None
     except (TypeError, ValueError) as exc:
-        raise InputError(f"the args are not a JSON value: {exc}") from None
+        raise InputError(f"the {what} is not a JSON value: {exc}") from None
 
 
 __all__ = ["QueryResult", "UpdateResult", "create_signalled", "query", "update"]
