@@ -35,3 +35,24 @@ def alarm(ctx):  # type: ignore[no-untyped-def]
 
     ctx.sleep_until("t", datetime.fromisoformat(ctx.input["at"]))
     return ctx.complete(ctx.step("after", "inc", 0))
+
+
+@runtime.workflow("talk")
+def talk(ctx):  # type: ignore[no-untyped-def]
+    """input {"steps": n}: n trivial steps (a long history), then waits; an update ends it."""
+    for i in range(ctx.input["steps"]):
+        ctx.step(f"s{i}", "inc", i)
+    if ctx.updates("finish"):
+        return ctx.complete(ctx.updates("finish")[-1].result)
+    return ctx.complete(ctx.receive("never", "never"))
+
+
+@runtime.query("talk", "progress")
+def talk_progress(ctx, args):  # type: ignore[no-untyped-def]
+    last = ctx.input["steps"] - 1
+    return {"done": ctx.step_output(f"s{last}") is not None, "events": ctx.now.isoformat()}
+
+
+@runtime.update("talk", "finish")
+def talk_finish(ctx, args):  # type: ignore[no-untyped-def]
+    return {"finished_by": args}

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         FlowError,
         NonDeterminismError,
         RunNotFound,
+        UpdateRejected,
         WorkflowNotFound,
     )
     from flow_cli.model.clock import ManualClock
@@ -33,6 +34,7 @@ _EXPORTS = {
     "FlowError": "flow_cli.errors",
     "NonDeterminismError": "flow_cli.errors",
     "RunNotFound": "flow_cli.errors",
+    "UpdateRejected": "flow_cli.errors",
     "WorkflowNotFound": "flow_cli.errors",
     "ManualClock": "flow_cli.model.clock",
     "RuntimeCommand": "flow_cli.model.commands",
@@ -61,6 +63,7 @@ __all__ = [
     "StepFailedError",
     "StepInfo",
     "StepStatus",
+    "UpdateRejected",
     "WorkflowContext",
     "WorkflowNotFound",
     "WorkflowTerminalOutcome",

@@ -15,13 +15,20 @@
     ├── CommandNotReturned       workflow code built a command and returned another one
     ├── SuspensionCaught         workflow code caught Flow's suspension (a bare ``except``)
     ├── UnknownPatch             ``ctx.patched(name)`` names a marker the build does not declare
+    ├── UpdateRejected           an update handler refused the update (its reason is the message)
+    ├── UpdateIdReused           an update id already applied with another name or other args
+    ├── SignalKeyReused          a signal key already delivered with another payload
+    ├── HandlerFailed            a query or update handler raised (nothing was written)
+    │   └── CommandInHandler     a query or update handler called a ctx command method
+    ├── RunBuildNotLoaded        a query or update needs the run's build, not loaded here
     ├── HookNotFound             no hook was ever created with that token
     │   └── HookOfAnotherRun     the token is another run's than the one named
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
-    │   └── BuildAmbiguous       several builds define the workflow to start; none is default
+    │   ├── BuildAmbiguous       several builds define the workflow to start; none is default
+    │   └── UndeclaredName       a query, update or signal name the workflow does not declare
     ├── NoLiveHost               no live worker hosts the build runs would move to
     ├── StepOutputNotJSON        a step returned a value Flow cannot store (fails without retry)
     └── StoreError               the database is missing, locked, unreachable or corrupt
@@ -338,6 +345,87 @@ class BuildAmbiguous(InputError):
         )
         self.workflow = workflow
         self.builds = tuple(builds)
+
+
+class UndeclaredName(InputError):
+    """A query, update or signal name that the run's workflow does not declare."""
+
+    def __init__(self, run_id: str, kind: str, name: str, declared: Sequence[str]) -> None:
+        names = ", ".join(sorted(declared)) if declared else "none"
+        kinds = "queries" if kind == "query" else f"{kind}s"
+        super().__init__(
+            f"Run {run_id!r}: its workflow declares no {kind} {name!r}. Declared {kinds}: {names}."
+        )
+        self.run_id = run_id
+        self.kind = kind
+        self.name = name
+        self.declared = tuple(sorted(declared))
+
+
+class UpdateRejected(FlowError):
+    """Raise it in an ``@runtime.update`` handler to refuse the update: nothing is recorded
+    and the caller gets ``reason`` (``flow update`` exits 1 with ``rejected: reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"rejected: {reason}")
+        self.reason = reason
+
+
+class UpdateIdReused(FlowError):
+    """An update id that was already applied with another name or other args."""
+
+    def __init__(self, run_id: str, update_id: str, detail: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: update id {update_id!r} was already applied with {detail}; "
+            "an update id names one request. Send this one under another --id."
+        )
+        self.run_id = run_id
+        self.update_id = update_id
+
+
+class SignalKeyReused(FlowError):
+    """A signal idempotency key already delivered with another payload."""
+
+    def __init__(self, run_id: str, name: str, key: str, sequence: int) -> None:
+        super().__init__(
+            f"Run {run_id!r}: signal {name!r} with key {key!r} was already delivered (event "
+            f"{sequence}) with another payload; a key names one message. Send this one under "
+            "another --key."
+        )
+        self.run_id = run_id
+        self.key = key
+        self.sequence = sequence
+
+
+class HandlerFailed(FlowError):
+    """A query or update handler raised something else than ``UpdateRejected``."""
+
+    def __init__(self, run_id: str, kind: str, name: str, handler: str, error: str) -> None:
+        super().__init__(
+            f"Run {run_id!r}: {kind} handler {handler} ({name!r}) raised {error}; nothing was "
+            "written. Fix the handler and deploy it."
+        )
+        self.run_id = run_id
+        self.kind = kind
+        self.name = name
+        self.handler = handler
+
+
+class CommandInHandler(HandlerFailed):
+    """A query or update handler called a command method of its read-only ``ctx``."""
+
+
+class RunBuildNotLoaded(FlowError):
+    """A query or update runs the run's own build code, which is not loaded in this process."""
+
+    def __init__(self, run_id: str, build_id: str, loaded: Sequence[str]) -> None:
+        hint = f" Loaded builds: {', '.join(sorted(loaded))}." if loaded else ""
+        super().__init__(
+            f"Run {run_id!r} is pinned to build {build_id!r}, which is not loaded here; its "
+            f"handlers run with its own code. Add that build to flow.toml's runtimes.{hint}"
+        )
+        self.run_id = run_id
+        self.build_id = build_id
 
 
 class RunStillOpen(FlowError):

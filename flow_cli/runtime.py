@@ -1,4 +1,5 @@
-"""The authoring API: ``Runtime``, ``@runtime.workflow``, ``@runtime.step`` and step ``info``."""
+"""The authoring API: ``Runtime``, ``@runtime.workflow``, ``@runtime.step``, step ``info``, and
+``@runtime.query`` / ``@runtime.update``."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext
 from flow_cli.model.decision import Proposal
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.names import check_name
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.suspension import Suspend
 
 WorkflowFn = Callable[[WorkflowContext], RuntimeCommand]
+Handler = Callable[[WorkflowContext, Any], Any]
+"""A query or update handler: ``fn(ctx, args) -> JSON``."""
 StepFn = Callable[[Any, "StepInfo"], Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,14 +55,63 @@ class Runtime:
         deciding.install()  # refuse the clock, randomness and fresh ids in workflow code
         self.workflows: dict[str, WorkflowFn] = {}
         self.steps: dict[str, StepFn] = {}
+        self.signals: dict[str, tuple[str, ...]] = {}
+        """Workflow name → the signal names it declares (absent: it accepts any name)."""
+        self.queries: dict[str, dict[str, Handler]] = {}
+        """Workflow name → query name → handler ``fn(ctx, args)``."""
+        self.updates: dict[str, dict[str, Handler]] = {}
+        """Workflow name → update name → handler ``fn(ctx, args)``."""
 
-    def workflow(self, name: str) -> Callable[[F], F]:
-        """Register a workflow function ``fn(ctx) -> command`` under ``name``."""
+    def workflow(self, name: str, *, signals: Iterable[str] | None = None) -> Callable[[F], F]:
+        """Register a workflow function ``fn(ctx) -> command`` under ``name``.
+
+        ``signals``: the signal names its runs accept, recorded in each run's spec; a signal
+        with another name is refused at the door. Leave it out to accept any name.
+        """
+        declared = None if signals is None else tuple(dict.fromkeys(signals))
+        for signal in declared or ():
+            check_name(signal, "signal name")
 
         def register(fn: F) -> F:
             if name in self.workflows:
                 raise ConfigError(f"build {self.build_id!r} defines workflow {name!r} twice")
             self.workflows[name] = fn
+            if declared is not None:
+                self.signals[name] = declared
+            return fn
+
+        return register
+
+    def query(self, workflow: str, name: str) -> Callable[[F], F]:
+        """Register query ``name`` of ``workflow``: ``fn(ctx, args) -> JSON``.
+
+        It runs in the asking process on the run's current history with a read-only ``ctx``
+        (a command method raises) and writes nothing (``flow query``, ``engine.query``).
+        """
+        return self._handler(self.queries, "query", workflow, name)
+
+    def update(self, workflow: str, name: str) -> Callable[[F], F]:
+        """Register update ``name`` of ``workflow``: ``fn(ctx, args) -> JSON``.
+
+        It validates the request on the run's current history (raise ``UpdateRejected`` to
+        refuse it) and answers; the answer is recorded (``update_applied``) and the workflow
+        reads it with ``ctx.updates(name)`` (``flow update``, ``engine.update``).
+        """
+        return self._handler(self.updates, "update", workflow, name)
+
+    def _handler(
+        self, table: dict[str, dict[str, Handler]], kind: str, workflow: str, name: str
+    ) -> Callable[[F], F]:
+        check_name(name, f"{kind} name")
+
+        def register(fn: F) -> F:
+            handlers = table.setdefault(workflow, {})
+            if name in handlers:
+                raise ConfigError(
+                    f"build {self.build_id!r} defines {kind} {name!r} of workflow {workflow!r} "
+                    "twice"
+                )
+            handlers[name] = fn
             return fn
 
         return register

@@ -7,6 +7,8 @@
     env.run_until_idle()                  # decide and run steps in-process until nothing is due
     env.skip_to_next_timer()              # jump to the next deadline, run until idle
     env.signal(run, "decision", {"ok": True})
+    env.update(run, "change-address", {"address": "..."})   # the handler's answer
+    env.query(run, "status")                              # nothing written
     assert env.result(run) == {...}
 
 No database, no worker, no sleeping: the store is in memory and time moves only when the test
@@ -125,6 +127,19 @@ class WorkflowEnvironment:
         """Send signal ``name`` to the run (or its live successor), then run until idle."""
         self.engine.signal(live_run(self.engine, run_id), name, payload)
         self.run_until_idle()
+
+    def query(self, run_id: str, name: str, args: JsonValue = None) -> JsonValue:
+        """The answer of query ``name`` on the run (or its live successor); writes nothing."""
+        return self.engine.query(run_id, name, args).result
+
+    def update(
+        self, run_id: str, name: str, args: JsonValue = None, *, update_id: str | None = None
+    ) -> JsonValue:
+        """Apply update ``name`` to the run (or its live successor), run until idle, and
+        return the handler's answer (raises ``UpdateRejected`` when it refused)."""
+        result = self.engine.update(run_id, name, args, update_id=update_id).result
+        self.run_until_idle()
+        return result
 
     def resolve_hook(self, token: str, payload: JsonValue = None) -> tuple[str, str]:
         """Deliver a hook's callback, then run until idle. Returns ``(run_id, hook_id)``."""

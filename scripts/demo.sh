@@ -19,6 +19,9 @@ flow start order --id $RUN --input @workflows_example/order-2026-0001.json
 say flow tick --until-idle
 flow tick --until-idle
 
+say flow query $RUN status   # the order's own answer; nothing is written
+flow query $RUN status
+
 TOKEN=$(flow show $RUN --json | json_field 'd["hooks"]["approval"]["token"]')
 say flow hook resolve "$TOKEN" --payload '{"approved": true, "by": "ops@example.com"}'
 flow hook resolve "$TOKEN" --payload '{"approved": true, "by": "ops@example.com"}'
@@ -34,6 +37,13 @@ for _ in $(seq 1 30); do
 done
 flow show $RUN
 
+say flow update $RUN change-address --args '{"address": "Rua do Ouro 40, Lisboa"}' --id addr-1
+flow update $RUN change-address --args '{"address": "Rua do Ouro 40, Lisboa"}' --id addr-1
+say "flow update $RUN change-address --args '{\"address\": \"Rua do Ouro 40, Lisboa\"}' --id addr-1 --json   # same id: recorded answer, nothing written"
+flow update $RUN change-address --args '{"address": "Rua do Ouro 40, Lisboa"}' --id addr-1 --json
+say flow query $RUN status
+flow query $RUN status
+
 say flow signal $RUN shipped --payload '{"tracking": "TRK-1"}'
 flow signal $RUN shipped --payload '{"tracking": "TRK-1"}'
 say flow tick --until-idle
@@ -48,6 +58,9 @@ say flow replay-check --all --build-id shop-2026.12.1
 flow replay-check --all --build-id shop-2026.12.1
 say "flow replay-check --all --build-id shop-2026.12.1-broken   # exits 3: it would break running orders"
 flow replay-check --all --build-id shop-2026.12.1-broken || echo "(exit code $?)"
+
+say "flow update $RUN change-address --args '{\"address\": \"too late\"}'   # exits 1: it ended"
+flow update $RUN change-address --args '{"address": "too late"}' || echo "(exit code $?)"
 
 status=$(flow show $RUN --json | json_field 'd["status"]')
 echo

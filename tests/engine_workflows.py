@@ -408,7 +408,9 @@ def program_runtime(build_id: str = PROGRAM_BUILD) -> Runtime:
 
     ``["step", handler]``, ``["batch", [handler, ...]]``, ``["wait", seconds]``,
     ``["signal", name]``, ``["hook"]``, ``["child", policy, [op, ...]]``, ``["continue"]``,
-    ``["fail"]``; handlers are ``ok``, ``fail`` and ``flaky`` (fails its first attempt).
+    ``["fail"]``, ``["first", seconds]`` (signal ``a``, signal ``b`` or a timer, whichever comes
+    first), ``["updates"]`` (the answers of the ``note`` updates so far); handlers are ``ok``,
+    ``fail`` and ``flaky`` (fails its first attempt).
     Under cancellation it runs a ``cleanup`` step first when ``input["cleanup"]`` is true.
     """
     rt = Runtime(build_id=build_id)
@@ -469,6 +471,19 @@ def program_runtime(build_id: str = PROGRAM_BUILD) -> Runtime:
                     return ctx.continue_as_new({**ctx.input, "gen": 1})
             elif kind == "fail":
                 return ctx.fail({"at": i})
+            elif kind == "first":
+                which, _ = ctx.first(
+                    ctx.on_signal(f"{oid}.a", "a"),
+                    ctx.on_signal(f"{oid}.b", "b"),
+                    ctx.on_timer(f"{oid}.t", timeout=op[1]),
+                )
+                results.append(which)
+            elif kind == "updates":
+                results.append([u.result for u in ctx.updates("note")])
         return ctx.complete(results)
+
+    @rt.update("program", "note")
+    def note(ctx, args):
+        return {"n": len(ctx.updates("note")) + 1, "args": args}
 
     return rt

@@ -52,6 +52,8 @@ OPS = st.one_of(
     ),
     st.tuples(st.just("continue")),
     st.tuples(st.just("fail")),
+    st.tuples(st.just("first"), st.integers(0, 20)),
+    st.tuples(st.just("updates")),
 )
 PROGRAMS = st.fixed_dictionaries({"ops": st.lists(OPS, max_size=5), "cleanup": st.booleans()})
 ACTIONS = st.one_of(
@@ -60,6 +62,7 @@ ACTIONS = st.one_of(
     st.tuples(st.just("signal"), st.integers(0, 9), SIGNALS),
     st.tuples(st.just("hook"), st.integers(0, 9)),
     st.tuples(st.just("cancel"), st.integers(0, 9)),
+    st.tuples(st.just("update"), st.integers(0, 9)),
 )
 
 SETTINGS = settings(
@@ -98,6 +101,8 @@ def _act(engine: Engine, clock: ManualClock, action: tuple[Any, ...]) -> None:
                     engine.resolve_hook(tokens[index % len(tokens)], {"hook": index})
             case ("cancel", index):
                 engine.cancel(runs[index % len(runs)], f"cancel {index}")
+            case ("update", index):
+                engine.update(runs[index % len(runs)], "note", {"sent": index})
     except (RunFinished, HookAlreadyResolved):
         pass
 

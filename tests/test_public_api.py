@@ -29,6 +29,7 @@ def test_exports_are_pinned() -> None:
         "StepFailedError",
         "StepInfo",
         "StepStatus",
+        "UpdateRejected",
         "WorkflowContext",
         "WorkflowNotFound",
         "WorkflowTerminalOutcome",

@@ -125,6 +125,7 @@ def test_step_with_is_replace() -> None:
         "started_at": at,
         "finished_at": at,
         "cancel_reason": "r",
+        "settled_sequence": 12,
     }
     assert set(values) == {f.name for f in fields(StepState)}
     for name, value in values.items():

@@ -48,6 +48,7 @@ from flow_cli.model.events import (
     StepFailed,
     StepScheduled,
     StepStarted,
+    UpdateApplied,
     WaitCompleted,
     WaitStarted,
 )
@@ -555,6 +556,9 @@ SAMPLES: list[Event] = [
     WaitCompleted(wait_id="w", deadline=AT),
     SignalWaitStarted(wait_id="sw", signal_name="approve"),
     SignalReceived(signal_name="approve", payload={"by": "ops", "nested": {"x": [1.5, True]}}),
+    SignalWaitStarted(wait_id="sel", signal_name="ok", select=("signal:sel", "timer:late")),
+    SignalReceived(signal_name="ok", payload=None, key="k", carried_from="r~0"),
+    UpdateApplied(update_id="u1", name="change-address", args={"a": "x"}, result={"a": "X"}),
     HookCreated(hook_id="h", token="tok", metadata={"url": "https://example.test"}),
     HookResolved(hook_id="h", token="tok", payload="yes"),
     ChildScheduled(

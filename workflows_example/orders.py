@@ -4,6 +4,10 @@ reserve stock (idempotency key ``{order}:reserve-stock:{sku}``) → manager appr
 payment deadline timer → charge payment with retries → one child run per parcel → wait for the
 ``shipped`` signal → complete.
 
+Talking to a running order: the ``status`` query answers "where is my order?" from its own
+history (nothing written); the ``change-address`` update changes where it ships until the
+warehouse reports it shipped, and is recorded for the workflow (``ctx.updates``).
+
 The tax-rounding change is guarded by the patch marker ``tax-rounding-fix``: runs recorded by
 the previous build (without the marker) keep the old arithmetic, so they replay unchanged.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flow_cli import Runtime, RuntimeCommand, WorkflowContext
+from flow_cli import Runtime, RuntimeCommand, UpdateRejected, WorkflowContext
 from workflows_example.shared import PAYMENT_RETRY, register_shared
 
 runtime = Runtime(build_id="shop-2026.12.1", patches=["tax-rounding-fix"])
@@ -60,17 +64,57 @@ def run_order(ctx: WorkflowContext, amount: float) -> RuntimeCommand:
 
     shipment = ctx.receive("shipped", "shipped")
     labels = [outcome.result["label"] for outcome in packed]
-    return ctx.complete(
-        {
-            "order": ctx.run_id,
-            "charge": payment["charge_id"],
-            "amount": amount,
-            "labels": labels,
-            "tracking": (shipment or {}).get("tracking"),
-        }
-    )
+    result = {
+        "order": ctx.run_id,
+        "charge": payment["charge_id"],
+        "amount": amount,
+        "labels": labels,
+        "tracking": (shipment or {}).get("tracking"),
+    }
+    if ctx.updates("change-address"):
+        # Only runs whose address changed say where they went: recorded results stay as they were.
+        result["ship_to"] = ship_to(ctx)
+    return ctx.complete(result)
+
+
+def ship_to(ctx: WorkflowContext) -> Any:
+    """Where the order ships: the last accepted ``change-address``, else the input's address."""
+    changes = ctx.updates("change-address")
+    if changes:
+        return changes[-1].result["address"]  # type: ignore[index]
+    return ctx.input.get("address") if isinstance(ctx.input, dict) else None
 
 
 @runtime.workflow("order")
 def order(ctx: WorkflowContext) -> RuntimeCommand:
     return run_order(ctx, charge_amount(ctx, ctx.input))
+
+
+@runtime.query("order", "status")
+def order_status(ctx: WorkflowContext, args: Any) -> Any:
+    """Where the order is, in the shop's words (``flow query RUN status``)."""
+    approval = ctx.hook("approval")
+    if ctx.wait_done("shipped"):
+        stage = "shipped"
+    elif ctx.step_output("charge-payment") is not None:
+        stage = "packing"
+    elif approval is not None:
+        stage = "approved" if approval.get("approved") else "rejected"
+    else:
+        stage = "awaiting approval"
+    return {
+        "stage": stage,
+        "charged": ctx.step_output("charge-payment") is not None,
+        "ship_to": ship_to(ctx),
+    }
+
+
+@runtime.update("order", "change-address")
+def change_address(ctx: WorkflowContext, args: Any) -> Any:
+    """Change the shipping address until the warehouse reports the order shipped."""
+    address = args.get("address") if isinstance(args, dict) else None
+    if not isinstance(address, str) or not address.strip():
+        raise UpdateRejected('give the new address: {"address": "..."}')
+    if ctx.wait_done("shipped"):
+        raise UpdateRejected("the order has already shipped")
+    return {"address": address.strip(), "was": ship_to(ctx)}

@@ -324,19 +324,33 @@ def signal_run(
 
     A signal that arrives before the workflow waits for it is kept and matched later, in order.
     A run that continued as new passes the signal on to its live successor (said on stderr).
-    Signalling a run that already ended fails (exit 1). With --key, sending again with the same
-    key delivers nothing new.
+    Signalling a run that already ended fails (exit 1). A workflow that declares its signals
+    refuses another name (exit 2, listing them; nothing written). With --key, sending again
+    with the same key delivers nothing new and says "duplicate" (exit 0); the same key with
+    another payload is refused (exit 1).
     """
     state = CliState.of(ctx)
     check_name(name, "signal name")
     value = parse_json_arg(payload, "--payload")
     with state.open_engine(create=False, with_runtimes=False) as engine:
         run_id = follow_one(engine, run_id)
-        sequence = engine.signal(run_id, name, value, key=key)
+        sent = engine.deliver_signal(run_id, name, value, key=key)
     if state.want_json(json_output):
-        emit_json({"run_id": run_id, "signal": name, "sequence": sequence})
+        emit_json(
+            {
+                "run_id": run_id,
+                "signal": name,
+                "sequence": sent.sequence,
+                "duplicate": sent.duplicate,
+            }
+        )
+    elif sent.duplicate:
+        out(
+            f"signal {name!r} with key {key!r} was already delivered to run "
+            f"{escape_controls(run_id)} (event {sent.sequence}): duplicate, nothing sent"
+        )
     else:
-        out(f"signal {name!r} delivered to run {escape_controls(run_id)} (event {sequence})")
+        out(f"signal {name!r} delivered to run {escape_controls(run_id)} (event {sent.sequence})")
 
 
 def cancel_one(

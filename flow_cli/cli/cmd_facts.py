@@ -73,15 +73,48 @@ def start(
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="With --from-jsonl: one JSON result a line.")
     ] = False,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            metavar="NAME",
+            help="Signal-with-start: deliver signal NAME in the transaction that creates the "
+            "run (or to the run with this --id and input that exists already).",
+            show_default=False,
+        ),
+    ] = None,
+    signal_payload: Annotated[
+        str | None,
+        typer.Option(
+            "--signal-payload",
+            metavar="JSON|@FILE|-",
+            help="With --signal: its payload (literal JSON, @file.json, or -). Default: null.",
+            show_default=False,
+        ),
+    ] = None,
+    signal_key: Annotated[
+        str | None,
+        typer.Option(
+            "--signal-key",
+            metavar="KEY",
+            help="With --signal: its idempotency key, as flow signal --key.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a run of WORKFLOW and print its run id.
 
     Starting again with the same --id, workflow and input prints the same id (created: false);
     the same id with a different workflow or input is an error (exit 2). The run is decided by
-    the next `flow tick` or a running `flow worker`.
+    the next `flow tick` or a running `flow worker`. With --signal, the signal is delivered in
+    the same transaction (--json adds "signal": {"sequence", "duplicate"}).
     """
     state = CliState.of(ctx)
+    if signal is None and (signal_payload is not None or signal_key is not None):
+        raise InputError("--signal-payload and --signal-key go with --signal NAME.")
     if from_jsonl is not None:
+        if signal is not None:
+            raise InputError("--signal starts one run; drop it or --from-jsonl.")
         if workflow is not None or run_id is not None or input is not None:
             raise InputError("--from-jsonl takes workflow, id and input from its lines; drop them.")
         from flow_cli.cli.jsonl_starts import start_from_jsonl
@@ -96,11 +129,32 @@ def start(
     if run_id is not None:
         check_run_id(run_id)
     value = parse_json_arg(input, "--input")
+    sent = None
+    if signal is not None:
+        check_name(signal, "signal name")
+        if signal_key is not None:
+            check_name(signal_key, "signal key")
+        if input == "-" and signal_payload == "-":
+            raise InputError("--input and --signal-payload cannot both read stdin.")
+        sent = (signal, parse_json_arg(signal_payload, "--signal-payload"))
     state.check_startable(workflow, build_id)
     with state.open_engine(create=True, with_runtimes=True) as engine:
-        result = engine.start(workflow, value, run_id=run_id, build_id=build_id)
+        result = engine.start(
+            workflow,
+            value,
+            run_id=run_id,
+            build_id=build_id,
+            signal=sent,
+            signal_key=signal_key,
+        )
     if state.want_json(json_output):
-        emit_json({"run_id": result.run_id, "created": result.created})
+        shown: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
+        if result.signal is not None:
+            shown["signal"] = {
+                "sequence": result.signal.sequence,
+                "duplicate": result.signal.duplicate,
+            }
+        emit_json(shown)
     else:
         out(escape_controls(result.run_id))
 

@@ -256,6 +256,8 @@ def show_view(
         parts.append(_signals(signals))
     if snap["hooks"]:
         parts.append(_hooks(snap["hooks"]))
+    if snap.get("updates"):
+        parts.append(_updates(snap["updates"]))
     if snap["children"]:
         parts.append(_children(snap["children"], child_status))
     parts.append(_progress(snap["progress"]))
@@ -413,6 +415,8 @@ def _signals(signals: Mapping[str, Any]) -> RenderableType:
                 state = Text("delivered", "green")
             elif wait.get("timed_out"):
                 state = Text("timed out", "yellow")
+            elif wait.get("closed"):
+                state = Text("closed (another branch won)", "yellow")
             else:
                 state = Text("waiting", "blue")
             payload = short_json(wait.get("payload"), 80) if wait["delivered"] else ""
@@ -446,6 +450,22 @@ def _hooks(hooks: Mapping[str, Mapping[str, Any]]) -> RenderableType:
             Text(hook["token"]),
             Text("resolved", "green") if resolved else Text("open", "blue"),
             Text(short_json(hook.get("payload") if resolved else hook.get("metadata"), 80)),
+        )
+    return table
+
+
+def _updates(updates: Sequence[Mapping[str, Any]]) -> RenderableType:
+    table = _table("updates applied")
+    for column in ("seq", "update", "id", "at"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("args → result", overflow="fold")
+    for update in updates:
+        table.add_row(
+            Text(str(update["sequence"])),
+            Text(update["name"]),
+            Text(update["update_id"]),
+            Text(when(update.get("at"))),
+            Text(f"{short_json(update.get('args'), 40)} → {short_json(update.get('result'), 40)}"),
         )
     return table
 
@@ -529,9 +549,17 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
         case "wait_completed":
             return f"wait {d.get('wait_id')!r} fired"
         case "signal_wait_started":
-            return f"wait {d.get('wait_id')!r} for signal {d.get('signal_name')!r}"
+            select = d.get("select")
+            among = f" (first of {', '.join(map(str, select))})" if isinstance(select, list) else ""
+            return f"wait {d.get('wait_id')!r} for signal {d.get('signal_name')!r}{among}"
         case "signal_received":
-            return f"signal {d.get('signal_name')!r} {short_json(d.get('payload'), 60)}"
+            carried = f" (carried from {d['carried_from']})" if d.get("carried_from") else ""
+            return f"signal {d.get('signal_name')!r} {short_json(d.get('payload'), 60)}{carried}"
+        case "update_applied":
+            return (
+                f"update {d.get('name')!r} id {d.get('update_id')} "
+                f"{short_json(d.get('args'), 40)} → {short_json(d.get('result'), 40)}"
+            )
         case "hook_created":
             return (
                 f"hook {d.get('hook_id')!r} token {d.get('token')} "

@@ -380,6 +380,10 @@ class Decider:
                     return HookTokenInUse(event.token, owner.run_id, owner.hook_id)
         return None
 
+    def _declared_signals(self, build_id: str, workflow: str) -> tuple[str, ...] | None:
+        runtime = self.runtimes.get(build_id)
+        return runtime.signals.get(workflow) if runtime is not None else None
+
     def _children(
         self, snap: WorkflowRunSnapshot, events: tuple[Event, ...], now: datetime
     ) -> list[NewRun]:
@@ -393,6 +397,7 @@ class Decider:
                     patches=snap.spec.patches,
                     parent_run_id=snap.run_id,
                     parent_child_id=event.child_id,
+                    signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,
@@ -421,10 +426,9 @@ class Decider:
                 if self.streams.store.get_run(successor.run_id) is not None:
                     return RunIdTaken(successor.run_id)
                 effects.creates.append(successor)
-                if snap.cancel_requested:
-                    # A cancellation request must not be shed by continuing as new: the
-                    # successor starts with it, in the same transaction.
-                    effects.others.append(self._carry_cancel(successor, snap.cancel_reason, now))
+                carried = self._carry(successor, snap, now)
+                if carried is not None:
+                    effects.others.append(carried)
         # Cancellation policy "cancel": ask each open child to stop, in the same transaction.
         for child in snap.children.values():
             if child.open and child.cancellation == "cancel":
@@ -450,7 +454,17 @@ class Decider:
             decide_at=now,
         )
 
-    def _carry_cancel(self, successor: NewRun, reason: str | None, now: datetime) -> Pending:
+    def _carry(self, successor: NewRun, snap: WorkflowRunSnapshot, now: datetime) -> Pending | None:
+        """What the successor starts with besides ``run_started``, in the same transaction:
+        the signals no wait took (in order), then a cancellation request. Neither may be shed
+        by continuing as new."""
+        from flow_cli.model.signals import carried_signals
+
+        events: list[Event] = list(carried_signals(snap))
+        if snap.cancel_requested:
+            events.append(CancelRequested(reason=snap.cancel_reason or "cancelled"))
+        if not events:
+            return None
         started = EventEnvelope(
             run_id=successor.run_id,
             sequence=1,
@@ -458,7 +472,7 @@ class Decider:
             event=RunStarted(spec=successor.spec, seed=successor.seed),
         )
         write = Pending.on(WorkflowRunSnapshot.start(started), now)
-        write.add([CancelRequested(reason=reason or "cancelled")])
+        write.add(events)
         write.decide_at = now
         return write
 

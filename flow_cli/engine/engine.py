@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.steps import StepExecutor
+    from flow_cli.engine.talk import QueryResult, UpdateResult
     from flow_cli.engine.worker import TickReport, WorkerSession
     from flow_cli.runtime import Runtime
 
@@ -75,10 +76,21 @@ MAX_CONFLICT_RETRIES = 100
 
 
 @dataclass(frozen=True, slots=True)
+class SignalDelivery:
+    run_id: str
+    sequence: int
+    """The ``signal_received`` event's sequence (the earlier one for a duplicate)."""
+    duplicate: bool
+    """A signal of this name with this key was already delivered; nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
 class StartResult:
     run_id: str
     created: bool
     """False when a run with the same id and spec already existed (idempotent start)."""
+    signal: SignalDelivery | None = None
+    """With signal-with-start: the signal's delivery (sequence, duplicate)."""
 
 
 class Engine:
@@ -232,11 +244,18 @@ class Engine:
         *,
         run_id: str | None = None,
         build_id: str | None = None,
+        signal: tuple[str, JsonValue] | None = None,
+        signal_key: str | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
 
         With ``eager_start`` (the default), the run's first decisions are made here and
         committed with its creation: its first step is at once ready for a worker.
+
+        ``signal=(name, payload)`` (signal-with-start): the signal is delivered in the
+        transaction that creates the run, or to the run with this id and spec that exists
+        already (``signal_key`` as for ``signal``); ``StartResult.signal`` says how. The
+        workers then make the run's first decision.
 
         Raises ``WorkflowNotFound``, ``InputError`` (input not JSON), or ``RunAlreadyExists``
         when the id is taken by a run with another spec (workflow, input, build id, patches):
@@ -254,12 +273,19 @@ class Engine:
             input=value,
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
+            signals=runtime.signals.get(workflow),
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
         now = self.clock.now()
         run = NewRun(run_id=run_id, spec=spec, seed=secrets.token_hex(16), decide_at=now)
-        if self._create(run, runtime, now):
+        if signal is not None:
+            from flow_cli.engine import talk
+
+            sent = talk.create_signalled(self, run, signal, signal_key, now)
+            if sent is not None:
+                return StartResult(run_id=run_id, created=True, signal=sent)
+        elif self._create(run, runtime, now):
             return StartResult(run_id=run_id, created=True)
         existing = self.snapshot(run_id).spec
         if existing.workflow != workflow:
@@ -270,6 +296,10 @@ class Engine:
             raise RunAlreadyExists(run_id, f"build id ({existing.runtime_build_id!r})")
         if existing.patches != spec.patches:
             raise RunAlreadyExists(run_id, f"set of patch markers ({list(existing.patches)})")
+        if signal is not None:
+            name, payload = signal
+            sent = self.deliver_signal(run_id, name, payload, key=signal_key)
+            return StartResult(run_id=run_id, created=False, signal=sent)
         return StartResult(run_id=run_id, created=False)
 
     def _start_committer(self) -> GroupCommitter:
@@ -317,21 +347,58 @@ class Engine:
         With ``key`` (an idempotency key), a signal of this name already received with the same
         key is not delivered again: sending twice is sending once. Returns the sequence of the
         ``signal_received`` event (the earlier one when it was already delivered). Raises
-        ``RunNotFound`` and ``RunFinished``.
+        ``RunNotFound``, ``RunFinished``, ``UndeclaredName`` (the workflow declares its signals
+        and not this one) and ``SignalKeyReused`` (the key came with another payload).
         """
+        return self.deliver_signal(run_id, name, payload, key=key).sequence
+
+    def deliver_signal(
+        self, run_id: str, name: str, payload: JsonValue = None, *, key: str | None = None
+    ) -> SignalDelivery:
+        """``signal``, saying whether it was a duplicate of a keyed signal delivered before."""
+        from flow_cli.model.signals import check_declared, earlier_delivery
+
         check_name(name, "signal name")
-        event = SignalReceived(signal_name=name, payload=_payload(payload), key=key)
+        value = _payload(payload)
+        event = SignalReceived(signal_name=name, payload=value, key=key)
         earlier: list[int] = []
 
         def events(snap: WorkflowRunSnapshot) -> list[Event]:
-            sent = snap.signal_with_key(name, key) if key is not None else None
+            check_declared(snap, name)
+            sent = earlier_delivery(snap, name, value, key)
             if sent is not None:
                 earlier.append(sent.sequence)
                 return []
             return [event]
 
         sequence = self._append_fact(run_id, events, f"signal {name!r}")
-        return earlier[-1] if earlier else sequence
+        if earlier:
+            return SignalDelivery(run_id=run_id, sequence=earlier[-1], duplicate=True)
+        return SignalDelivery(run_id=run_id, sequence=sequence, duplicate=False)
+
+    def query(self, run_id: str, name: str, args: JsonValue = None) -> QueryResult:
+        """Answer query ``name`` with the run's own handler on its current history; nothing
+        is written. A continued run is followed to its live successor; an ended run answers
+        too. See ``flow_cli.engine.talk.query`` for the errors."""
+        from flow_cli.engine import talk
+
+        return talk.query(self, run_id, name, args)
+
+    def update(
+        self,
+        run_id: str,
+        name: str,
+        args: JsonValue = None,
+        *,
+        update_id: str | None = None,
+    ) -> UpdateResult:
+        """Apply update ``name``: its handler validates and answers on the current history,
+        and the answer is recorded (``update_applied``) for the workflow. The same
+        ``update_id`` again returns the recorded answer and writes nothing. See
+        ``flow_cli.engine.talk.update`` for the errors."""
+        from flow_cli.engine import talk
+
+        return talk.update(self, run_id, name, args, update_id=update_id)
 
     def resolve_hook(
         self, token: str, payload: JsonValue = None, *, run_id: str | None = None
@@ -591,4 +658,4 @@ def _json_input(value: JsonValue, what: str) -> JsonValue:
         raise InputError(f"the {what} is not a JSON value: {exc}") from None
 
 
-__all__ = ["Engine", "StartResult"]
+__all__ = ["Engine", "SignalDelivery", "StartResult"]

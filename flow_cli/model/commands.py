@@ -40,6 +40,9 @@ class WaitUntil:
 class WaitForSignal:
     wait_id: str
     signal_name: str
+    select: tuple[str, ...] | None = None
+    """Opened by ``ctx.first``: the members (``"kind:id"``) of its select; once one of them
+    settles, this wait is closed and takes no signal."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import random as _random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -43,7 +44,9 @@ from flow_cli.model.commands import (
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
+from flow_cli.model.select import SelectHelpers
 from flow_cli.model.snapshot import (
+    AppliedUpdate,
     ChildState,
     StepState,
     WaitState,
@@ -62,8 +65,9 @@ STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 _C = TypeVar("_C", bound=RuntimeCommand)
 
 
-class WorkflowContext:
-    """The ``ctx`` passed to a workflow function."""
+class WorkflowContext(SelectHelpers):
+    """The ``ctx`` passed to a workflow function (``ctx.first``, ``ctx.all_settled`` and
+    ``ctx.spawn`` come from ``SelectHelpers``)."""
 
     def __init__(self, snapshot: WorkflowRunSnapshot, patches: Sequence[str] | None = None) -> None:
         self._snap = snapshot
@@ -191,6 +195,16 @@ class WorkflowContext:
         if outcome is None or outcome.kind is not RunStatus.COMPLETED:
             return None
         return self._snap.json_payload(outcome.result)
+
+    def updates(self, name: str) -> list[AppliedUpdate]:
+        """The updates named ``name`` applied to this run so far, oldest first, each with
+        ``.update_id``, ``.args`` and ``.result`` (the handler's recorded answer)."""
+        snap = self._snap
+        return [
+            replace(u, args=snap.json_payload(u.args), result=snap.json_payload(u.result))
+            for u in snap.updates.values()
+            if u.name == name
+        ]
 
     def random(self) -> float:
         """A float in [0, 1) from the run's recorded seed: the same sequence on every replay."""

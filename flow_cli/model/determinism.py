@@ -248,7 +248,9 @@ def _signal_wait(
         return
     recorded = snap.signal_waits.get(cmd.wait_id)
     if recorded is None:
-        result.events.append(SignalWaitStarted(wait_id=cmd.wait_id, signal_name=cmd.signal_name))
+        result.events.append(
+            SignalWaitStarted(wait_id=cmd.wait_id, signal_name=cmd.signal_name, select=cmd.select)
+        )
         return
     _compare(identity, {"signal_name": (recorded.signal_name, cmd.signal_name)}, out)
     if not recorded.delivered:

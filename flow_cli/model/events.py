@@ -156,6 +156,15 @@ class SignalWaitStarted(_EventBase):
     KEY = "signal_wait_started"
     wait_id: str
     signal_name: str
+    select: tuple[str, ...] | None = None
+    """Opened by ``ctx.first``: the select's members (``"signal:ok"``, ``"timer:late"``...);
+    once one settles, this wait is closed. Written only when set."""
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"wait_id": self.wait_id, "signal_name": self.signal_name}
+        if self.select is not None:
+            data["select"] = list(self.select)
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,11 +175,16 @@ class SignalReceived(_EventBase):
     key: str | None = None
     """The sender's idempotency key (``flow signal --key``): a second signal of this name with
     the same key is not delivered again. Written only when given."""
+    carried_from: str | None = None
+    """The run that received it first and continued as new before any wait took it: unconsumed
+    signals are carried to the successor, in order. Written only when set."""
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"signal_name": self.signal_name, "payload": self.payload}
         if self.key is not None:
             data["key"] = self.key
+        if self.carried_from is not None:
+            data["carried_from"] = self.carried_from
         return data
 
 
@@ -275,6 +289,19 @@ class BuildUpgraded(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateApplied(_EventBase):
+    """An update was accepted by its handler (``flow update``): a fact from outside, like a
+    signal, that workflow code reads with ``ctx.updates(name)``. The handler's ``result`` is
+    history: replay reads it, it never runs the handler again."""
+
+    KEY = "update_applied"
+    update_id: str
+    name: str
+    args: JsonValue
+    result: JsonValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -332,6 +359,7 @@ Event: TypeAlias = (
     | DecisionFailed
     | DecisionRecovered
     | BuildUpgraded
+    | UpdateApplied
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -361,6 +389,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DecisionFailed,
         DecisionRecovered,
         BuildUpgraded,
+        UpdateApplied,
         RunCompleted,
         RunFailed,
         RunCancelled,

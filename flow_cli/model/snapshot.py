@@ -37,11 +37,13 @@ from flow_cli.model.events import (
     StepFailed,
     StepScheduled,
     StepStarted,
+    UpdateApplied,
     WaitCompleted,
     WaitStarted,
 )
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.selection import SelectProjection
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import ChildStatus, RunStatus, StepStatus, WorkflowTerminalOutcome
 
@@ -70,6 +72,8 @@ class StepState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_reason: str | None = None
+    settled_sequence: int | None = None
+    """Sequence of the event that settled it (completed, failed for good, cancelled)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +99,10 @@ class SignalWaitState:
     signal_sequence: int | None = None
     timed_out: bool = False
     """Its deadline (``ctx.receive(..., deadline=)``) passed first: it takes no signal now."""
+    select: tuple[str, ...] | None = None
+    """The members of the ``ctx.first`` that opened it."""
+    closed: bool = False
+    """Another member of its select settled first: it takes no signal now."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +141,8 @@ class ChildState:
     """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
     parent ended first."""
     outcome: JsonValue = None
+    settled_sequence: int | None = None
+    """Sequence of its ``child_completed``."""
 
     @property
     def open(self) -> bool:
@@ -157,8 +167,36 @@ class BuildUpgrade:
         }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppliedUpdate:
+    """One ``update_applied`` event, as ``ctx.updates(name)`` gives it."""
+
+    update_id: str
+    """The caller's id (``flow update --id``), or one the engine chose."""
+    name: str
+    """The update's declared name."""
+    args: JsonValue
+    """What the caller sent."""
+    result: JsonValue
+    """What the handler answered, as recorded: replay never runs the handler again."""
+    sequence: int
+    """Sequence of the ``update_applied`` event."""
+    at: datetime
+    """When it was recorded."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "update_id": self.update_id,
+            "name": self.name,
+            "args": self.args,
+            "result": self.result,
+            "sequence": self.sequence,
+            "at": self.at.isoformat(),
+        }
+
+
 @dataclass(slots=True)
-class WorkflowRunSnapshot:
+class WorkflowRunSnapshot(SelectProjection):
     """Everything known about one run at ``last_sequence``. A projection of history only."""
 
     run_id: str
@@ -204,6 +242,11 @@ class WorkflowRunSnapshot:
     """Indexes into ``signals`` of signals no wait has taken yet, per name, oldest first."""
     waiting_signals: dict[str, list[str]] = field(default_factory=dict)
     """Signal waits still without their signal, per name, oldest first."""
+    updates: dict[str, AppliedUpdate] = field(default_factory=dict)
+    """The applied updates by update id, in the order they were applied."""
+    selected_waits: dict[str, list[str]] = field(default_factory=dict)
+    """``ctx.first`` member (``"timer:late"``) → the open-or-closed signal waits of the selects
+    it belongs to: when it settles, those still open are closed."""
     size: int = field(default=0, compare=False)
     """Approximate bytes of the history folded in (what a cached copy costs)."""
 
@@ -293,6 +336,8 @@ class WorkflowRunSnapshot:
             open_deadlines=dict(self.open_deadlines),
             buffered_signals={k: list(v) for k, v in self.buffered_signals.items()},
             waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
+            updates=dict(self.updates),
+            selected_waits={k: list(v) for k, v in self.selected_waits.items()},
         )
 
     def progress(self) -> dict[str, int]:
@@ -327,9 +372,18 @@ class WorkflowRunSnapshot:
     def _change_step(self, step: StepState, **changes: Any) -> None:
         self._set_step(_step_with(step, **changes))
 
-    def _end_step(self, step_id: str, at: datetime, status: StepStatus, **changes: Any) -> None:
-        step = self.steps[step_id]
-        self._change_step(step, status=status, finished_at=at, lease_until=None, **changes)
+    def _end_step(
+        self, envelope: EventEnvelope, step_id: str, status: StepStatus, **changes: Any
+    ) -> None:
+        self._change_step(
+            self.steps[step_id],
+            status=status,
+            finished_at=envelope.recorded_at,
+            lease_until=None,
+            settled_sequence=envelope.sequence,
+            **changes,
+        )
+        self._settled("step", step_id)
 
     def _set_child(self, child: ChildState) -> None:
         old = self.children.get(child.child_id)
@@ -381,7 +435,7 @@ class WorkflowRunSnapshot:
                     next_attempt_at=None,
                 )
             case StepCompleted():
-                self._end_step(event.step_id, at, StepStatus.COMPLETED, output=event.output)
+                self._end_step(envelope, event.step_id, StepStatus.COMPLETED, output=event.output)
             case StepFailed():
                 error: dict[str, Any] = {
                     "type": event.error_type,
@@ -391,7 +445,7 @@ class WorkflowRunSnapshot:
                 if event.traceback is not None:
                     error["traceback"] = event.traceback  # for flow show; ctx does not see it
                 if event.exhausted:
-                    self._end_step(event.step_id, at, StepStatus.FAILED, error=error)
+                    self._end_step(envelope, event.step_id, StepStatus.FAILED, error=error)
                 else:
                     self._change_step(
                         self.steps[event.step_id],
@@ -402,7 +456,9 @@ class WorkflowRunSnapshot:
                         lease_until=None,
                     )
             case StepCancelled():
-                self._end_step(event.step_id, at, StepStatus.CANCELLED, cancel_reason=event.reason)
+                self._end_step(
+                    envelope, event.step_id, StepStatus.CANCELLED, cancel_reason=event.reason
+                )
             case WaitStarted():
                 self._decision()
                 self.waits[event.wait_id] = WaitState(
@@ -419,16 +475,20 @@ class WorkflowRunSnapshot:
                 )
                 self.open_deadlines.pop(event.wait_id, None)
                 self._time_out(event.wait_id)
+                self._settled("timer", event.wait_id)
             case SignalWaitStarted():
                 self._decision()
                 self.signal_waits[event.wait_id] = SignalWaitState(
                     wait_id=event.wait_id,
                     signal_name=event.signal_name,
                     sequence=envelope.sequence,
+                    select=event.select,
                 )
                 self.signal_waits_open += 1
                 buffered = self.buffered_signals.get(event.signal_name)
-                if buffered:
+                if event.select is not None and self._select_opened(event.wait_id, event.select):
+                    pass  # a member settled before this wait opened: it is closed at once
+                elif buffered:
                     self._deliver(buffered.pop(0), event.wait_id)
                     if not buffered:
                         del self.buffered_signals[event.signal_name]
@@ -474,6 +534,7 @@ class WorkflowRunSnapshot:
                     hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
                 )
                 self.hooks_open -= int(not hook.resolved)
+                self._settled("hook", event.hook_id)
             case ChildScheduled():
                 self._decision()
                 self._set_child(
@@ -491,7 +552,15 @@ class WorkflowRunSnapshot:
                 child = self.children[event.child_id]
                 kind = event.outcome.get("kind") if isinstance(event.outcome, dict) else None
                 status = ChildStatus.of_outcome(kind)
-                self._set_child(replace(child, status=status, outcome=event.outcome))
+                self._set_child(
+                    replace(
+                        child,
+                        status=status,
+                        outcome=event.outcome,
+                        settled_sequence=envelope.sequence,
+                    )
+                )
+                self._settled("child", event.child_id)
             case ChildCancelled():
                 child = self.children[event.child_id]
                 self._set_child(replace(child, status=ChildStatus.CANCEL_REQUESTED))
@@ -527,6 +596,17 @@ class WorkflowRunSnapshot:
                         at=at,
                     )
                 )
+            case UpdateApplied():
+                # A fact from outside, like a signal: not a decision, so a failing run stays
+                # failing until its code decides again.
+                self.updates[event.update_id] = AppliedUpdate(
+                    update_id=event.update_id,
+                    name=event.name,
+                    args=event.args,
+                    result=event.result,
+                    sequence=envelope.sequence,
+                    at=at,
+                )
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -558,7 +638,7 @@ class WorkflowRunSnapshot:
         if not timer_id.endswith(DEADLINE_SUFFIX):
             return
         wait = self.signal_waits.get(timer_id[: -len(DEADLINE_SUFFIX)])
-        if wait is None or wait.delivered or wait.timed_out:
+        if wait is None or wait.delivered or wait.timed_out or wait.closed:
             return
         self.signal_waits[wait.wait_id] = replace(wait, timed_out=True)
         self.signal_waits_open -= 1
@@ -576,6 +656,7 @@ class WorkflowRunSnapshot:
             wait, delivered=True, payload=signal.payload, signal_sequence=signal.sequence
         )
         self.signal_waits_open -= 1
+        self._settled("signal", wait_id)
 
     # -- JSON ----------------------------------------------------------------------------------
 
@@ -622,6 +703,7 @@ class WorkflowRunSnapshot:
                         "signal_name": w.signal_name,
                         "delivered": w.delivered,
                         "timed_out": w.timed_out,
+                        "closed": w.closed,
                         "payload": w.payload,
                     }
                     for w in self.signal_waits.values()
@@ -654,6 +736,7 @@ class WorkflowRunSnapshot:
                 }
                 for c in self.children.values()
             },
+            "updates": [u.to_json() for u in self.updates.values()],
             "cancel_requested": self.cancel_requested,
             "cancel_reason": self.cancel_reason,
             "decision_error": (

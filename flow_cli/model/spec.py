@@ -37,6 +37,9 @@ class WorkflowSpec:
     """For a continuation: when the first run of the chain started (``ctx.chain_started_at``)."""
     forked_from: tuple[str, int] | None = None
     """For a run made by ``flow fork``: the original run and the last sequence taken from it."""
+    signals: tuple[str, ...] | None = None
+    """The signal names the workflow declares (``@runtime.workflow(..., signals=[...])``):
+    a signal with another name is refused at the door. ``None``: any name is accepted."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -68,6 +71,8 @@ class WorkflowSpec:
             data["first_run_id"] = self.first_run_id
         if self.chain_started_at is not None:
             data["chain_started_at"] = self.chain_started_at.isoformat()
+        if self.signals is not None:
+            data["signals"] = list(self.signals)
         if self.forked_from is not None:
             data["forked_from"] = {"run_id": self.forked_from[0], "sequence": self.forked_from[1]}
         return data
@@ -85,7 +90,12 @@ class WorkflowSpec:
             first_run_id=data.get("first_run_id"),
             chain_started_at=_utc(data.get("chain_started_at")),
             forked_from=_fork(data.get("forked_from")),
+            signals=_names(data.get("signals")),
         )
+
+
+def _names(data: Any) -> tuple[str, ...] | None:
+    return None if data is None else tuple(str(name) for name in data)
 
 
 def _fork(data: Any) -> tuple[str, int] | None:

@@ -27,6 +27,7 @@ from flow_cli.errors import EventConflict, FlowError, InputError, RunFinished
 from flow_cli.model.events import CancelRequested, Event, SignalReceived
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_run_id
+from flow_cli.model.signals import check_declared, earlier_delivery
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.store.protocol import NewRun
@@ -157,7 +158,12 @@ def signal_runs(
     """
 
     def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
-        if key is not None and snap.signal_with_key(name, key) is not None:
+        try:
+            check_declared(snap, name)
+            sent = earlier_delivery(snap, name, payload, key)
+        except FlowError as exc:
+            return [], BulkResult(snap.run_id, Outcome.FAILED, str(exc))
+        if sent is not None:
             detail = f"signal {name!r} with key {key!r} already delivered"
             return [], BulkResult(snap.run_id, Outcome.SKIPPED, detail)
         if snap.terminal:
@@ -239,6 +245,7 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
         input=value,
         runtime_build_id=runtime.build_id,
         patches=runtime.patches,
+        signals=runtime.signals.get(line.workflow),
     )
     return NewRun(
         run_id=line.run_id,

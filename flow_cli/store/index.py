@@ -121,7 +121,7 @@ def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
         *(
             waiting_entry("signal", w.signal_name)
             for w in (snapshot.signal_waits.values() if snapshot.signal_waits_open else ())
-            if not (w.delivered or w.timed_out)
+            if not (w.delivered or w.timed_out or w.closed)
         ),
         *(
             waiting_entry("hook", h.hook_id)

@@ -1,0 +1,84 @@
+"""How the snapshot projects ``ctx.first``: when a select's member settles, its signal waits
+that are still open are closed (they take no signal), and which member settled first.
+
+A mixin of ``WorkflowRunSnapshot``, kept apart so the projection of selects reads as one piece.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flow_cli.model.snapshot import ChildState, HookState, SignalWaitState, StepState, WaitState
+
+
+class SelectProjection:
+    """The select part of ``WorkflowRunSnapshot`` (whose fields it reads and updates)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        signal_waits: dict[str, SignalWaitState]
+        waits: dict[str, WaitState]
+        hooks: dict[str, HookState]
+        steps: dict[str, StepState]
+        children: dict[str, ChildState]
+        selected_waits: dict[str, list[str]]
+        waiting_signals: dict[str, list[str]]
+        signal_waits_open: int
+
+    def settled_at(self, member: str) -> int | None:
+        """The sequence at which ``ctx.first`` member ``"kind:id"`` settled, or None."""
+        kind, _, ident = member.partition(":")
+        match kind:
+            case "signal":
+                wait = self.signal_waits.get(ident)
+                if wait is None or not wait.delivered or wait.signal_sequence is None:
+                    return None
+                return max(wait.sequence, wait.signal_sequence)
+            case "timer":
+                timer = self.waits.get(ident)
+                return timer.fired_sequence if timer is not None else None
+            case "hook":
+                hook = self.hooks.get(ident)
+                return hook.resolved_sequence if hook is not None else None
+            case "step":
+                step = self.steps.get(ident)
+                return step.settled_sequence if step is not None else None
+            case "child":
+                child = self.children.get(ident)
+                return child.settled_sequence if child is not None else None
+        return None
+
+    def _select_opened(self, wait_id: str, members: tuple[str, ...]) -> bool:
+        """Register signal wait ``wait_id`` of a select; True (and the wait closed) when one of
+        its other members has settled already."""
+        own = f"signal:{wait_id}"
+        for member in members:
+            if member != own:
+                self.selected_waits.setdefault(member, []).append(wait_id)
+        if any(self.settled_at(m) is not None for m in members if m != own):
+            self._close(wait_id)
+            return True
+        return False
+
+    def _settled(self, kind: str, ident: str) -> None:
+        """Member ``kind:ident`` settled: the signal waits of its selects take no signal now."""
+        if not self.selected_waits:
+            return
+        for wait_id in self.selected_waits.pop(f"{kind}:{ident}", ()):
+            self._close(wait_id)
+
+    def _close(self, wait_id: str) -> None:
+        wait = self.signal_waits.get(wait_id)
+        if wait is None or wait.delivered or wait.timed_out or wait.closed:
+            return
+        self.signal_waits[wait_id] = replace(wait, closed=True)
+        # The slot is the snapshot's (a dataclass field); mypy sees only this mixin's empty slots.
+        self.signal_waits_open -= 1  # type: ignore[misc]
+        waiting = self.waiting_signals.get(wait.signal_name)
+        if waiting is not None and wait_id in waiting:
+            waiting.remove(wait_id)
+            if not waiting:
+                del self.waiting_signals[wait.signal_name]
