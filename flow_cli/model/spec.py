@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.schedule import ScheduleRef
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +38,8 @@ class WorkflowSpec:
     """For a continuation: when the first run of the chain started (``ctx.chain_started_at``)."""
     forked_from: tuple[str, int] | None = None
     """For a run made by ``flow fork``: the original run and the last sequence taken from it."""
+    schedule: ScheduleRef | None = None
+    """For a run a schedule started: the schedule and the fire time (``ctx.scheduled_at``)."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -70,6 +73,8 @@ class WorkflowSpec:
             data["chain_started_at"] = self.chain_started_at.isoformat()
         if self.forked_from is not None:
             data["forked_from"] = {"run_id": self.forked_from[0], "sequence": self.forked_from[1]}
+        if self.schedule is not None:
+            data["schedule"] = self.schedule.to_json()
         return data
 
     @classmethod
@@ -85,6 +90,7 @@ class WorkflowSpec:
             first_run_id=data.get("first_run_id"),
             chain_started_at=_utc(data.get("chain_started_at")),
             forked_from=_fork(data.get("forked_from")),
+            schedule=ScheduleRef.from_json(data.get("schedule")),
         )
 
 
