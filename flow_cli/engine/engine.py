@@ -69,7 +69,9 @@ if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.leases import LeaseKeeper
     from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.schedules import ScheduleService
     from flow_cli.engine.steps import StepExecutor, StepOutcome
+    from flow_cli.model.schedule import ScheduleRef
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
@@ -92,6 +94,8 @@ class TickReport:
     steps_run: int = 0
     conflicts: int = 0
     decision_failures: int = 0
+    schedules_fired: int = 0
+    """Runs started by schedules that came due."""
 
     @property
     def idle(self) -> bool:
@@ -137,6 +141,7 @@ class Engine:
         self._decider: Decider | None = None
         self._executor: StepExecutor | None = None
         self._starts: GroupCommitter | None = None
+        self._schedules: ScheduleService | None = None
         self._making = threading.Lock()
 
     @classmethod
@@ -194,6 +199,19 @@ class Engine:
                 executor = self._executor
         return executor
 
+    @property
+    def schedules(self) -> ScheduleService:
+        """The stored schedules: managing them and firing the due ones."""
+        schedules = self._schedules
+        if schedules is None:
+            with self._making:
+                if self._schedules is None:
+                    from flow_cli.engine.schedules import ScheduleService
+
+                    self._schedules = ScheduleService(self)
+                schedules = self._schedules
+        return schedules
+
     def close(self) -> None:
         if self._decider is not None:
             self._decider.sticky.close()
@@ -248,8 +266,11 @@ class Engine:
         *,
         run_id: str | None = None,
         build_id: str | None = None,
+        schedule: ScheduleRef | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
+
+        ``schedule``: the schedule and fire time that start it (``ctx.scheduled_at``).
 
         With ``eager_start`` (the default), the run's first decisions are made here and
         committed with its creation: its first step is at once ready for a worker.
@@ -270,6 +291,7 @@ class Engine:
             input=value,
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
+            schedule=schedule,
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
@@ -651,6 +673,7 @@ class Engine:
         from flow_cli.engine.decider import StartSteps
 
         report = TickReport()
+        report.schedules_fired = self.schedules.fire_due(force=True)
         with self.lease_keeper(lease_seconds) as keeper:
             for _ in range(max_passes):
                 did = TickReport()

@@ -200,6 +200,8 @@ class Worker:
                 in_flight.add(self._submit(pool, lease, snapshot))
             self.stats.runs_decided += len(run_ids)
             busy = True
+        if self.engine.schedules.fire_due():  # a store read at most twice a second
+            busy = True
         return busy
 
     def _submit(
@@ -253,6 +255,9 @@ class Worker:
         self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due()
+        fire = self.engine.schedules.next_due()  # as last looked up: no round trip
+        if fire is not None and (due is None or fire < due):
+            due = fire
         if due is not None:
             seconds = (due - self.engine.clock.now()).total_seconds()
             timeout = max(0.0, min(timeout, seconds))
