@@ -411,3 +411,28 @@ def test_apply_creates_updates_and_deletes() -> None:
     assert changed.state.next_fire_at == datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
     again = engine.schedules.apply(wanted)
     assert again.unchanged == ("changed", "kept", "new") and not again.create + again.delete
+
+
+def test_doctor_names_a_late_schedule_with_no_live_worker(
+    engine: Engine, clock: ManualClock
+) -> None:
+    from flow_cli.ops.doctor import diagnose
+    from flow_cli.store.protocol import RunFilter
+
+    engine.schedules.create(every())
+    engine.schedules.create(every("resting", paused=True))
+    clock.set(datetime(2026, 12, 4, 9, 0, 20, tzinfo=UTC))
+    schedules = engine.schedules.all()
+    assert diagnose(engine, RunFilter(), clock.now(), schedules=schedules).ok  # 20 s: not yet
+    clock.set(datetime(2026, 12, 4, 9, 0, 31, tzinfo=UTC))
+    report = diagnose(engine, RunFilter(), clock.now(), schedules=schedules)
+    assert not report.ok and report.summary["schedule-late"] == 1
+    (late,) = report.runs
+    assert (late.run_id, late.cause, late.workflow) == (
+        "s@2026-12-04T09:00:00Z",
+        "schedule-late",
+        "report",
+    )
+    assert "no live worker" in late.detail
+    engine.tick()  # a worker fires it: nothing is late any more
+    assert diagnose(engine, RunFilter(), clock.now(), schedules=engine.schedules.all()).ok

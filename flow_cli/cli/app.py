@@ -33,6 +33,7 @@ from flow_cli.cli import (
     cmd_init,
     cmd_read,
     cmd_replay,
+    cmd_schedule,
     cmd_triage,
     cmd_upgrade,
     cmd_wait,
@@ -228,6 +229,7 @@ app.command("workers")(cmd_fleet.workers)
 app.command("doctor")(cmd_fleet.doctor)
 app.command("builds")(cmd_fleet.builds)
 app.command("check")(cmd_check.check)
+app.add_typer(cmd_schedule.schedule_app)
 app.add_typer(cmd_completion.completion_app)
 
 

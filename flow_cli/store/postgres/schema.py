@@ -220,7 +220,7 @@ def _v7_schedules(conn: Connection) -> None:
     # look is one index probe.
     conn.execute(
         """
-        CREATE TABLE schedules (
+        CREATE TABLE IF NOT EXISTS schedules (
             schedule_id text        PRIMARY KEY,
             spec        text        NOT NULL,
             state       text        NOT NULL,
@@ -229,7 +229,9 @@ def _v7_schedules(conn: Connection) -> None:
         )
         """
     )
-    conn.execute("CREATE INDEX schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL"
+    )
 
 
 MIGRATIONS: tuple[Migration, ...] = (

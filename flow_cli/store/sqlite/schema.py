@@ -179,10 +179,12 @@ def _v6_schedules(db: Database) -> None:
     an idle worker's look is one index probe."""
     conn = db.conn
     conn.execute(
-        "CREATE TABLE schedules (schedule_id TEXT PRIMARY KEY, spec TEXT NOT NULL, "
+        "CREATE TABLE IF NOT EXISTS schedules (schedule_id TEXT PRIMARY KEY, spec TEXT NOT NULL, "
         "state TEXT NOT NULL, due_at TEXT, version INTEGER NOT NULL)"
     )
-    conn.execute("CREATE INDEX schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL"
+    )
 
 
 MIGRATIONS: list[tuple[int, Migration]] = [
