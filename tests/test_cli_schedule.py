@@ -63,7 +63,7 @@ def test_create_show_and_list_json(project: FlowProject) -> None:
     assert [row["schedule_id"] for row in listed] == ["hourly"]
     assert "recent" not in listed[0]
     table = project.invoke("schedule", "list").stdout
-    assert "hourly" in table and "cron @hourly (America/New_York)" in table
+    assert "hourly" in table and "@hourly" in table and "America/New_York" in table
 
 
 @pytest.mark.parametrize(
@@ -177,4 +177,24 @@ def test_pause_resume_update_delete(project: FlowProject) -> None:
     assert bad.code == 2
     assert project.invoke("schedule", "show", "s", "--json").json()["timezone"] == "UTC"
     assert project.invoke("schedule", "delete", "s").stdout == "deleted s\n"
+    assert stored(project) == []
+
+
+def test_the_example_project_has_a_nightly_schedule() -> None:
+    from flow_cli.cli.schedule_config import read_schedule_tables
+
+    root = Path(__file__).resolve().parent.parent
+    (nightly,) = read_schedule_tables(root / "workflows_example" / "flow.toml")
+    assert (nightly.schedule_id, nightly.workflow, nightly.cron, nightly.timezone) == (
+        "nightly-rates",
+        "exchange-rate",
+        "0 2 * * *",
+        "Europe/Berlin",
+    )
+
+
+def test_apply_refuses_an_unknown_key_in_a_schedule_table(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path, CONFIG + '\n[schedules.odd]\nworkflow = "report"\ncorn = "x"\n')
+    result = project.invoke("schedule", "apply")
+    assert result.code == 2 and "unknown keys corn" in result.error_line()
     assert stored(project) == []

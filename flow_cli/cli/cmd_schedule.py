@@ -432,4 +432,6 @@ def apply(
         for schedule_id in ids:
             out(f"{verb}{action} {escape_controls(schedule_id)}")
     if not (plan.create or plan.update or plan.delete):
-        out(f"nothing to change ({len(plan.unchanged)} schedules match flow.toml)")
+        count = len(plan.unchanged)
+        matches = "1 schedule matches" if count == 1 else f"{count} schedules match"
+        out(f"nothing to change ({matches} flow.toml)")

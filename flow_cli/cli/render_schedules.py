@@ -23,25 +23,24 @@ def _timing(row: Mapping[str, Any]) -> str:
 
 
 def schedules_table(rows: Sequence[Mapping[str, Any]]) -> RenderableType:
-    """One line per schedule: what it starts, when, and how it went."""
+    """One line per schedule: what it starts, when, and how it went (overlap: ``show``)."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("schedule", overflow="fold")
-    table.add_column("workflow", overflow="fold")
+    table.add_column("schedule", no_wrap=True)
+    table.add_column("workflow", no_wrap=True)
     table.add_column("when", overflow="fold")
-    table.add_column("overlap", no_wrap=True)
+    table.add_column("zone", no_wrap=True)
     table.add_column("next fire", no_wrap=True)
-    table.add_column("skipped", justify="right")
-    table.add_column("missed", justify="right")
+    table.add_column("skipped/missed", justify="right", no_wrap=True)
     for row in rows:
         times = row["next_fire_times"]
+        when_text = row["cron"] if row["cron"] is not None else f"every {row['every']}"
         table.add_row(
             Text(escape_controls(row["schedule_id"])),
             Text(escape_controls(row["workflow"])),
-            Text(escape_controls(_timing(row))),
-            row["overlap"],
+            Text(escape_controls(when_text)),
+            Text(escape_controls(row["timezone"])),
             Text("paused", style="yellow") if row["paused"] else when(times[0] if times else None),
-            str(row["skipped"]),
-            str(row["missed"]),
+            f"{row['skipped']}/{row['missed']}",
         )
     noun = "schedule" if len(rows) == 1 else "schedules"
     paused = sum(1 for row in rows if row["paused"])

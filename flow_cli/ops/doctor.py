@@ -223,18 +223,15 @@ def schedule_late(
     fire = schedule.state.buffered_at or schedule.state.next_fire_at or due
     sid = schedule.schedule_id
     if live_workers:
-        why = (
-            f"{live_workers} live worker(s) did not fire it: does one host workflow "
-            f"{schedule.spec.workflow!r}?"
-        )
+        why = f"no live worker fired it: does one host {schedule.spec.workflow!r}?"
     else:
-        why = "no live worker: start `flow worker` (or run `flow tick`)"
+        why = "no live worker (start `flow worker`)"
     return Diagnosis(
         run_id=run_id_for(sid, fire),
         workflow=schedule.spec.workflow,
         build_id="",
         cause="schedule-late",
-        detail=f"schedule {sid!r} should have fired at {_at(fire)}; {why}",
+        detail=f"schedule {sid!r} was due at {_at(fire)}; {why}",
         since=due,
     )
 
