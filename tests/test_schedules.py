@@ -436,3 +436,15 @@ def test_doctor_names_a_late_schedule_with_no_live_worker(
     assert late.detail.startswith("schedule 's' was due at ") and "no live worker" in late.detail
     engine.tick()  # a worker fires it: nothing is late any more
     assert diagnose(engine, RunFilter(), clock.now(), schedules=engine.schedules.all()).ok
+
+
+def test_many_schedules_due_at_once_each_start_their_run(
+    engine: Engine, clock: ManualClock
+) -> None:
+    for n in range(25):
+        engine.schedules.create(every(f"s{n:02d}", input={"n": n}))
+    clock.set(datetime(2026, 12, 4, 9, 0, 0, tzinfo=UTC))
+    assert engine.tick(until_idle=True).schedules_fired == 25  # one claim, fired together
+    assert run_ids(engine) == [f"s{n:02d}@2026-12-04T09:00:00Z" for n in range(25)]
+    assert {r.status for r in engine.list_runs()} == {RunStatus.COMPLETED}
+    assert all(s.state.last_fired_at == clock.now() for s in engine.schedules.all())
