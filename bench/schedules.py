@@ -10,6 +10,9 @@
    from now. Prints the worker's CPU seconds per idle second in both, and the cost of the one
    look a worker makes (`next_schedule_due`, an index probe) measured in this process, with
    SQLite's query plan for it.
+
+With --paired-threads, only bursts, the worker firing a claim's schedules on 1 thread and on 8
+(``FLOW_SCHEDULE_THREADS``), interleaved, twice.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
+def worker(url: str, scratch: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
     """A real `flow worker` hosting tests/schedule_workflows.py, idle before this returns."""
     (scratch / "flow.toml").write_text(
         '[flow]\nruntimes = ["schedule_workflows:runtime"]\n', encoding="utf-8"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     env.update(FLOW_CONFIG=str(scratch / "flow.toml"), FLOW_DB=url)
+    if threads is not None:
+        env["FLOW_SCHEDULE_THREADS"] = str(threads)
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "flow"), "worker"],
         env=env,
@@ -56,7 +61,7 @@ def worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
     return process
 
 
-def burst(backend: str, count: int) -> None:
+def burst(backend: str, count: int, threads: int | None = None) -> None:
     from schedule_workflows import runtime
 
     from flow_cli.engine.engine import Engine
@@ -76,7 +81,7 @@ def burst(backend: str, count: int) -> None:
                     cron=f"{fire.minute} {fire.hour} * * *",
                 )
             )
-        process = worker(url, scratch)
+        process = worker(url, scratch, threads)
         try:
             while datetime.now(UTC) < fire - timedelta(seconds=1):
                 time.sleep(0.2)
@@ -90,7 +95,8 @@ def burst(backend: str, count: int) -> None:
         runs = engine.list_runs()
         lags = sorted((r.created_at - fire).total_seconds() for r in runs)
         engine.close()
-    print(f"burst ({backend}): {count} schedules firing at {fire:%H:%M:%S}Z, one worker")
+    label = "" if threads is None else f", FLOW_SCHEDULE_THREADS={threads}"
+    print(f"burst ({backend}{label}): {count} schedules firing at {fire:%H:%M:%S}Z, one worker")
     print(f"  runs started: {len(runs)} of {count}")
     if lags:
         print(
@@ -156,7 +162,17 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=1000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument(
+        "--paired-threads",
+        action="store_true",
+        help="only bursts, interleaved: the worker firing on 1 thread, then on 8, twice",
+    )
     args = parser.parse_args()
+    if args.paired_threads:
+        for _ in range(2):
+            for threads in (1, 8):
+                burst(args.backend, args.schedules, threads)
+        return
     burst(args.backend, args.schedules)
     idle(args.backend, args.schedules, args.idle_seconds)
 

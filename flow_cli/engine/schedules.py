@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -71,9 +72,10 @@ are the next claim's."""
 
 MAX_CONFLICTS = 50
 
-FIRE_THREADS = 8
-"""Schedules of one claim fired at once: their starts share commits (the engine groups
-concurrent starts), so a burst of fire times costs a few transactions, not one each."""
+FIRE_THREADS = max(1, int(os.environ.get("FLOW_SCHEDULE_THREADS", "8") or 8))
+"""Schedules of one claim fired at once (``FLOW_SCHEDULE_THREADS``, default 8): their starts
+share commits (the engine groups concurrent starts), so a burst of fire times costs a few
+transactions, not one each."""
 
 _CANNOT_START = (WorkflowNotFound, BuildNotHosted, BuildAmbiguous)
 """Why this process cannot start a schedule's workflow: another worker (hosting it) must."""
