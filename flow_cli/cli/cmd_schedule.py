@@ -13,7 +13,7 @@ import typer
 
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag
-from flow_cli.cli.schedule_config import SpecOptions, build_spec, schedule_json
+from flow_cli.cli.schedule_config import SpecOptions, build_spec, check_options, schedule_json
 from flow_cli.cli.state import CliState
 from flow_cli.model.names import escape_controls
 
@@ -118,7 +118,7 @@ EndAt = Annotated[
 Note = Annotated[
     str | None,
     typer.Option(
-        "--note", metavar="T", help="A note (why it is paused, who owns it).", show_default=False
+        "--note", metavar="TEXT", help="A note (why it is paused, who owns it).", show_default=False
     ),
 ]
 
@@ -252,6 +252,7 @@ def update(
         None,
         note,
     )
+    check_options(schedule_id, given)  # a bad value is refused before the database is read
     with state.open_engine(create=False, with_runtimes=False) as engine:
         current = engine.schedules.get(schedule_id)
         spec = build_spec(schedule_id, given, current.spec)  # checked before anything is written

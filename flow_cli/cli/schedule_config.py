@@ -102,6 +102,23 @@ def build_spec(schedule_id: str, given: SpecOptions, base: ScheduleSpec | None) 
     return ScheduleSpec(**fields)
 
 
+def check_options(schedule_id: str, given: SpecOptions) -> None:
+    """Raise ``InputError`` for a given value that no schedule could take (an interval, a
+    duration, a time or an overlap name), whatever the schedule it would change."""
+    now = datetime.now(UTC)
+    for text, option in (
+        (given.every, "--every"),
+        (given.catchup_window, "--catchup-window"),
+        (given.jitter, "--jitter"),
+    ):
+        if text is not None:
+            parse_duration(text, option)
+    for text, option in ((given.start_at, "--start-at"), (given.end_at, "--end-at")):
+        _moment(text, option, now, None, option)
+    if given.overlap is not None:
+        parse_overlap(given.overlap, schedule_id)
+
+
 def _pick(value: str | None, base: ScheduleSpec | None, name: str, default: Any) -> Any:
     if value is not None:
         return value
