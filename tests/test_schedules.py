@@ -448,3 +448,17 @@ def test_many_schedules_due_at_once_each_start_their_run(
     assert run_ids(engine) == [f"s{n:02d}@2026-12-04T09:00:00Z" for n in range(25)]
     assert {r.status for r in engine.list_runs()} == {RunStatus.COMPLETED}
     assert all(s.state.last_fired_at == clock.now() for s in engine.schedules.all())
+
+
+def test_skip_sees_a_continue_as_new_chain_as_the_previous_run(
+    engine: Engine, clock: ManualClock
+) -> None:
+    engine.schedules.create(every(workflow="relay"))
+    clock.set(datetime(2026, 12, 4, 9, 0, 1, tzinfo=UTC))
+    engine.tick(until_idle=True)  # 09:00 continued as new; its successor waits
+    assert status(engine, "s@2026-12-04T09:00:00Z") == "ContinuedAsNew"
+    clock.set(datetime(2026, 12, 4, 9, 1, 1, tzinfo=UTC))
+    engine.tick(until_idle=True)
+    # No 09:01 run: the 09:00 chain is still open in its successor.
+    assert run_ids(engine) == ["s@2026-12-04T09:00:00Z", "s@2026-12-04T09:00:00Z~1"]
+    assert engine.schedules.get("s").state.skipped == 1

@@ -50,6 +50,7 @@ from flow_cli.model.schedule import (
     run_id_for,
     utc_text,
 )
+from flow_cli.model.status import RunStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -344,6 +345,9 @@ class ScheduleService:
         except FlowError as exc:  # one schedule's trouble must not stop the worker
             log.error("schedule %s: %s", schedule.schedule_id, exc)
             return 0
+        except Exception:  # nor a bug: its claim runs out and another worker tries again
+            log.exception("schedule %s crashed its firing", schedule.schedule_id)
+            return 0
         saved = dataclasses.replace(schedule, state=state, due_at=due_at(schedule.spec, state, now))
         self.store.save_schedule(saved)  # lost to an operator's change: that state wins
         return sum(1 for f in fired if f.action == "started")
@@ -421,10 +425,18 @@ class ScheduleService:
         return state.started(moment, run_id), done
 
     def _open(self, run_id: str | None) -> bool:
-        if run_id is None:
-            return False
-        record = self.engine.find_run(run_id)
-        return record is not None and not record.status.terminal
+        """Whether the run, or the ``continue_as_new`` chain it began, has not ended."""
+        for _ in range(MAX_CONFLICTS):
+            if run_id is None:
+                return False
+            record = self.engine.find_run(run_id)
+            if record is None:
+                return False
+            if record.status is not RunStatus.CONTINUED_AS_NEW:
+                return not record.status.terminal
+            outcome = self.engine.snapshot(run_id).outcome
+            run_id = None if outcome is None else outcome.successor_run_id
+        return True  # a chain longer than we follow is still going
 
 
 def _timing(spec: ScheduleSpec) -> tuple[Any, ...]:
