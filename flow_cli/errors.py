@@ -28,7 +28,10 @@
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
     │   ├── BuildAmbiguous       several builds define the workflow to start; none is default
-    │   └── UndeclaredName       a query, update or signal name the workflow does not declare
+    │   ├── UndeclaredName       a query, update or signal name the workflow does not declare
+    │   ├── ScheduleInvalid      a schedule's cron, interval, zone, overlap or range is wrong
+    │   ├── ScheduleExists       a schedule with that id exists already
+    │   └── ScheduleNotFound     no schedule with that id
     ├── NoLiveHost               no live worker hosts the build runs would move to
     ├── StepOutputNotJSON        a step returned a value Flow cannot store (fails without retry)
     └── StoreError               the database is missing, locked, unreachable or corrupt
@@ -426,6 +429,37 @@ class RunBuildNotLoaded(FlowError):
         )
         self.run_id = run_id
         self.build_id = build_id
+
+
+class ScheduleInvalid(InputError):
+    """A schedule's definition cannot be used: the message says what and shows a right one."""
+
+    def __init__(self, schedule_id: str, problem: str, example: str) -> None:
+        super().__init__(f"schedule {schedule_id!r}: {problem}; e.g. {example}")
+        self.schedule_id = schedule_id
+        self.problem = problem
+        self.example = example
+
+
+class ScheduleExists(InputError):
+    """``flow schedule create`` with an id that is taken."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(
+            f"schedule {schedule_id!r} exists already; change it with "
+            f"`flow schedule update {schedule_id} ...` or pick another id."
+        )
+        self.schedule_id = schedule_id
+
+
+class ScheduleNotFound(InputError):
+    """No schedule has that id."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(
+            f"no schedule {schedule_id!r}; `flow schedule list` shows the schedules there are."
+        )
+        self.schedule_id = schedule_id
 
 
 class RunStillOpen(FlowError):

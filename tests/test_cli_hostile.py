@@ -53,6 +53,9 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "result": ("a", "--wait"),
     "execute": ("two-step",),
     "doctor": (),
+    "schedule create": ("s", "--workflow", "two-step", "--every", "1h"),
+    "schedule update": ("s",),
+    "schedule backfill": ("s", "--from", "2026-12-01", "--to", "2026-12-02"),
 }
 """What each command needs besides the option under test (its other required arguments)."""
 

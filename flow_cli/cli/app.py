@@ -33,6 +33,7 @@ from flow_cli.cli import (
     cmd_init,
     cmd_read,
     cmd_replay,
+    cmd_schedule,
     cmd_talk,
     cmd_triage,
     cmd_upgrade,
@@ -232,6 +233,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., None]] | typer.Typer, ...] = (
     ("doctor", cmd_fleet.doctor),
     ("builds", cmd_fleet.builds),
     ("check", cmd_check.check),
+    cmd_schedule.schedule_app,
     cmd_completion.completion_app,
 )
 cmd_facts.hook_app.command("list")(cmd_triage.hook_list)

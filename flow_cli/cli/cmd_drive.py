@@ -56,7 +56,8 @@ def tick(
 ) -> None:
     """Run one scheduler pass, or passes until idle.
 
-    A pass fires due timers and retries, decides runnable runs and runs ready steps. Prints a
+    A pass fires due timers and retries, decides runnable runs and runs ready steps; the first
+    starts the runs of schedules that came due. Prints a
     one-line summary (or a JSON report with --json). With --until-idle on a terminal, progress
     is shown on stderr while it works. Failed decisions and step attempts are logged on stderr
     as `flow worker` logs them. A database that is locked or unreachable is waited for (one
@@ -91,6 +92,7 @@ def tick(
                 "steps_run": report.steps_run,
                 "conflicts": report.conflicts,
                 "decision_failures": report.decision_failures,
+                "schedules_fired": report.schedules_fired,
                 "idle": report.idle,  # nothing was runnable: no run decided, no step run
                 "next_due": next_due.isoformat() if next_due is not None else None,
             }
@@ -105,6 +107,8 @@ def tick(
     )
     if report.decision_failures:
         line += f", {plural(report.decision_failures, 'decision failure')}"
+    if report.schedules_fired:
+        line += f", {plural(report.schedules_fired, 'scheduled run')} started"
     if next_due is not None:
         line += f"; next due {next_due.isoformat(timespec='seconds')}"
     out(line)

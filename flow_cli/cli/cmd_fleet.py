@@ -88,6 +88,7 @@ def doctor(
     build-unhosted    no live worker hosts its build (see below)                stuck
     timer-overdue     a timer, retry or ready step is 30 s past due, unstarted  stuck
     lease-expired     a decision or step lease ended 30 s ago, not taken over   stuck
+    schedule-late     a schedule's fire time is 30 s past, nobody fired it      stuck
     step-retrying     a step attempt failed; the next waits for its back-off
     runnable          a decision or step is due now or in progress
     waiting-signal    waits for a signal (then waiting-hook, waiting-child)
@@ -108,7 +109,8 @@ def doctor(
     from flow_cli.ops.doctor import diagnose
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        report = diagnose(engine, where, engine.clock.now(), grace)
+        schedules = engine.schedules.all()
+        report = diagnose(engine, where, engine.clock.now(), grace, schedules)
     if state.want_json(json_output):
         emit_json(report.to_json())
     else:

@@ -67,9 +67,11 @@ from flow_cli.store.protocol import (
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.schedules import ScheduleService
     from flow_cli.engine.steps import StepExecutor
     from flow_cli.engine.talk import QueryResult, UpdateResult
     from flow_cli.engine.worker import TickReport, WorkerSession
+    from flow_cli.model.schedule import ScheduleRef
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
@@ -133,6 +135,7 @@ class Engine:
         self._executor: StepExecutor | None = None
         self._starts: GroupCommitter | None = None
         self._work: WorkerSession | None = None
+        self._schedules: ScheduleService | None = None
         self._making = threading.Lock()
 
     @classmethod
@@ -190,6 +193,19 @@ class Engine:
                 executor = self._executor
         return executor
 
+    @property
+    def schedules(self) -> ScheduleService:
+        """The stored schedules: managing them and firing the due ones."""
+        schedules = self._schedules
+        if schedules is None:
+            with self._making:
+                if self._schedules is None:
+                    from flow_cli.engine.schedules import ScheduleService
+
+                    self._schedules = ScheduleService(self)
+                schedules = self._schedules
+        return schedules
+
     def close(self) -> None:
         if self._decider is not None:
             self._decider.sticky.close()
@@ -246,8 +262,11 @@ class Engine:
         build_id: str | None = None,
         signal: tuple[str, JsonValue] | None = None,
         signal_key: str | None = None,
+        schedule: ScheduleRef | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
+
+        ``schedule``: the schedule and fire time that start it (``ctx.scheduled_at``).
 
         With ``eager_start`` (the default), the run's first decisions are made here and
         committed with its creation: its first step is at once ready for a worker.
@@ -274,6 +293,7 @@ class Engine:
             runtime_build_id=runtime.build_id,
             patches=runtime.patches,
             signals=runtime.signals.get(workflow),
+            schedule=schedule,
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
@@ -628,6 +648,7 @@ class Engine:
         from flow_cli.engine.worker import TickReport
 
         report = TickReport()
+        report.schedules_fired = self.schedules.fire_due(force=True)
         with self.work.lease_keeper(lease_seconds) as keeper:
             for _ in range(max_passes):
                 did = self.work.tick_pass(keeper, lease_seconds, batch)

@@ -64,6 +64,8 @@ class TickReport:
     steps_run: int = 0
     conflicts: int = 0
     decision_failures: int = 0
+    schedules_fired: int = 0
+    """Runs started by schedules that came due."""
 
     @property
     def idle(self) -> bool:
@@ -77,6 +79,7 @@ class TickReport:
         self.steps_run += other.steps_run
         self.conflicts += other.conflicts
         self.decision_failures += other.decision_failures
+        self.schedules_fired += other.schedules_fired
 
 
 class WorkerSession:
@@ -347,6 +350,8 @@ class Worker:
                 in_flight.add(self._submit(pool, lease, snapshot))
             self.stats.runs_decided += len(run_ids)
             busy = True
+        if self.engine.schedules.fire_due():  # a store read at most twice a second
+            busy = True
         return busy
 
     def _submit(
@@ -400,6 +405,9 @@ class Worker:
         self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due()
+        fire = self.engine.schedules.next_due()  # as last looked up: no round trip
+        if fire is not None and (due is None or fire < due):
+            due = fire
         if due is not None:
             seconds = (due - self.engine.clock.now()).total_seconds()
             timeout = max(0.0, min(timeout, seconds))

@@ -115,6 +115,12 @@ class WorkflowContext(SelectHelpers):
         return self._snap.last_event_at or self._snap.started_at
 
     @property
+    def scheduled_at(self) -> datetime | None:
+        """The fire time of the schedule that started this run; ``None`` for other runs."""
+        schedule = self._snap.spec.schedule
+        return None if schedule is None else schedule.scheduled_at
+
+    @property
     def first_run_id(self) -> str:
         """The first run of this ``continue_as_new`` chain (this run if it is the first)."""
         return self._snap.spec.first_run_id or self._snap.run_id

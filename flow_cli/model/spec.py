@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.schedule import ScheduleRef
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +41,8 @@ class WorkflowSpec:
     signals: tuple[str, ...] | None = None
     """The signal names the workflow declares (``@runtime.workflow(..., signals=[...])``):
     a signal with another name is refused at the door. ``None``: any name is accepted."""
+    schedule: ScheduleRef | None = None
+    """For a run a schedule started: the schedule and the fire time (``ctx.scheduled_at``)."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -75,6 +78,8 @@ class WorkflowSpec:
             data["signals"] = list(self.signals)
         if self.forked_from is not None:
             data["forked_from"] = {"run_id": self.forked_from[0], "sequence": self.forked_from[1]}
+        if self.schedule is not None:
+            data["schedule"] = self.schedule.to_json()
         return data
 
     @classmethod
@@ -91,6 +96,7 @@ class WorkflowSpec:
             chain_started_at=_utc(data.get("chain_started_at")),
             forked_from=_fork(data.get("forked_from")),
             signals=_names(data.get("signals")),
+            schedule=ScheduleRef.from_json(data.get("schedule")),
         )
 
 

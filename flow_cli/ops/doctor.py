@@ -17,16 +17,19 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
    acted on it.
 4. ``lease-expired``: a worker took the run's decision or a step attempt under a lease that ended
    more than ``overdue_after`` ago, and no worker took it over.
-5. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
-6. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
-7. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
+5. ``schedule-late`` (not a run: a schedule, named by the run its fire time should have started):
+   a schedule's fire time passed more than ``overdue_after`` ago and no worker fired it (none is
+   live, or the live ones do not host its workflow).
+6. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
+7. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
+8. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
    fact from outside.
-8. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
+9. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
    wrong, it wakes by itself. ``runnable`` always means due now.
-9. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
+10. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
    shown rather than hidden).
 
-The first four are stuck: ``flow doctor`` exits 1 when any run is.
+The first five are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from flow_cli.model.jsonval import json_fields
+from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
 from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
 
@@ -47,6 +51,7 @@ CAUSES = (
     "build-unhosted",
     "timer-overdue",
     "lease-expired",
+    "schedule-late",
     "step-retrying",
     "waiting-signal",
     "waiting-hook",
@@ -56,7 +61,7 @@ CAUSES = (
 )
 """Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
 
-STUCK = frozenset(CAUSES[:4])
+STUCK = frozenset(CAUSES[:5])
 """Causes that need an operator: a run with one of these will not move by itself."""
 
 OVERDUE_AFTER = timedelta(seconds=30)
@@ -169,14 +174,24 @@ def diagnose(
     where: RunFilter,
     now: datetime,
     overdue_after: timedelta = OVERDUE_AFTER,
+    schedules: Sequence[Schedule] = (),
 ) -> DoctorReport:
-    """Classify the open runs that ``where`` selects (its terminal statuses are ignored)."""
+    """Classify the open runs that ``where`` selects (its terminal statuses are ignored), and
+    the ``schedules`` that are late (``schedule_late``)."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
     states = store.run_states(replace(where, statuses=statuses)) if statuses else []
     order = {cause: n for n, cause in enumerate(CAUSES)}
     found = [classify(state, hosting, now, overdue_after) for state in states]
+    if _schedules_wanted(where):
+        live = sum(1 for w in workers if w.live(now))
+        found += [
+            late
+            for schedule in schedules
+            if (where.workflow is None or schedule.spec.workflow == where.workflow)
+            and (late := schedule_late(schedule, live, now, overdue_after)) is not None
+        ]
     found.sort(key=lambda d: (order[d.cause], d.since, d.run_id))
     full = where.limit is not None and len(states) >= where.limit
     return DoctorReport(
@@ -184,6 +199,37 @@ def diagnose(
         workers_live=sum(1 for w in workers if w.live(now)),
         checked_at=now,
         next_after=states[-1].run_id if full and states else None,
+    )
+
+
+def _schedules_wanted(where: RunFilter) -> bool:
+    """Late schedules are listed unless the filters ask for something only runs have."""
+    return not (
+        where.build_id or where.failing or where.waiting_on or where.error_type or where.after
+    )
+
+
+def schedule_late(
+    schedule: Schedule, live_workers: int, now: datetime, overdue_after: timedelta = OVERDUE_AFTER
+) -> Diagnosis | None:
+    """``schedule-late`` when the schedule should have been fired more than ``overdue_after``
+    ago; ``None`` otherwise. Named by the run its fire time should have started."""
+    due = schedule.due_at
+    if schedule.spec.paused or due is None or due >= now - overdue_after:
+        return None
+    fire = schedule.state.buffered_at or schedule.state.next_fire_at or due
+    sid = schedule.schedule_id
+    if live_workers:
+        why = f"no live worker fired it: does one host {schedule.spec.workflow!r}?"
+    else:
+        why = "no live worker (start `flow worker`)"
+    return Diagnosis(
+        run_id=run_id_for(sid, fire),
+        workflow=schedule.spec.workflow,
+        build_id="",
+        cause="schedule-late",
+        detail=f"schedule {sid!r} was due at {_at(fire)}; {why}",
+        since=due,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.schedule import Schedule
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 
@@ -621,6 +622,43 @@ class WorkerRegistry(Protocol):
         ...
 
 
+class Schedules(Protocol):
+    """Stored schedules (``flow schedule``) and the claims workers take to fire them.
+
+    Every write bumps a schedule's version and names the version it read: a write from a stale
+    read is refused (``False``), never merged. Runs a fire time starts are guarded by their
+    run id, not here.
+    """
+
+    def create_schedule(self, schedule: Schedule) -> bool:
+        """Store a new schedule (version 1); False, writing nothing, if the id is taken."""
+        ...
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by id."""
+        ...
+
+    def save_schedule(self, schedule: Schedule) -> bool:
+        """Write it if the stored version is still ``schedule.version``; False otherwise."""
+        ...
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        """Forget it (its runs stay); False if there was none."""
+        ...
+
+    def claim_schedules(self, now: datetime, claim_until: datetime, limit: int) -> list[Schedule]:
+        """Up to ``limit`` schedules with ``due_at <= now``, earliest first, their ``due_at``
+        moved to ``claim_until`` and version bumped in the same transaction, so another
+        claimer passes them by until the claim is saved or runs out."""
+        ...
+
+    def next_schedule_due(self) -> datetime | None:
+        """The earliest ``due_at``: one indexed lookup, whatever the number of schedules."""
+        ...
+
+
 @runtime_checkable
 class HandOffs(Protocol):
     """Optional: a store that can hand a new run's first step to an idle worker in the start's
@@ -643,7 +681,7 @@ class HandOffs(Protocol):
         ...
 
 
-class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Protocol):
+class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Protocol):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""
 

@@ -215,6 +215,26 @@ def _v6_run_errors(conn: Connection) -> None:
             )
 
 
+def _v7_schedules(conn: Connection) -> None:
+    # Schedules (`flow schedule`): definition and firing state as JSON text, and when a worker
+    # should next look at each; the partial index holds only live ones, so an idle worker's
+    # look is one index probe.
+    conn.execute(
+        """
+        CREATE TABLE IF NOT EXISTS schedules (
+            schedule_id text        PRIMARY KEY,
+            spec        text        NOT NULL,
+            state       text        NOT NULL,
+            due_at      timestamptz,
+            version     bigint      NOT NULL
+        )
+        """
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -222,6 +242,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "runs.failing_since", _v4_failing_since),
     Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
     Migration(6, "runs.error_type and runs.error", _v6_run_errors),
+    Migration(7, "schedules", _v7_schedules),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from contextlib import closing, suppress
+from contextlib import AbstractContextManager, closing, suppress
 from datetime import datetime
 from time import monotonic
 from typing import Any, TypeAlias
@@ -58,6 +58,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.schedules_sql import SQLSchedules
 
 _Leased: TypeAlias = tuple[
     list[tuple[Any, ...]],
@@ -69,7 +70,7 @@ _Leased: TypeAlias = tuple[
 and when runs and steps are next due (see ``DueHints``)."""
 
 
-class PostgresStore(PostgresCommits, AppendViaCommit):
+class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -361,6 +362,20 @@ class PostgresStore(PostgresCommits, AppendViaCommit):
                 "UPDATE workers SET heartbeat_at = %s, stopped_at = %s WHERE worker_id = %s",
                 (now, now, worker_id),
             )
+
+    # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
+
+    _schedule_dialect = tables.POSTGRES
+    _schedule_lock_rows = "FOR UPDATE SKIP LOCKED"
+
+    def _schedule_write(self) -> AbstractContextManager[Connection]:
+        return self._transaction()
+
+    def _schedule_read(self) -> AbstractContextManager[Connection]:
+        return self._reading()
+
+    def _schedule_time(self, value: Any) -> datetime:
+        return tables.utc(value)
 
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False

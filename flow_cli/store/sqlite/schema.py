@@ -173,11 +173,26 @@ def _v5_run_errors(db: Database) -> None:
     )
 
 
+def _v6_schedules(db: Database) -> None:
+    """Schedules (``flow schedule``): definition and firing state as JSON, the time a worker
+    should next look at each, indexed only where set (paused and finished ones stay out), so
+    an idle worker's look is one index probe."""
+    conn = db.conn
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schedules (schedule_id TEXT PRIMARY KEY, spec TEXT NOT NULL, "
+        "state TEXT NOT NULL, due_at TEXT, version INTEGER NOT NULL)"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS schedules_due ON schedules (due_at) WHERE due_at IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
     (3, _v3_fleet),
     (4, _v4_failing_since),
     (5, _v5_run_errors),
+    (6, _v6_schedules),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

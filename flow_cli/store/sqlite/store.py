@@ -3,12 +3,14 @@ connections and the schema in ``connection``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
+from typing import Any
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
@@ -30,6 +32,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
 from flow_cli.store.sqlite.reads import SQLiteReads
@@ -50,7 +53,7 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -502,6 +505,28 @@ class SQLiteStore(SQLiteReads, AppendViaCommit):
                 "UPDATE workers SET heartbeat_at = ?, stopped_at = ? WHERE worker_id = ?",
                 (ts(now), ts(now), worker_id),
             )
+
+    # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
+
+    _schedule_dialect = SQLITE
+
+    @contextlib.contextmanager
+    def _schedule_write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._write() as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
+
+    @contextlib.contextmanager
+    def _schedule_read(self) -> Iterator[sqlite3.Connection]:
+        try:
+            yield self._conn()
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
+
+    def _schedule_time(self, value: Any) -> datetime:
+        return dt(str(value))
 
     # -- waiting and closing ----------------------------------------------------------------------
 
