@@ -3,8 +3,9 @@
 Rich fits a table that is too wide for the terminal by folding cells mid-word (a run id or a
 hook token split over two lines cannot be copied) and by cropping cells that do not wrap. A
 ``FittedTable`` whose identifier columns (``add_id_column``) or unwrapped columns would not get
-their whole width prints each row as a block of ``column  value`` lines instead. Prose and
-JSON columns may still fold: nothing of them is lost.
+their whole width, or whose columns would be narrower than their ``min_width``, prints each
+row as a block of ``column  value`` lines instead. A long word of a text column may still fold:
+nothing of it is lost.
 """
 
 from __future__ import annotations
@@ -48,12 +49,24 @@ class FittedTable(Table):
         given = self._calculate_column_widths(
             console, options.update_width(width - self._extra_width)
         )
+        # What Rich could not narrow enough is cropped at the terminal's edge; the table's right
+        # edge (a blank of the box) may go, nothing more.
+        spare = 1 if self.box is not None and self.show_edge else 0
+        if sum(given) + self._extra_width - width > spare:
+            return False
         unbounded = options.update_width(_UNBOUNDED)
-        return all(
-            has >= self._measure_column(console, unbounded, column).maximum
-            for index, (column, has) in enumerate(zip(self.columns, given, strict=True))
-            if column.no_wrap or index in self._ids
-        )
+        for index, (column, has) in enumerate(zip(self.columns, given, strict=True)):
+            needs = self._measure_column(console, unbounded, column)
+            if column.no_wrap or index in self._ids:
+                enough = has >= needs.maximum
+            else:  # Rich may give a column less than its min_width, and crop its lines
+                enough = (
+                    column.min_width is None
+                    or has >= column.min_width + self._get_padding_width(index)
+                )
+            if not enough:
+                return False
+        return True
 
     def _records(self) -> RenderResult:
         headers = [str(column.header) for column in self.columns]

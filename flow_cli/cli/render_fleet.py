@@ -83,7 +83,7 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
         shown.add_id_column("run")
         shown.add_id_column("build")
         shown.add_column("since", no_wrap=True)
-        shown.add_column("detail", overflow="fold")
+        shown.add_column("detail", overflow="fold", min_width=24)
         for cause in CAUSES:
             for diagnosis in by_cause.get(cause, [])[:samples]:
                 shown.add_row(
