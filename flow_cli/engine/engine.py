@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from flow_cli.engine.group_commit import GroupCommitter
+from flow_cli.engine.inputs import json_input
 from flow_cli.engine.observe import Observer
 from flow_cli.engine.streams import Pending, Streams, Write
 from flow_cli.errors import (
@@ -30,7 +31,6 @@ from flow_cli.errors import (
     HookNotFound,
     HookOfAnotherRun,
     HookTokenInUse,
-    InputError,
     RunAlreadyExists,
     RunFinished,
     RunNotFound,
@@ -45,7 +45,7 @@ from flow_cli.model.events import (
     HookResolved,
     SignalReceived,
 )
-from flow_cli.model.jsonval import JsonLimitError, JsonValue, canonical, normalise
+from flow_cli.model.jsonval import JsonValue, canonical
 from flow_cli.model.names import check_name, check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
@@ -284,7 +284,7 @@ class Engine:
         if run_id is not None:
             check_run_id(run_id)
         runtime = self.runtime_for(workflow, build_id)
-        value = _json_input(input, "run input")
+        value = json_input(input, "run input")
         run_id = run_id or f"{workflow}-{uuid.uuid4().hex[:12]}"
         check_run_id(run_id)
         spec = WorkflowSpec(
@@ -664,19 +664,7 @@ class Engine:
 
 
 def _payload(payload: JsonValue) -> JsonValue:
-    return _json_input(payload, "payload")
-
-
-def _json_input(value: JsonValue, what: str) -> JsonValue:
-    """``value`` normalised, or ``InputError`` when it is not JSON or exceeds Flow's limits."""
-    try:
-        return normalise(value)
-    except JsonLimitError as exc:
-        raise InputError(f"the {what} is refused: {exc}.") from None
-    except RecursionError:
-        raise InputError(f"the {what} is refused: it is nested too deeply.") from None
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"the {what} is not a JSON value: {exc}") from None
+    return json_input(payload, "payload")
 
 
 __all__ = ["Engine", "SignalDelivery", "StartResult"]

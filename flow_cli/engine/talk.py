@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flow_cli.engine.inputs import json_input
 from flow_cli.engine.streams import Write
 from flow_cli.errors import (
     CommandInHandler,
     EventConflict,
     FlowError,
     HandlerFailed,
-    InputError,
     RunBuildNotLoaded,
     RunFinished,
     UndeclaredName,
@@ -177,7 +177,7 @@ def create_signalled(
     check_name(name, "signal name")
     if key is not None:
         check_name(key, "signal key")
-    event = SignalReceived(signal_name=name, payload=_json(payload, "payload"), key=key)
+    event = SignalReceived(signal_name=name, payload=json_input(payload, "payload"), key=key)
     first = EventEnvelope(
         run_id=run.run_id,
         sequence=1,
@@ -282,20 +282,7 @@ def _error(exc: BaseException) -> str:
 
 
 def _args(args: JsonValue) -> JsonValue:
-    return _json(args, "args value")
-
-
-def _json(value: JsonValue, what: str) -> JsonValue:
-    """``value`` normalised, or ``InputError`` (exit 2) when it is not JSON or over Flow's
-    limits (``[flow] max_payload_bytes``)."""
-    try:
-        return normalise(value)
-    except JsonLimitError as exc:
-        raise InputError(f"the {what} is refused: {exc}.") from None
-    except RecursionError:
-        raise InputError(f"the {what} is refused: it is nested too deeply.") from None
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"the {what} is not a JSON value: {exc}") from None
+    return json_input(args, "args value")
 
 
 __all__ = ["QueryResult", "UpdateResult", "create_signalled", "query", "update"]

@@ -441,16 +441,7 @@ class WorkflowContext(SelectHelpers):
         batch = self._schedule_steps(members, batch_id)
         recorded = []
         for member in batch.steps:
-            self._use_step(member)
-            step = self._snap.steps.get(member.step_id)
-            if step is not None and not (
-                step.name == member.name
-                and step.input == member.input
-                and step.retry == member.retry
-                and step.batch_id == batch.batch_id
-            ):
-                self._check(batch)
-            recorded.append(step)
+            recorded.append(self._batch_member(member, batch))
         outputs: list[JsonValue] = []
         for step in recorded:
             if step is not None and step.status is StepStatus.FAILED:
@@ -699,6 +690,20 @@ class WorkflowContext(SelectHelpers):
         from flow_cli.model.determinism import plan
 
         plan(self._snap, command)
+
+    def _batch_member(self, member: ScheduleStep, batch: ScheduleSteps) -> StepState | None:
+        """The step of ``batch`` as recorded (``None`` before it is), checked against the
+        batch the code builds now: another name, input, retry or batch is a divergence."""
+        self._use_step(member)
+        step = self._snap.steps.get(member.step_id)
+        if step is not None and not (
+            step.name == member.name
+            and step.input == member.input
+            and step.retry == member.retry
+            and step.batch_id == batch.batch_id
+        ):
+            self._check(batch)
+        return step
 
     def _use_step(self, member: ScheduleStep) -> None:
         used = self._used_steps

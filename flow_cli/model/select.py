@@ -336,15 +336,7 @@ def _steps_settled(ctx: WorkflowContext, members: list[ScheduleStep]) -> list[Se
     results: list[Settled] = []
     pending = False
     for member in batch.steps:
-        ctx._use_step(member)
-        step = snap.steps.get(member.step_id)
-        if step is not None and not (
-            step.name == member.name
-            and step.input == member.input
-            and step.retry == member.retry
-            and step.batch_id == batch.batch_id
-        ):
-            ctx._check(batch)
+        step = ctx._batch_member(member, batch)
         if step is None or not step.status.settled:
             pending = True
         elif step.status is StepStatus.COMPLETED:
