@@ -44,6 +44,8 @@ flow update $RUN change-address --args '{"address": "Rua do Ouro 40, Lisboa"}' -
 say flow query $RUN status
 flow query $RUN status
 
+say "flow signal $RUN shiped   # a misspelled name: refused (exit 2), nothing written"
+flow signal $RUN shiped || echo "(exit code $?)"
 say flow signal $RUN shipped --payload '{"tracking": "TRK-1"}'
 flow signal $RUN shipped --payload '{"tracking": "TRK-1"}'
 say flow tick --until-idle

@@ -85,7 +85,7 @@ def ship_to(ctx: WorkflowContext) -> Any:
     return ctx.input.get("address") if isinstance(ctx.input, dict) else None
 
 
-@runtime.workflow("order")
+@runtime.workflow("order", signals=["shipped"])  # another name is refused at the door
 def order(ctx: WorkflowContext) -> RuntimeCommand:
     return run_order(ctx, charge_amount(ctx, ctx.input))
 
