@@ -13,7 +13,7 @@ import typer
 
 from flow_cli.cli.bulk import follow_one
 from flow_cli.cli.io import emit_json, note, parse_json_arg
-from flow_cli.cli.options import JsonFlag, RunArg
+from flow_cli.cli.options import JsonFlag, RunArg, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.model.names import check_name
 
@@ -27,14 +27,19 @@ Args = Annotated[
     ),
 ]
 
+HandlerName = Annotated[
+    str,
+    typer.Argument(
+        metavar="NAME",
+        help="The handler's name, as the workflow declares it (@runtime.query, @runtime.update).",
+    ),
+]
+
 
 def query(
     ctx: typer.Context,
     run_id: RunArg,
-    name: Annotated[
-        str,
-        typer.Argument(metavar="NAME", help="The query name, as declared with @runtime.query."),
-    ],
+    name: HandlerName,
     args: Args = None,
     json_output: JsonFlag = False,
 ) -> None:
@@ -59,19 +64,15 @@ def query(
 def update(
     ctx: typer.Context,
     run_id: RunArg,
-    name: Annotated[
-        str,
-        typer.Argument(metavar="NAME", help="The update name, as declared with @runtime.update."),
-    ],
+    name: HandlerName,
     args: Args = None,
     update_id: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--id",
-            metavar="UPDATE_ID",
-            help="The update's id (default: a new one). The same id again returns the recorded "
+            "UPDATE_ID",
+            "The update's id (default: a new one). The same id again returns the recorded "
             "answer and writes nothing; with another NAME or --args it is refused (exit 1).",
-            show_default=False,
         ),
     ] = None,
     json_output: JsonFlag = False,
