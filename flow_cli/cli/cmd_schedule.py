@@ -7,10 +7,12 @@ zone or overlap policy is exit 2 with an example of a right one, and nothing is 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from flow_cli.cli.bundles import bundled
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.schedule_config import SpecOptions, build_spec, check_options, schedule_json
@@ -123,7 +125,7 @@ Note = Annotated[
 ]
 
 
-def _options(
+def _spec_options(
     workflow: str | None,
     cron: str | None,
     every: str | None,
@@ -134,7 +136,6 @@ def _options(
     jitter: str | None,
     start_at: str | None,
     end_at: str | None,
-    paused: bool | None,
     note: str | None,
 ) -> SpecOptions:
     return SpecOptions(
@@ -149,9 +150,28 @@ def _options(
         jitter=jitter,
         start_at=start_at,
         end_at=end_at,
-        paused=paused,
         note=note,
     )
+
+
+# The definition's options, the same for create and update (``None``: not given).
+with_spec_options = bundled(
+    "given",
+    {
+        "workflow": (Workflow, None),
+        "cron": (Cron, None),
+        "every": (Every, None),
+        "timezone": (Zone, None),
+        "input": (Input, None),
+        "overlap": (OverlapOpt, None),
+        "catchup_window": (Catchup, None),
+        "jitter": (Jitter, None),
+        "start_at": (StartAt, None),
+        "end_at": (EndAt, None),
+        "note": (Note, None),
+    },
+    _spec_options,
+)
 
 
 def _show(engine: Engine, schedule: Schedule, recent: bool) -> dict[str, Any]:
@@ -170,22 +190,14 @@ def _print_one(state: CliState, json_output: bool, row: dict[str, Any]) -> None:
 
 
 @schedule_app.command("create")
+@with_spec_options
 def create(
     ctx: typer.Context,
     schedule_id: IdArg,
-    workflow: Workflow = None,
-    cron: Cron = None,
-    every: Every = None,
-    timezone: Zone = None,
-    input: Input = None,
-    overlap: OverlapOpt = None,
-    catchup_window: Catchup = None,
-    jitter: Jitter = None,
-    start_at: StartAt = None,
-    end_at: EndAt = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
-    note: Note = None,
     json_output: JsonFlag = False,
+    *,
+    given: SpecOptions,
 ) -> None:
     """Create a schedule: WORKFLOW started at each fire time of --cron or --every.
 
@@ -193,20 +205,7 @@ def create(
     id that is taken. Prints the schedule as `show` does (--json: the same object).
     """
     state = CliState.of(ctx)
-    given = _options(
-        workflow,
-        cron,
-        every,
-        timezone,
-        input,
-        overlap,
-        catchup_window,
-        jitter,
-        start_at,
-        end_at,
-        paused,
-        note,
-    )
+    given = replace(given, paused=paused)
     spec = build_spec(schedule_id, given, None)
     if state.config.runtimes:
         state.check_startable(spec.workflow, None)
@@ -216,21 +215,13 @@ def create(
 
 
 @schedule_app.command("update")
+@with_spec_options
 def update(
     ctx: typer.Context,
     schedule_id: IdArg,
-    workflow: Workflow = None,
-    cron: Cron = None,
-    every: Every = None,
-    timezone: Zone = None,
-    input: Input = None,
-    overlap: OverlapOpt = None,
-    catchup_window: Catchup = None,
-    jitter: Jitter = None,
-    start_at: StartAt = None,
-    end_at: EndAt = None,
-    note: Note = None,
     json_output: JsonFlag = False,
+    *,
+    given: SpecOptions,
 ) -> None:
     """Change a schedule: only the options given (--cron replaces --every and back).
 
@@ -238,20 +229,6 @@ def update(
     after now; the counts and recent runs stay.
     """
     state = CliState.of(ctx)
-    given = _options(
-        workflow,
-        cron,
-        every,
-        timezone,
-        input,
-        overlap,
-        catchup_window,
-        jitter,
-        start_at,
-        end_at,
-        None,
-        note,
-    )
     check_options(schedule_id, given)  # a bad value is refused before the database is read
     with state.open_engine(create=False, with_runtimes=False) as engine:
         current = engine.schedules.get(schedule_id)

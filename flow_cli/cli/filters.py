@@ -7,8 +7,6 @@ help like any other option) and hands the command one ``FilterArgs`` in their pl
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import re
 from collections.abc import Callable
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from flow_cli.cli.bundles import bundled
 from flow_cli.errors import InputError
 from flow_cli.model.status import RunStatus
 
@@ -302,28 +301,5 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
 
 def with_filters(command: F) -> F:
     """Add the filter options to ``command``, which receives them as ``filters: FilterArgs``."""
-    signature = inspect.signature(command, eval_str=True)
-    own = [p for p in signature.parameters.values() if p.name != "filters"]
-    added = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
-        for name, (kind, default) in _OPTIONS.items()
-    ]
-    names = [f.name for f in fields(FilterArgs)]
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name, _OPTIONS[name][1]) for name in names}
-        return command(*args, filters=FilterArgs(**values), **kwargs)
-
-    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    params = (
-        [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
-        + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in keyword]
-        + added
-    )
-    # Typer reads the signature and the annotations: give it the merged ones.
-    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    del wrapper.__wrapped__
-    return wrapper  # type: ignore[return-value]
+    adding: Callable[[F], F] = bundled("filters", _OPTIONS, FilterArgs)
+    return adding(command)
