@@ -19,9 +19,9 @@ from flow_cli.store.protocol import RunFilter
 
 pytest.importorskip("textual")
 
-from textual.widgets import DataTable, Input, Static  # noqa: E402
+from textual.widgets import DataTable, Input, Static
 
-from flow_cli.cli.top import Confirm, RunDetail, TopApp  # noqa: E402
+from flow_cli.cli.top import Confirm, RunDetail, TopApp
 
 
 def _refuse(order: dict[str, str]) -> str:
