@@ -210,3 +210,18 @@ def test_without_the_extra_flow_top_says_so_and_imports_nothing(
     assert "pip install 'flow-cli[tui]'" in result.output
     assert "textual" not in sys.modules
     assert not (tmp_path / "f.db").exists()
+
+
+def test_the_status_counter_is_exact_whichever_status_it_guesses_most_common(
+    engine: Engine,
+) -> None:
+    from flow_cli.cli.top import StatusCounter
+    from flow_cli.model.status import RunStatus
+
+    grouped = dict(engine.count_runs(RunFilter(), by="status").groups)
+    for guess in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.COMPLETED):
+        counter = StatusCounter()
+        counter.largest = guess
+        assert counter.count(engine) == (grouped, 6)
+        assert counter.largest is RunStatus.COMPLETED  # learnt for the next reading
+        assert counter.count(engine) == (grouped, 6)

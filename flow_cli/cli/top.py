@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 PAGE_ROWS = 100
 """Runs in one page of the table (``n``/``p`` page through the index with its cursor)."""
 
-DOCTOR_RUNS = 1000
+DOCTOR_RUNS = 500
 """The open runs the header's doctor causes look at: a bounded read however large the index."""
 
 ACTIONS = frozenset({"cancel", "terminate", "signal"})
@@ -110,18 +110,49 @@ class Header:
         return text
 
 
-def read_header(engine: Engine, now: datetime) -> Header:
+class StatusCounter:
+    """Counts runs by status from indexes only, whatever the size of the index.
+
+    ``count_runs(by="status")`` groups every row: 0.3 s over a million runs on SQLite. Counting
+    one status reads its stretch of the status index, which is as long as that status is
+    common; so every status but the most common one is counted on its own, and the most common
+    one is the total (the smallest index, read whole) minus the others: on a million runs, nine
+    tenths Completed, that is a 10 ms read instead of 300.
+    """
+
+    def __init__(self) -> None:
+        self.largest = RunStatus.COMPLETED
+        """The status the last reading found most common (a guess before the first)."""
+
+    def count(self, engine: Engine) -> tuple[dict[str, int], int]:
+        """Runs per status (statuses without runs left out, as ``count_runs`` groups) and the
+        total."""
+        from flow_cli.store.protocol import RunFilter
+
+        total = engine.count_runs(RunFilter()).total
+        counts = {
+            status: engine.count_runs(RunFilter(statuses=(status,))).total
+            for status in RunStatus
+            if status is not self.largest
+        }
+        counts[self.largest] = total - sum(counts.values())
+        self.largest = max(counts, key=lambda status: counts[status])
+        found = {status.value: n for status, n in counts.items() if n}
+        return dict(sorted(found.items())), total
+
+
+def read_header(engine: Engine, now: datetime, counter: StatusCounter | None = None) -> Header:
     """Counts by status, the doctor's causes over at most ``DOCTOR_RUNS`` open runs, workers."""
     from flow_cli.ops.doctor import diagnose
     from flow_cli.store.protocol import RunFilter
 
-    counts = engine.count_runs(RunFilter(), by="status")
+    by_status, total = (counter or StatusCounter()).count(engine)
     report = diagnose(engine, RunFilter(limit=DOCTOR_RUNS), now)
     workers = engine.list_workers()
     live = sum(1 for w in workers if w.live(now))
     return Header(
-        by_status=dict(counts.groups),
-        total=counts.total,
+        by_status=by_status,
+        total=total,
         causes=report.summary,
         workers_live=live,
         workers_gone=len(workers) - live,
@@ -293,6 +324,7 @@ class TopApp(App[None]):
         self.page: list[RunRecord] = []
         self.header: Header | None = None
         self.pane: str | None = None
+        self.counter = StatusCounter()
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -316,7 +348,7 @@ class TopApp(App[None]):
         """Read the header and the page shown again (at least once a second)."""
         now = datetime.now(UTC)
         try:
-            self.header = read_header(self.engine, now)
+            self.header = read_header(self.engine, now, self.counter)
             self.page = self.engine.find_runs(
                 replace(self.where, limit=PAGE_ROWS, after=self.cursors[-1])
             )
