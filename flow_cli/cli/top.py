@@ -292,7 +292,8 @@ class TopApp(App[None]):
     #header { height: 2; background: $boost; padding: 0 1; }
     #filter { height: 3; }
     #message { height: 1; color: $warning; padding: 0 1; }
-    #panes { height: auto; max-height: 8; padding: 0 1; }
+    #panes { height: auto; max-height: 12; padding: 0 1; }
+    #runs { height: 1fr; }
     #children { height: auto; max-height: 10; }
     Confirm, SignalPrompt { align: center middle; }
     #dialog { width: 70; height: auto; border: thick $accent; background: $surface; padding: 1; }
