@@ -225,3 +225,43 @@ def test_the_status_counter_is_exact_whichever_status_it_guesses_most_common(
         assert counter.count(engine) == (grouped, 6)
         assert counter.largest is RunStatus.COMPLETED  # learnt for the next reading
         assert counter.count(engine) == (grouped, 6)
+
+
+def test_the_filter_bar_reads_every_filter_of_flow_runs() -> None:
+    from flow_cli.cli.top import parse_filter_bar
+    from flow_cli.errors import InputError
+    from flow_cli.model.status import RunStatus
+
+    found = parse_filter_bar(
+        "--status=failed,Pending --workflow order --failing --top-level "
+        "--waiting-on signal:shipped --error-type KeyError --build-id b1 --idle-for 2h"
+    )
+    assert found.statuses == (RunStatus.FAILED, RunStatus.PENDING)
+    assert (found.workflow, found.build_id, found.error_type) == ("order", "b1", "KeyError")
+    assert found.failing and found.top_level and found.waiting_on == "signal:shipped"
+    assert found.idle_since is not None
+    for bad in ("--status", "--status Nope", "--limit 3", "'unclosed", "--idle-for forever"):
+        with pytest.raises(InputError):
+            parse_filter_bar(bad)
+
+
+def test_flow_top_read_only_opens_the_database_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from flow_cli.cli.app import app
+    from flow_cli.store.sqlite import SQLiteStore
+
+    SQLiteStore(tmp_path / "flow.db").close()
+    opened: list[TopApp] = []
+
+    def run(self: TopApp) -> None:
+        opened.append(self)
+        assert getattr(self.engine.store, "read_only", None) is self.read_only
+
+    monkeypatch.setattr(TopApp, "run", run)
+    for args, read_only in ((["--read-only"], True), ([], False)):
+        result = CliRunner().invoke(app, ["--db", str(tmp_path / "flow.db"), "top", *args])
+        assert result.exit_code == 0, result.output
+        assert opened[-1].read_only is read_only
