@@ -177,6 +177,8 @@ class Observers(Observer):
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
+        # Asked once per decision: answered from a field, not a loop over the observers.
+        self._timing = any(o.timing_decisions for o in self.observers)
 
     @property
     def listening(self) -> bool:
@@ -184,7 +186,7 @@ class Observers(Observer):
 
     @property
     def timing_decisions(self) -> bool:
-        return any(o.timing_decisions for o in self.observers)
+        return self._timing
 
 
 def _fan_out(name: str) -> Callable[..., None]:
