@@ -35,6 +35,9 @@ class StepInfo:
     attempt: int
     """1-based; a re-run after a crash keeps the same number."""
     worker: str
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of this attempt's span when the run records a trace context
+    (``flow start --traceparent``): send it on with the calls the handler makes."""
 
     def idempotency_key(self, resource: str) -> str:
         """``"{run_id}:{step_id}:{resource}"``: send it with every external side effect."""

@@ -53,14 +53,16 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "result": ("a", "--wait"),
     "execute": ("two-step",),
     "doctor": (),
+    "top": (),
     "schedule create": ("s", "--workflow", "two-step", "--every", "1h"),
     "schedule update": ("s",),
     "schedule backfill": ("s", "--from", "2026-12-01", "--to", "2026-12-02"),
 }
 """What each command needs besides the option under test (its other required arguments)."""
 
-IN_PROCESS_UNSAFE = {"tick", "worker"}
-"""Commands run as real processes with a timeout: an accepted value would start real work."""
+IN_PROCESS_UNSAFE = {"tick", "worker", "top"}
+"""Commands run as real processes with a timeout: an accepted value would start real work
+(or, for ``top``, a full-screen application)."""
 
 
 def _kind(param: Any) -> str | None:

@@ -65,16 +65,18 @@ def tick(
     wait (exit 1, nothing done).
     """
     from flow_cli.cli import logs
-    from flow_cli.engine.observe import LogObserver
+    from flow_cli.cli.otel import tracing_observer
+    from flow_cli.engine.observe import LogObserver, Observers
     from flow_cli.engine.registry import Registration
 
     logs.install(log_format, log_level)
     state = CliState.of(ctx)
+    tracer = tracing_observer()
     opened = _open_when_reachable(state, LogObserver(), "tick")
     if opened is None:
         raise StoreError("tick stopped while waiting for the database; nothing was done.")
     with opened as engine:
-        engine.observe(LogObserver())
+        engine.observe(LogObserver() if tracer is None else Observers([LogObserver(), tracer]))
         progress = _TickProgress() if until_idle and sys.stderr.isatty() else None
         with Registration(engine), progress or nullcontext():
             report = engine.tick(
@@ -83,6 +85,8 @@ def tick(
                 on_pass=progress.update if progress is not None else None,
             )
         next_due = engine.next_due()
+    if tracer is not None:
+        tracer.shutdown()
     if state.want_json(json_output):
         emit_json(
             {
@@ -204,12 +208,14 @@ def worker(
     worker starts is waited for in the same way (SIGINT/SIGTERM while waiting: exit 0).
     """
     from flow_cli.cli import logs
+    from flow_cli.cli.otel import tracing_observer
     from flow_cli.engine.observe import LogObserver, Observers
     from flow_cli.engine.registry import Registration
     from flow_cli.engine.worker import Worker
 
     if metrics_port is not None:
         _check_metrics_extra()
+    tracer = tracing_observer()
     handler = logs.install(log_format, log_level)
     if processes > 1:
         from flow_cli.cli.worker_processes import supervise
@@ -229,6 +235,8 @@ def worker(
         metrics = _metrics_observer(engine) if metrics_port is not None else None
         if metrics is not None:
             observers.append(metrics)
+        if tracer is not None:
+            observers.append(tracer)
         engine.observe(Observers(observers))
         reporter = _OutageReporter(log_observer)
         runner = Worker(
@@ -264,6 +272,8 @@ def worker(
             if server is not None:
                 server.shutdown()
                 server.server_close()
+            if tracer is not None:
+                tracer.shutdown()
     logs.say(
         stopped_summary(stats),
         "worker_stopped",

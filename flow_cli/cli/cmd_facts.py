@@ -101,6 +101,17 @@ def start(
             show_default=False,
         ),
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        typer.Option(
+            "--traceparent",
+            metavar="TRACEPARENT",
+            envvar="TRACEPARENT",
+            help="The W3C trace context the run's spans join (default: $TRACEPARENT), "
+            "recorded in the run and handed to its children and steps.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a run of WORKFLOW and print its run id.
 
@@ -137,8 +148,17 @@ def start(
         if input == "-" and signal_payload == "-":
             raise InputError("--input and --signal-payload cannot both read stdin.")
         sent = (signal, parse_json_arg(signal_payload, "--signal-payload"))
+    if traceparent is not None:
+        from flow_cli.model.trace import TraceParent
+
+        traceparent = str(TraceParent.parse(traceparent))  # checked before anything is opened
     state.check_startable(workflow, build_id)
+    from flow_cli.cli.otel import tracing_observer
+
+    tracer = tracing_observer()
     with state.open_engine(create=True, with_runtimes=True) as engine:
+        if tracer is not None:
+            engine.observe(tracer)
         result = engine.start(
             workflow,
             value,
@@ -146,7 +166,10 @@ def start(
             build_id=build_id,
             signal=sent,
             signal_key=signal_key,
+            traceparent=traceparent,
         )
+    if tracer is not None:
+        tracer.shutdown()
     if state.want_json(json_output):
         shown: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
         if result.signal is not None:

@@ -8,7 +8,8 @@ it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +19,9 @@ from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
 from flow_cli.cli.io import emit_json, note
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
+
+if TYPE_CHECKING:
+    from flow_cli.store.protocol import WorkerInfo
 
 
 def workers(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag = False) -> None:
@@ -34,21 +38,7 @@ def workers(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         found = engine.list_workers()
         now = engine.clock.now()
-    rows: list[dict[str, Any]] = [
-        {
-            "worker_id": w.worker_id,
-            "host": w.host,
-            "pid": w.pid,
-            "builds": list(w.builds),
-            "started_at": w.started_at.isoformat(),
-            "heartbeat_at": w.heartbeat_at.isoformat(),
-            "live": w.live(now),
-            "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
-            "heartbeat_seconds": w.heartbeat_seconds,
-        }
-        for w in found
-    ]
-    rows.sort(key=lambda row: not row["live"])  # live first; each group newest first
+    rows = worker_rows(found, now)
     if jsonl or state.want_json(json_output):
         emit_rows(rows, jsonl)
         return
@@ -120,6 +110,26 @@ def doctor(
         render.console().print(doctor_view(report, SAMPLES))
     if not report.ok:
         raise typer.Exit(exits.FAILED)
+
+
+def worker_rows(found: list[WorkerInfo], now: datetime) -> list[dict[str, Any]]:
+    """The workers registry as ``flow workers --json`` lists it, live ones first."""
+    rows: list[dict[str, Any]] = [
+        {
+            "worker_id": w.worker_id,
+            "host": w.host,
+            "pid": w.pid,
+            "builds": list(w.builds),
+            "started_at": w.started_at.isoformat(),
+            "heartbeat_at": w.heartbeat_at.isoformat(),
+            "live": w.live(now),
+            "stopped_at": None if w.stopped_at is None else w.stopped_at.isoformat(),
+            "heartbeat_seconds": w.heartbeat_seconds,
+        }
+        for w in found
+    ]
+    rows.sort(key=lambda row: not row["live"])  # live first; each group newest first
+    return rows
 
 
 def builds(ctx: typer.Context, json_output: JsonFlag = False, jsonl: JsonlFlag = False) -> None:

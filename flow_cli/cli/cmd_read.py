@@ -19,6 +19,7 @@ from flow_cli.model.status import ChildStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
+    from flow_cli.store.protocol import RunRecord
 
 FOLLOW_POLL_SECONDS = 1.0
 """Upper bound of one ``wait_for_change``; the store returns sooner when something commits."""
@@ -56,31 +57,36 @@ def show(
             run_id, message = follow(engine, run_id)
             if message is not None:
                 note(message.replace("acting on", "showing"))
-        snap = engine.snapshot(run_id)
-        record = engine.get_run(run_id)
-        data: dict[str, Any] = snap.to_json()
-        data["failing"] = record.failing
-        forked = snap.spec.forked_from
-        data["forked_from"] = (
-            None if forked is None else {"run_id": forked[0], "sequence": forked[1]}
-        )
-        # When the run was created here: a fork's history keeps its original's start time.
-        data["created_at"] = record.created_at.isoformat()
-        # While a decision keeps failing, the runs index holds when it is tried next.
-        data["next_decision_at"] = (
-            record.decide_at.isoformat()
-            if record.decide_at is not None and snap.decision_error is not None
-            else None
-        )
+        data, record = show_data(engine, run_id)
         if state.want_json(json_output):
             emit_json(data)
             return
-        child_status = _child_status(engine, data)
+        child_status = children_status(engine, data)
     from flow_cli.cli import render
 
     render.console().print(
         render.show_view(data, record.failing, child_status, all_steps=all_steps)
     )
+
+
+def show_data(engine: Engine, run_id: str) -> tuple[dict[str, Any], RunRecord]:
+    """What ``flow show`` prints of RUN (its ``--json``), and its row of the runs index; also
+    the detail pane of ``flow top``."""
+    snap = engine.snapshot(run_id)
+    record = engine.get_run(run_id)
+    data: dict[str, Any] = snap.to_json()
+    data["failing"] = record.failing
+    forked = snap.spec.forked_from
+    data["forked_from"] = None if forked is None else {"run_id": forked[0], "sequence": forked[1]}
+    # When the run was created here: a fork's history keeps its original's start time.
+    data["created_at"] = record.created_at.isoformat()
+    # While a decision keeps failing, the runs index holds when it is tried next.
+    data["next_decision_at"] = (
+        record.decide_at.isoformat()
+        if record.decide_at is not None and snap.decision_error is not None
+        else None
+    )
+    return data, record
 
 
 CHILD_STATUS_UNSETTLED = frozenset(
@@ -90,7 +96,7 @@ CHILD_STATUS_UNSETTLED = frozenset(
 parent asked it to cancel (its own status tells whether it did), or the parent left it."""
 
 
-def _child_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:
+def children_status(engine: Engine, data: dict[str, Any]) -> dict[str, str]:
     """The status of each child whose end the parent's history does not record, read from the
     child's own run (a child the parent cancelled shows Cancelled once it is, not the request)."""
     found: dict[str, str] = {}

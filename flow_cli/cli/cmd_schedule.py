@@ -174,7 +174,8 @@ with_spec_options = bundled(
 )
 
 
-def _show(engine: Engine, schedule: Schedule, recent: bool) -> dict[str, Any]:
+def schedule_row(engine: Engine, schedule: Schedule, recent: bool) -> dict[str, Any]:
+    """A schedule as `flow schedule show --json` prints it (`recent`: with its latest runs)."""
     times = engine.schedules.next_fire_times(schedule)
     return schedule_json(schedule, times, engine.schedules.recent(schedule) if recent else None)
 
@@ -210,7 +211,7 @@ def create(
     if state.config.runtimes:
         state.check_startable(spec.workflow, None)
     with state.open_engine(create=True, with_runtimes=False) as engine:
-        row = _show(engine, engine.schedules.create(spec), recent=False)
+        row = schedule_row(engine, engine.schedules.create(spec), recent=False)
     _print_one(state, json_output, row)
 
 
@@ -233,7 +234,9 @@ def update(
     with state.open_engine(create=False, with_runtimes=False) as engine:
         current = engine.schedules.get(schedule_id)
         spec = build_spec(schedule_id, given, current.spec)  # checked before anything is written
-        row = _show(engine, engine.schedules.update(schedule_id, lambda _: spec), recent=False)
+        row = schedule_row(
+            engine, engine.schedules.update(schedule_id, lambda _: spec), recent=False
+        )
     _print_one(state, json_output, row)
 
 
@@ -245,7 +248,7 @@ def list_schedules(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        rows = [_show(engine, s, recent=False) for s in engine.schedules.all()]
+        rows = [schedule_row(engine, s, recent=False) for s in engine.schedules.all()]
     if state.want_json(json_output):
         emit_json(rows)
         return
@@ -266,7 +269,7 @@ def show(ctx: typer.Context, schedule_id: IdArg, json_output: JsonFlag = False) 
     """
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        row = _show(engine, engine.schedules.get(schedule_id), recent=True)
+        row = schedule_row(engine, engine.schedules.get(schedule_id), recent=True)
     _print_one(state, json_output, row)
 
 

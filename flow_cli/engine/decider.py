@@ -63,6 +63,7 @@ from flow_cli.model.events import (
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus, StepStatus
+from flow_cli.model.trace import child_traceparent
 from flow_cli.runtime import Runtime
 from flow_cli.store.protocol import CommitGroup, NewRun, StepLease
 
@@ -298,6 +299,8 @@ class Decider:
             began = time.monotonic()
             decision = decide(snap, code, pending.now)
             took = time.monotonic() - began
+            if self.streams.observer.timing_decisions:
+                self.streams.observer.decided(RunRef.of(snap), took)
             if took > SLOW_DECISION_SECONDS:
                 self.streams.observer.decision_slow(RunRef.of(snap), took)
             if isinstance(decision, Append):
@@ -398,6 +401,7 @@ class Decider:
                     parent_run_id=snap.run_id,
                     parent_child_id=event.child_id,
                     signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
+                    traceparent=child_traceparent(snap.spec.traceparent, snap.run_id),
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,

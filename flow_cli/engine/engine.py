@@ -50,6 +50,7 @@ from flow_cli.model.names import check_name, check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
+from flow_cli.model.trace import TraceParent
 from flow_cli.store.protocol import (
     BuildUsage,
     EventStore,
@@ -263,10 +264,13 @@ class Engine:
         signal: tuple[str, JsonValue] | None = None,
         signal_key: str | None = None,
         schedule: ScheduleRef | None = None,
+        traceparent: str | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
 
         ``schedule``: the schedule and fire time that start it (``ctx.scheduled_at``).
+        ``traceparent``: the W3C trace context its spans join, recorded in its spec (raises
+        ``BadTraceparent`` when malformed); a second start of the same run ignores it.
 
         With ``eager_start`` (the default), the run's first decisions are made here and
         committed with its creation: its first step is at once ready for a worker.
@@ -294,6 +298,7 @@ class Engine:
             patches=runtime.patches,
             signals=runtime.signals.get(workflow),
             schedule=schedule,
+            traceparent=None if traceparent is None else str(TraceParent.parse(traceparent)),
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 

@@ -15,6 +15,8 @@ into log records on the ``flow.events`` logger (one record per event, none while
 
 Where each call comes from:
 
+- ``decided``: the decision loop, once per decision, for an observer ``timing_decisions``
+  (the tracing one);
 - ``decisions``: the decision loop, once per run decided (before its commit: a decision redone
   after a conflict counts again, as in ``flow tick --json``);
 - ``conflict``: a commit that met ``EventConflict`` and is retried;
@@ -64,10 +66,19 @@ class RunRef:
     run_id: str
     workflow: str
     build_id: str
+    traceparent: str | None = None
+    """The run's recorded trace context (``WorkflowSpec.traceparent``)."""
+    started_at: datetime | None = None
 
     @classmethod
     def of(cls, snapshot: WorkflowRunSnapshot) -> RunRef:
-        return cls(snapshot.run_id, snapshot.spec.workflow, snapshot.spec.runtime_build_id)
+        return cls(
+            snapshot.run_id,
+            snapshot.spec.workflow,
+            snapshot.spec.runtime_build_id,
+            snapshot.spec.traceparent,
+            snapshot.started_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,14 @@ class Observer:
     def listening(self) -> bool:
         """False for the do-nothing base: the engine then skips preparing what it would tell."""
         return type(self) is not Observer
+
+    @property
+    def timing_decisions(self) -> bool:
+        """Whether ``decided`` is wanted (tracing): the decision loop skips it otherwise."""
+        return False
+
+    def decided(self, run: RunRef, seconds: float) -> None:
+        """One decision of the run took ``seconds`` (told only when ``timing_decisions``)."""
 
     def decisions(self, made: int, failed: int) -> None:
         """Decisions made for one run, and those of them that failed."""
@@ -158,10 +177,16 @@ class Observers(Observer):
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
+        # Asked once per decision: answered from a field, not a loop over the observers.
+        self._timing = any(o.timing_decisions for o in self.observers)
 
     @property
     def listening(self) -> bool:
         return any(o.listening for o in self.observers)
+
+    @property
+    def timing_decisions(self) -> bool:
+        return self._timing
 
 
 def _fan_out(name: str) -> Callable[..., None]:

@@ -33,6 +33,7 @@ from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
+from flow_cli.model.trace import step_trace_context
 from flow_cli.model.tracebacks import code_traceback
 from flow_cli.runtime import Runtime, StepInfo
 from flow_cli.store.protocol import CommitGroup, StepLease
@@ -211,6 +212,9 @@ class StepExecutor:
             name=step.name,
             attempt=step.attempt,
             worker=worker,
+            trace_context=step_trace_context(
+                snap.spec.traceparent, snap.run_id, step.step_id, step.attempt
+            ),
         )
         payload = snap.json_payload(step.input)
         observer = self.streams.observer

@@ -43,6 +43,9 @@ class WorkflowSpec:
     a signal with another name is refused at the door. ``None``: any name is accepted."""
     schedule: ScheduleRef | None = None
     """For a run a schedule started: the schedule and the fire time (``ctx.scheduled_at``)."""
+    traceparent: str | None = None
+    """The W3C trace context the run's spans belong to (``flow start --traceparent``, or the
+    parent run's); continuations keep it (``flow_cli.model.trace``)."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -80,6 +83,8 @@ class WorkflowSpec:
             data["forked_from"] = {"run_id": self.forked_from[0], "sequence": self.forked_from[1]}
         if self.schedule is not None:
             data["schedule"] = self.schedule.to_json()
+        if self.traceparent is not None:
+            data["traceparent"] = self.traceparent
         return data
 
     @classmethod
@@ -97,6 +102,7 @@ class WorkflowSpec:
             forked_from=_fork(data.get("forked_from")),
             signals=_names(data.get("signals")),
             schedule=ScheduleRef.from_json(data.get("schedule")),
+            traceparent=data.get("traceparent"),
         )
 
 
