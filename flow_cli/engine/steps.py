@@ -15,6 +15,7 @@ as a due time in the step index — no thread sleeps on it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,10 +27,17 @@ from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
-from flow_cli.errors import EventConflict, HookTokenInUse, StepOutputNotJSON, StoreRefused
+from flow_cli.errors import (
+    EventConflict,
+    HeartbeatTimedOut,
+    HookTokenInUse,
+    StepOutputNotJSON,
+    StepTimedOut,
+    StoreRefused,
+)
 from flow_cli.model.clock import Clock
 from flow_cli.model.events import Event, StepCompleted, StepFailed
-from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
+from flow_cli.model.jsonval import JsonValue, PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
@@ -224,8 +232,17 @@ class StepExecutor:
             before_call()
         event: Event
         began = time.monotonic()
+        options = runtime.step_options.get(step.name)
+        limit = step.timeout
+        silence = step.heartbeat_timeout
+        if options is not None:  # the handler's defaults, where the workflow gave none
+            limit = options.timeout if limit is None else limit
+            silence = options.heartbeat_timeout if silence is None else silence
         try:
-            returned = runtime.run_step(step.name, payload, info)
+            if limit or silence:
+                returned = bounded_call(runtime, step.name, payload, info, limit, silence)
+            else:
+                returned = runtime.run_step(step.name, payload, info)
         except KeyboardInterrupt:
             self.streams.put(snap)
             raise
@@ -480,3 +497,60 @@ class StepExecutor:
 Later = Callable[[bool | None, BaseException | None], None]
 """Told how a handed-over end went: recorded (``True``), settled by others (``False``), taken
 by another worker (``None``); or the error that kept it from being committed."""
+
+
+WATCH_SLICE = 0.25
+"""Longest wait between two looks at a bounded attempt (a heartbeat moves its deadline)."""
+
+
+def bounded_call(
+    runtime: Runtime,
+    name: str,
+    payload: JsonValue,
+    info: StepInfo,
+    limit: float | None,
+    silence: float | None,
+) -> object:
+    """Run the handler on its own thread and wait for it at most ``limit`` seconds, and at
+    most ``silence`` seconds after its last heartbeat. Past either, the attempt is cancelled
+    (``info.cancelled``) and ``StepTimedOut`` / ``HeartbeatTimedOut`` raised here: the caller
+    records the failure at once, and whatever the abandoned thread returns is never looked at
+    (Python cannot stop a thread; a handler that heartbeats is told to stop)."""
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = runtime.run_step(name, payload, info)
+        except BaseException as exc:  # handed to the caller, which fails the attempt with it
+            box["error"] = exc
+        finally:
+            done.set()
+
+    control = info.control
+    began = time.monotonic()
+    thread = threading.Thread(target=target, name=f"flow-step {info.run_id}/{name}", daemon=True)
+    thread.start()
+    while True:
+        now = time.monotonic()
+        timed_out: Exception | None = None
+        wait = WATCH_SLICE
+        if limit is not None:
+            left = began + limit - now
+            if left <= 0:
+                timed_out = StepTimedOut(name, limit)
+            wait = min(wait, left)
+        if silence is not None and timed_out is None:
+            left = control.last_beat + silence - now
+            if left <= 0:
+                timed_out = HeartbeatTimedOut(name, silence)
+            wait = min(wait, left)
+        if timed_out is not None and not done.is_set():
+            control.cancel(type(timed_out).__name__)
+            raise timed_out
+        if done.wait(max(wait, 0.0)):
+            break
+    error = box.get("error")
+    if isinstance(error, BaseException):
+        raise error
+    return box.get("value")

@@ -91,6 +91,16 @@ class StepScheduled(_EventBase):
     input: JsonValue
     retry: RetryPolicy
     batch_id: str | None = None
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    """Both stored only when set: histories written before bounded steps have neither."""
+
+    def to_data(self) -> dict[str, Any]:
+        data = _EventBase.to_data(self)
+        for key in ("timeout", "heartbeat_timeout"):
+            if data[key] is None:
+                del data[key]
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,6 +68,9 @@ class StepState:
     next_attempt_at: datetime | None = None
     lease_until: datetime | None = None
     worker: str | None = None
+    timeout: float | None = None
+    """Seconds an attempt may run (``step_scheduled``; ``None``: the handler's default)."""
+    heartbeat_timeout: float | None = None
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -417,6 +420,8 @@ class WorkflowRunSnapshot(SelectProjection):
                         retry=event.retry,
                         batch_id=event.batch_id,
                         status=StepStatus.SCHEDULED,
+                        timeout=event.timeout,
+                        heartbeat_timeout=event.heartbeat_timeout,
                         sequence=envelope.sequence,
                         attempt=1,
                         scheduled_at=at,

@@ -1,0 +1,232 @@
+"""Bounded steps (DESIGN §2.5): timeouts and heartbeat timeouts, enforced by the worker that
+runs the attempt, in the model and with real worker processes on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flow_cli import RetryPolicy, Runtime
+from flow_cli.engine.engine import Engine
+from flow_cli.errors import InputError, NonDeterminismError
+from flow_cli.model.events import StepCompleted, StepFailed, StepScheduled, event_from_data
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = [sys.executable, str(ROOT / "tests" / "worker_process.py")]
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _result(engine: Engine, run_id: str) -> Any:
+    outcome = engine.snapshot(run_id).outcome
+    assert outcome is not None and outcome.kind.value == "Completed", outcome
+    return outcome.result
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+def test_step_scheduled_keeps_its_bounds_and_old_histories_read_without_them() -> None:
+    event = StepScheduled(
+        step_id="a", name="n", input=None, retry=RetryPolicy(), timeout=2.0, heartbeat_timeout=0.5
+    )
+    data = event.to_data()
+    assert data["timeout"] == 2.0 and data["heartbeat_timeout"] == 0.5
+    assert event_from_data("step_scheduled", data) == event
+    plain = StepScheduled(step_id="a", name="n", input=None, retry=RetryPolicy())
+    assert "timeout" not in plain.to_data() and "heartbeat_timeout" not in plain.to_data()
+    assert event_from_data("step_scheduled", plain.to_data()).timeout is None
+
+
+def _engine(runtime: Runtime, tmp_path: Path) -> Engine:
+    return Engine.open(f"sqlite:///{tmp_path / 'flow.db'}", [runtime])
+
+
+def test_a_changed_timeout_is_a_determinism_mismatch(tmp_path: Path) -> None:
+    limit = {"value": timedelta(seconds=5)}
+    rt = Runtime(build_id="b1")
+
+    @rt.step("s")
+    def s(input: Any, info: Any) -> Any:
+        return 1
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("a", s, None, timeout=limit["value"]))
+
+    engine = _engine(rt, tmp_path)
+    engine.start("w", None, run_id="r1")
+    engine.tick()  # decides: schedules "a" with its timeout
+    history = engine.history("r1")
+    scheduled = [e.event for e in history if isinstance(e.event, StepScheduled)]
+    assert scheduled[0].timeout == 5.0
+    limit["value"] = timedelta(seconds=6)
+    with pytest.raises(NonDeterminismError, match="timeout"):
+        rt.decide(engine.snapshot("r1"))
+    engine.close()
+
+
+def test_a_timeout_that_is_not_positive_is_refused() -> None:
+    rt = Runtime(build_id="b1")
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.schedule_step("a", "s", None, timeout=0)
+
+    with pytest.raises(InputError, match="timeout must be a positive duration"):
+        rt.step("x", timeout=-1)
+
+
+# --- the worker enforces them -----------------------------------------------------------------
+
+
+def test_a_step_past_its_timeout_fails_as_step_timed_out_and_is_retried(tmp_path: Path) -> None:
+    rt = Runtime(build_id="b1")
+    calls: list[int] = []
+
+    @rt.step("slow", timeout=0.3)
+    def slow(input: Any, info: Any) -> Any:
+        calls.append(info.attempt)
+        if info.attempt == 1:
+            time.sleep(2)
+            return "late"
+        return "on time"
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("a", slow, None, retry=RetryPolicy(initial_interval=0.01)))
+
+    engine = _engine(rt, tmp_path)
+    engine.start("w", None, run_id="r1")
+    for _ in range(200):
+        engine.tick()
+        if engine.snapshot("r1").terminal:
+            break
+        time.sleep(0.02)
+    assert _result(engine, "r1") == "on time"
+    events = [e.event for e in engine.history("r1")]
+    failed = [e for e in events if isinstance(e, StepFailed)]
+    assert [(f.attempt, f.error_type) for f in failed] == [(1, "StepTimedOut")]
+    assert [e.output for e in events if isinstance(e, StepCompleted)] == ["on time"]
+    engine.close()
+
+
+def test_a_silent_step_fails_as_heartbeat_timed_out_and_its_heartbeat_then_raises(
+    tmp_path: Path,
+) -> None:
+    rt = Runtime(build_id="b1")
+    seen: list[str] = []
+
+    @rt.step("quiet", heartbeat_timeout=0.3)
+    def quiet(input: Any, info: Any) -> Any:
+        if info.attempt == 1:
+            info.heartbeat({"done": 1})
+            time.sleep(0.8)
+            seen.append(f"cancelled={info.cancelled}")
+            try:
+                info.heartbeat({"done": 2})
+            except Exception as exc:
+                seen.append(type(exc).__name__)
+            return "late"
+        return info.last_heartbeat
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("a", quiet, None, retry=RetryPolicy(initial_interval=0.01)))
+
+    engine = _engine(rt, tmp_path)
+    engine.start("w", None, run_id="r1")
+    for _ in range(200):
+        engine.tick()
+        if engine.snapshot("r1").terminal:
+            break
+        time.sleep(0.02)
+    failed = [e.event for e in engine.history("r1") if isinstance(e.event, StepFailed)]
+    assert [(f.attempt, f.error_type) for f in failed] == [(1, "HeartbeatTimedOut")]
+    _wait_for(lambda: len(seen) == 2, 5, "the abandoned attempt to wake")
+    assert seen == ["cancelled=True", "StepCancelled"]
+    engine.close()
+
+
+# --- real worker processes, SQLite and PostgreSQL ---------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, list[str]]]:
+    """An engine on the bounded workflows, and the worker process arguments for its database."""
+    import bounded_workflows
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'flow.db'}"
+        engine = Engine.open(url, [bounded_workflows.runtime])
+        yield engine, [url]
+        engine.close()
+        return
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    from flow_cli.store.postgres import PostgresStore
+
+    schema = f"flow_bounded_{uuid.uuid4().hex[:12]}"
+    engine = Engine(PostgresStore(url, schema=schema), [bounded_workflows.runtime])
+    try:
+        yield engine, [url, "--schema", schema]
+    finally:
+        store = engine.store
+        engine.close()
+        assert isinstance(store, PostgresStore)
+        store.drop_schema()
+
+
+def _spawn(args: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    env["FLOW_BOUNDED_DIR"] = str(tmp_path)
+    db, *rest = args
+    return subprocess.Popen(
+        [*WORKER, db, "bounded_workflows:runtime", *rest, "--lease-seconds", "2"], env=env
+    )
+
+
+@pytest.mark.slow
+def test_worker_process_fails_a_step_past_its_timeout_and_the_retry_completes_the_run(
+    backend: tuple[Engine, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, args = backend
+    monkeypatch.setenv("FLOW_BOUNDED_DIR", str(tmp_path))
+    engine.start("timed", None, run_id="timed-1")
+    worker = _spawn(args, tmp_path)
+    try:
+        _wait_for(lambda: engine.snapshot("timed-1").terminal, 30, "the run to end")
+    finally:
+        worker.terminate()
+        worker.wait(20)
+    history = engine.history("timed-1")
+    started = {
+        e.event.attempt: e.recorded_at
+        for e in history
+        if e.event_key == "step_started" and getattr(e.event, "attempt", 0) == 1
+    }
+    failed = [e for e in history if isinstance(e.event, StepFailed)]
+    assert [(f.event.attempt, f.event.error_type) for f in failed] == [(1, "StepTimedOut")]
+    overdue = (failed[0].recorded_at - started[1]).total_seconds() - 2.0
+    assert 0 <= overdue < 1.0  # failed within 1 s of the deadline, not after the 6 s sleep
+    completed = [e.event for e in history if isinstance(e.event, StepCompleted)]
+    assert [c.output for c in completed] == [{"attempt": 2}]  # the late result never recorded
+    assert _result(engine, "timed-1") == {"attempt": 2}
