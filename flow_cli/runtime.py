@@ -51,9 +51,10 @@ class AttemptControl:
     """The running attempt's side of ``StepInfo``: its heartbeats and whether it is still
     wanted. Shared between the handler's thread and the worker that watches it."""
 
-    def __init__(self, previous: JsonValue = None) -> None:
-        self.previous = previous
-        """Details of the previous attempt's last heartbeat."""
+    def __init__(self, load: Callable[[], JsonValue] | None = None) -> None:
+        self._load = load
+        """Reads the previous attempt's last heartbeat details, when first asked for."""
+        self._previous: JsonValue = None
         self.details: JsonValue = None
         self.beats = 0
         self.last_beat = time.monotonic()
@@ -65,6 +66,19 @@ class AttemptControl:
             self.details = details
             self.beats += 1
             self.last_beat = time.monotonic()
+
+    @property
+    def previous(self) -> JsonValue:
+        """Details of the previous attempt's last heartbeat (read once, on first use)."""
+        load, self._load = self._load, None
+        if load is not None:
+            self._previous = load()
+        return self._previous
+
+    def latest(self) -> tuple[int, JsonValue]:
+        """How many heartbeats so far, and the last one's details."""
+        with self._lock:
+            return self.beats, self.details
 
     def cancel(self, why: str) -> None:
         """Mark the attempt unwanted; its next ``heartbeat()`` raises ``StepCancelled``."""

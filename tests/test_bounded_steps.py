@@ -4,6 +4,7 @@ runs the attempt, in the model and with real worker processes on SQLite and Post
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -230,3 +231,118 @@ def test_worker_process_fails_a_step_past_its_timeout_and_the_retry_completes_th
     completed = [e.event for e in history if isinstance(e.event, StepCompleted)]
     assert [c.output for c in completed] == [{"attempt": 2}]  # the late result never recorded
     assert _result(engine, "timed-1") == {"attempt": 2}
+
+
+@pytest.mark.slow
+def test_a_heartbeat_survives_its_worker_and_the_next_run_of_the_attempt_resumes_from_it(
+    backend: tuple[Engine, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bounded_workflows
+
+    engine, args = backend
+    monkeypatch.setenv("FLOW_BOUNDED_DIR", str(tmp_path))
+    engine.start("resumable", None, run_id="res-1")
+    first = _spawn(args, tmp_path)
+    try:
+        _wait_for(lambda: bool(engine.step_heartbeats("res-1")), 30, "the heartbeat stored")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    (beat,) = engine.step_heartbeats("res-1")
+    assert (beat.step_id, beat.attempt, beat.details) == ("p", 1, {"done": 40})
+    assert "step_completed" not in [e.event_key for e in engine.history("res-1")]
+    # No history event per heartbeat: the run holds its start, schedule and one step_started.
+    assert [e.event_key for e in engine.history("res-1")] == [
+        "run_started",
+        "step_scheduled",
+        "step_started",
+    ]
+    second = _spawn(args, tmp_path)
+    try:
+        _wait_for(lambda: engine.snapshot("res-1").terminal, 30, "the run to end")
+    finally:
+        second.terminate()
+        second.wait(20)
+    assert _result(engine, "res-1") == {"resumed_from": {"done": 40}}
+    assert bounded_workflows.calls() == ["progress 1", "progress 1"]
+
+
+# --- the schema: step_heartbeats added by a migration ------------------------------------------
+
+
+def test_sqlite_migration_adds_step_heartbeats_to_a_database_written_before(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
+
+    path = tmp_path / "flow.db"
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE step_heartbeats")
+    conn.execute("UPDATE flow_meta SET value = '6' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.step_heartbeats("r1") == []
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    version = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'").fetchone()
+    conn.close()
+    assert version == (str(MIGRATIONS[-1][0]),) == ("7",)
+
+
+def test_postgres_migration_adds_step_heartbeats() -> None:
+    url = os.environ.get("FLOW_TEST_POSTGRES")
+    if not url:
+        pytest.skip("set FLOW_TEST_POSTGRES=postgresql://... to run the PostgreSQL store tests")
+    import psycopg
+
+    from flow_cli.store.postgres import PostgresStore
+    from flow_cli.store.postgres import schema as postgres_schema
+
+    schema = f"flow_test_{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(url, schema=schema)
+    try:
+        conn: Any = psycopg.connect(url, autocommit=True)
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute("DROP TABLE step_heartbeats")
+        conn.execute("UPDATE flow_meta SET value = '7' WHERE key = 'schema_version'")
+        conn.close()
+        reopened = PostgresStore(url, schema=schema)
+        try:
+            assert reopened.step_heartbeats("r1") == []
+        finally:
+            reopened.close()
+        assert postgres_schema.SCHEMA_VERSION == 8
+    finally:
+        store.drop_schema()
+        store.close()
+
+
+def test_a_renewal_stores_the_heartbeat_only_while_the_lease_is_held(tmp_path: Path) -> None:
+    """Store conformance on SQLite and memory: a lost lease records no heartbeat."""
+    from datetime import UTC, datetime, timedelta
+
+    from flow_cli.store.memory import MemoryStore
+    from flow_cli.store.protocol import StepHeartbeat
+    from flow_cli.store.sqlite import SQLiteStore
+
+    for store in (MemoryStore(), SQLiteStore(tmp_path / "c.db")):
+        rt = Runtime(build_id="b1")
+
+        @rt.workflow("w")
+        def w(ctx: Any) -> Any:
+            return ctx.schedule_step("a", "s", None)
+
+        engine = Engine(store, [rt], worker_id="w1")
+        engine.start("w", None, run_id="r1")
+        engine.tick()  # decides; the handler is missing, so the attempt is leased and fails
+        now = datetime.now(UTC)
+        beat = StepHeartbeat(step_id="a", attempt=1, worker="w2", details={"d": 1}, at=now)
+        assert not store.renew_step("r1", "a", "w2", now + timedelta(seconds=5), beat)
+        assert store.step_heartbeats("r1") == []
+        engine.close()

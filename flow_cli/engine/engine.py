@@ -60,6 +60,7 @@ from flow_cli.store.protocol import (
     RunFilter,
     RunRecord,
     RunState,
+    StepHeartbeat,
     StreamWrite,
     WorkerInfo,
 )
@@ -514,6 +515,10 @@ class Engine:
     def history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """The run's committed events after ``after_sequence``. Raises ``RunNotFound``."""
         return self.store.read_history(run_id, after_sequence)
+
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat (worker, time, details) of each of the run's steps."""
+        return self.store.step_heartbeats(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         record = self.store.get_run(run_id)

@@ -42,7 +42,7 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.model.tracebacks import code_traceback
-from flow_cli.runtime import Runtime, StepInfo
+from flow_cli.runtime import AttemptControl, Runtime, StepInfo
 from flow_cli.store.protocol import CommitGroup, StepLease
 
 log = logging.getLogger("flow.steps")
@@ -219,7 +219,10 @@ class StepExecutor:
             name=step.name,
             attempt=step.attempt,
             worker=worker,
+            control=AttemptControl(self._last_heartbeat(lease, worker)),
         )
+        if keeper is not None:
+            keeper.watch(lease, info.control)
         payload = snap.json_payload(step.input)
         observer = self.streams.observer
         # Taken now, and only for a listener: once recorded, the snapshot is the cache's.
@@ -289,6 +292,21 @@ class StepExecutor:
         if deferred:
             return state, 1, None, None, True
         return settled(recorded), 1, following, after, False
+
+    def _last_heartbeat(self, lease: StepLease, worker: str) -> Callable[[], JsonValue]:
+        """Reads the details of the step's last stored heartbeat sent by an earlier attempt,
+        or by an earlier run of this one on another worker (which then vanished)."""
+        store = self.streams.store
+
+        def load() -> JsonValue:
+            for beat in store.step_heartbeats(lease.run_id):
+                if beat.step_id == lease.step_id and not (
+                    beat.attempt == lease.attempt and beat.worker == worker
+                ):
+                    return beat.details
+            return None
+
+        return load
 
     def _output(
         self, name: str, step_id: str, attempt: int, returned: object
