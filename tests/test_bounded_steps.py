@@ -245,6 +245,8 @@ def test_a_heartbeat_survives_its_worker_and_the_next_run_of_the_attempt_resumes
     first = _spawn(args, tmp_path)
     try:
         _wait_for(lambda: bool(engine.step_heartbeats("res-1")), 30, "the heartbeat stored")
+        if len(args) == 1:  # `flow show` of the running step, on the SQLite file
+            _show_has_heartbeat(args[0], tmp_path)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -346,3 +348,18 @@ def test_a_renewal_stores_the_heartbeat_only_while_the_lease_is_held(tmp_path: P
         assert not store.renew_step("r1", "a", "w2", now + timedelta(seconds=5), beat)
         assert store.step_heartbeats("r1") == []
         engine.close()
+
+
+def _show_has_heartbeat(url: str, tmp_path: Path) -> None:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "200"}
+    base = [sys.executable, "-m", "flow_cli", "--db", url, "show", "res-1"]
+    shown = subprocess.run([*base, "--json"], env=env, capture_output=True, text=True, check=True)
+    step = json.loads(shown.stdout)["steps"]["p"]
+    assert step["state"] == "running" and step["attempt"] == 1
+    assert step["heartbeat"]["details"] == {"done": 40}
+    assert step["heartbeat"]["worker"] == step["worker"]
+    text = subprocess.run(base, env=env, capture_output=True, text=True, check=True).stdout
+    assert f"step 'p' attempt 1 on {step['worker']}: last heartbeat" in text
+    assert '{"done":40}' in text

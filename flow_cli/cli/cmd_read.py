@@ -15,10 +15,11 @@ from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunNotFound
-from flow_cli.model.status import ChildStatus
+from flow_cli.model.status import ChildStatus, StepStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
+    from flow_cli.model.snapshot import WorkflowRunSnapshot
 
 FOLLOW_POLL_SECONDS = 1.0
 """Upper bound of one ``wait_for_change``; the store returns sooner when something commits."""
@@ -72,6 +73,7 @@ def show(
             if record.decide_at is not None and snap.decision_error is not None
             else None
         )
+        _add_heartbeats(engine, snap, data)
         if state.want_json(json_output):
             emit_json(data)
             return
@@ -81,6 +83,26 @@ def show(
     render.console().print(
         render.show_view(data, record.failing, child_status, all_steps=all_steps)
     )
+
+
+def _add_heartbeats(engine: Engine, snap: WorkflowRunSnapshot, data: dict[str, Any]) -> None:
+    """Each running step's attempt, worker and last heartbeat (``"heartbeat": {"worker",
+    "at", "details"}``, ``None`` when it sent none): stored with lease renewals, not in
+    history."""
+    running = [s for s in snap.steps.values() if s.status is StepStatus.RUNNING]
+    if not running:
+        return
+    beats = {beat.step_id: beat for beat in engine.step_heartbeats(snap.run_id)}
+    for step in running:
+        beat = beats.get(step.step_id)
+        shown = data["steps"][step.step_id]
+        shown["attempt"] = step.attempt
+        shown["worker"] = step.worker
+        shown["heartbeat"] = (
+            None
+            if beat is None or beat.attempt != step.attempt
+            else {"worker": beat.worker, "at": beat.at.isoformat(), "details": beat.details}
+        )
 
 
 CHILD_STATUS_UNSETTLED = frozenset(

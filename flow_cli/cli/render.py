@@ -245,6 +245,7 @@ def show_view(
         parts.append(traceback_text(decision_trace))
     if snap["steps"]:
         parts.append(_steps(snap["steps"], hidden))
+        parts.extend(_running(snap["steps"]))
         parts.extend(
             Group(Text(f"step {step_id!r}, attempt {attempt}:", "bold"), traceback_text(trace))
             for step_id, attempt, trace in traces
@@ -262,6 +263,23 @@ def show_view(
         parts.append(_children(snap["children"], child_status))
     parts.append(_progress(snap["progress"]))
     return Group(*parts)
+
+
+def _running(steps: Mapping[str, Any]) -> list[RenderableType]:
+    """A line per running step: its worker, and its last heartbeat with its details."""
+    lines: list[RenderableType] = []
+    for step_id, step in steps.items():
+        if step.get("state") != "running":
+            continue
+        text = Text(f"step {step_id!r} attempt {step.get('attempt')} on {step.get('worker')}")
+        beat = step.get("heartbeat")
+        if isinstance(beat, Mapping):
+            at, details = when(beat.get("at")), short_json(beat.get("details"), 200)
+            text.append(f": last heartbeat {at} {details}")
+        else:
+            text.append(": no heartbeat", "dim")
+        lines.append(text)
+    return lines
 
 
 def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
