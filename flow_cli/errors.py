@@ -28,6 +28,7 @@
     ├── StepTimedOut             a step attempt ran past its timeout
     ├── HeartbeatTimedOut        a step attempt went silent past its heartbeat_timeout
     ├── StepCancelled            info.heartbeat() in an attempt that is no longer wanted
+    ├── StepNotUnknown           flow step resolve on a step whose outcome is not unknown
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
     │   ├── BuildAmbiguous       several builds define the workflow to start; none is default
@@ -565,6 +566,20 @@ class StepCancelled(FlowError):
         )
         self.step = step
         self.why = why
+
+
+class StepNotUnknown(FlowError):
+    """``flow step resolve`` on a step whose outcome is not unknown (it has no
+    ``step_outcome_unknown`` waiting, or someone settled it first): nothing was written."""
+
+    def __init__(self, run_id: str, step_id: str, state: str) -> None:
+        super().__init__(
+            f"step {step_id!r} of run {run_id!r} is {state}, not unknown: only an attempt "
+            "recorded step_outcome_unknown is resolved. See `flow show` for its state."
+        )
+        self.run_id = run_id
+        self.step_id = step_id
+        self.state = state
 
 
 SHOWN_CHARS = 120

@@ -67,3 +67,22 @@ def progress(input: Any, info: Any) -> Any:
 @runtime.workflow("resumable")
 def resumable(ctx: Any) -> Any:
     return ctx.complete(ctx.step("p", progress, None, retry=RetryPolicy(initial_interval=0.1)))
+
+
+@runtime.step("charge", on_lost="unknown")
+def charge(input: Any, info: Any) -> Any:
+    """A charge through an API without idempotency keys: never blindly run twice."""
+    _call("charge", info.attempt)
+    time.sleep(120)  # the test kills the worker meanwhile
+    return {"charge": "ch_real"}
+
+
+@runtime.step("receipt")
+def receipt(input: Any, info: Any) -> Any:
+    return {"receipt": input}
+
+
+@runtime.workflow("charge")
+def charge_flow(ctx: Any) -> Any:
+    charged = ctx.step("charge", charge, ctx.input)
+    return ctx.complete(ctx.step("receipt", receipt, charged))

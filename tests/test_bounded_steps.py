@@ -170,12 +170,21 @@ def test_a_silent_step_fails_as_heartbeat_timed_out_and_its_heartbeat_then_raise
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, list[str]]]:
+    yield from _backend(request, tmp_path)
+
+
+CLI_URL: dict[int, str] = {}
+"""The ``--db`` URL of each backend's engine (by ``id``), for the ``flow`` commands."""
+
+
+def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, list[str]]]:
     """An engine on the bounded workflows, and the worker process arguments for its database."""
     import bounded_workflows
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'flow.db'}"
         engine = Engine.open(url, [bounded_workflows.runtime])
+        CLI_URL[id(engine)] = url
         yield engine, [url]
         engine.close()
         return
@@ -186,6 +195,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[En
 
     schema = f"flow_bounded_{uuid.uuid4().hex[:12]}"
     engine = Engine(PostgresStore(url, schema=schema), [bounded_workflows.runtime])
+    sep = "&" if "?" in url else "?"
+    CLI_URL[id(engine)] = f"{url}{sep}schema={schema}"
     try:
         yield engine, [url, "--schema", schema]
     finally:
@@ -363,3 +374,65 @@ def _show_has_heartbeat(url: str, tmp_path: Path) -> None:
     text = subprocess.run(base, env=env, capture_output=True, text=True, check=True).stdout
     assert f"step 'p' attempt 1 on {step['worker']}: last heartbeat" in text
     assert '{"done":40}' in text
+
+
+def _flow(engine: Engine, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "flow_cli", "--db", CLI_URL[id(engine)], *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_an_unknown_outcome_waits_for_the_operator_whose_resolution_lets_the_run_go_on(
+    backend: tuple[Engine, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import bounded_workflows
+
+    engine, args = backend
+    monkeypatch.setenv("FLOW_BOUNDED_DIR", str(tmp_path))
+    engine.start("charge", {"amount": 10}, run_id="pay-1")
+    first = _spawn(args, tmp_path)
+    try:
+        _wait_for(lambda: "charge 1" in bounded_workflows.calls(), 30, "the charge attempt")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    second = _spawn(args, tmp_path)
+    try:
+        _wait_for(
+            lambda: engine.snapshot("pay-1").steps["charge"].status.value == "unknown",
+            30,
+            "the outcome recorded unknown",
+        )
+        keys = [e.event_key for e in engine.history("pay-1")]
+        assert keys[-1] == "step_outcome_unknown" and "step_completed" not in keys
+        doctor = _flow(engine, "doctor", "--json")
+        assert doctor.returncode == 1, doctor.stderr
+        (found,) = [r for r in json.loads(doctor.stdout)["runs"] if r["run_id"] == "pay-1"]
+        assert found["cause"] == "step-unknown" and "flow step resolve" in found["detail"]
+        # A step that is not unknown is refused, and nothing is written.
+        before = len(engine.history("pay-1"))
+        refused = _flow(engine, "step", "resolve", "pay-1", "nope", "--retry")
+        assert refused.returncode == 1 and "not unknown" in refused.stderr
+        assert len(engine.history("pay-1")) == before
+        resolved = _flow(
+            engine, "step", "resolve", "pay-1", "charge", "--output", '{"charge": "ch_1"}'
+        )
+        assert resolved.returncode == 0, resolved.stderr
+        _wait_for(lambda: engine.snapshot("pay-1").terminal, 30, "the run to end")
+    finally:
+        second.terminate()
+        second.wait(20)
+    assert _result(engine, "pay-1") == {"receipt": {"charge": "ch_1"}}
+    # The charge handler ran exactly once: the worker that took the lapsed lease did not run it.
+    assert [c for c in bounded_workflows.calls() if c.startswith("charge")] == ["charge 1"]
+    completed = [e.event for e in engine.history("pay-1") if isinstance(e.event, StepCompleted)]
+    assert completed[0].resolved == {"by": "operator", "reason": "resolved by operator"}
+    again = _flow(engine, "step", "resolve", "pay-1", "charge", "--retry")
+    assert again.returncode == 1  # resolved already: exactly one resolution is recorded

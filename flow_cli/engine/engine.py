@@ -68,6 +68,7 @@ from flow_cli.store.protocol import (
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.resolve import Resolution, Resolved
     from flow_cli.engine.schedules import ScheduleService
     from flow_cli.engine.steps import StepExecutor
     from flow_cli.engine.talk import QueryResult, UpdateResult
@@ -484,6 +485,33 @@ class Engine:
                 continue
             return True
         raise FlowError(f"run {run_id!r} is too busy to terminate it; try again")
+
+    def resolve_step(
+        self,
+        run_id: str,
+        step_id: str,
+        resolution: Resolution,
+        value: JsonValue = None,
+        reason: str = "resolved by operator",
+    ) -> Resolved:
+        """Settle a step whose outcome is unknown (``flow step resolve``): its ``output``, its
+        failure (``value``: ``{"type", "message"}``), or a new attempt now; fenced by the
+        attempt (``engine.resolve``). Raises ``StepNotUnknown`` (nothing written) otherwise."""
+        from flow_cli.engine.resolve import resolution_events
+
+        fenced: list[int] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            found, attempt = resolution_events(
+                snap, step_id, resolution, value, reason, self.clock.now()
+            )
+            fenced[:] = [attempt]
+            return found
+
+        self._append_fact(run_id, events, "resolve its step")
+        from flow_cli.engine.resolve import Resolved
+
+        return Resolved(run_id=run_id, step_id=step_id, attempt=fenced[0], resolution=resolution)
 
     def _append_fact(
         self,

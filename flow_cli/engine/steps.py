@@ -36,10 +36,10 @@ from flow_cli.errors import (
     StoreRefused,
 )
 from flow_cli.model.clock import Clock
-from flow_cli.model.events import Event, StepCompleted, StepFailed
+from flow_cli.model.events import Event, StepCompleted, StepFailed, StepOutcomeUnknown
 from flow_cli.model.jsonval import JsonValue, PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.model.tracebacks import code_traceback
 from flow_cli.runtime import AttemptControl, Runtime, StepInfo
@@ -231,33 +231,48 @@ class StepExecutor:
             if observer.listening
             else None
         )
-        if before_call is not None:
-            before_call()
         event: Event
-        began = time.monotonic()
         options = runtime.step_options.get(step.name)
         limit = step.timeout
         silence = step.heartbeat_timeout
+        unknown = False
         if options is not None:  # the handler's defaults, where the workflow gave none
             limit = options.timeout if limit is None else limit
             silence = options.heartbeat_timeout if silence is None else silence
-        try:
-            if limit or silence:
-                returned = bounded_call(runtime, step.name, payload, info, limit, silence)
-            else:
-                returned = runtime.run_step(step.name, payload, info)
-        except KeyboardInterrupt:
-            self.streams.put(snap)
-            raise
-        except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
-            event = self._failure(step.step_id, step.attempt, step.retry, exc)
+            unknown = options.on_lost == "unknown"
+        found = self._lost_attempt(step, unknown, limit)
+        invoked = 0 if found is not None else 1
+        if before_call is not None and found is None:
+            before_call()
+        began = time.monotonic()
+        if found is not None:
+            event = found
         else:
-            event = self._output(step.name, step.step_id, step.attempt, returned)
+            try:
+                if limit or silence:
+                    returned = bounded_call(runtime, step.name, payload, info, limit, silence)
+                else:
+                    returned = runtime.run_step(step.name, payload, info)
+            except KeyboardInterrupt:
+                self.streams.put(snap)
+                raise
+            except (StepTimedOut, HeartbeatTimedOut) as exc:
+                event = (
+                    StepOutcomeUnknown(step_id=step.step_id, attempt=step.attempt, reason=str(exc))
+                    if unknown
+                    else self._failure(step.step_id, step.attempt, step.retry, exc)
+                )
+            except BaseException as exc:  # any failure of user code (even sys.exit) fails it
+                event = self._failure(step.step_id, step.attempt, step.retry, exc)
+            else:
+                event = self._output(step.name, step.step_id, step.attempt, returned)
         state = (
             "completed"
             if isinstance(event, StepCompleted)
+            else "unknown"
+            if isinstance(event, StepOutcomeUnknown)
             else "retrying"
-            if not event.exhausted
+            if isinstance(event, StepFailed) and not event.exhausted
             else "failed"
         )
         seconds = time.monotonic() - began
@@ -290,8 +305,31 @@ class StepExecutor:
             snap, lease, event, worker, lease_seconds if may_chain else None, report, later
         )
         if deferred:
-            return state, 1, None, None, True
-        return settled(recorded), 1, following, after, False
+            return state, invoked, None, None, True
+        return settled(recorded), invoked, following, after, False
+
+    def _lost_attempt(self, step: StepState, unknown: bool, limit: float | None) -> Event | None:
+        """The end of an attempt this worker took over from one that vanished (its lease ran
+        out), when it must not simply run again: unknown (``on_lost="unknown"``), or past its
+        timeout counted from its first start."""
+        if step.runs <= 1:
+            return None
+        if unknown:
+            return StepOutcomeUnknown(
+                step_id=step.step_id,
+                attempt=step.attempt,
+                reason="the worker running the attempt was lost before it recorded an outcome",
+            )
+        started = step.attempt_started_at
+        if (
+            limit is not None
+            and started is not None
+            and (self.clock.now() - started).total_seconds() >= limit
+        ):
+            return self._failure(
+                step.step_id, step.attempt, step.retry, StepTimedOut(step.name, limit)
+            )
+        return None
 
     def _last_heartbeat(self, lease: StepLease, worker: str) -> Callable[[], JsonValue]:
         """Reads the details of the step's last stored heartbeat sent by an earlier attempt,
@@ -437,6 +475,8 @@ class StepExecutor:
         deciding = self.runtimes.get(current.spec.runtime_build_id)
         if isinstance(event, StepFailed) and not event.exhausted:
             pass  # the retry is due in the step index; nothing to decide
+        elif isinstance(event, StepOutcomeUnknown):
+            pass  # the run waits for an operator (flow step resolve)
         elif deciding is None or not decide:
             pending.decide_at = now  # a worker of the run's build decides it
         else:

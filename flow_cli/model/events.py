@@ -118,6 +118,15 @@ class StepCompleted(_EventBase):
     step_id: str
     attempt: int
     output: JsonValue
+    resolved: JsonValue = None
+    """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it (an unknown
+    outcome); stored only then."""
+
+    def to_data(self) -> dict[str, Any]:
+        data = _EventBase.to_data(self)
+        if self.resolved is None:
+            del data["resolved"]
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,9 +142,27 @@ class StepFailed(_EventBase):
     traceback: str | None = None
     """Where the handler raised (its own frames, at most 8 KiB, no locals); not stored when
     ``None`` (histories written before it existed have none)."""
+    resolved: JsonValue = None
+    """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it; stored only
+    then."""
 
     def to_data(self) -> dict[str, Any]:
-        return _without_empty_traceback(_EventBase.to_data(self))
+        data = _without_empty_traceback(_EventBase.to_data(self))
+        if self.resolved is None:
+            del data["resolved"]
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOutcomeUnknown(_EventBase):
+    """An attempt of an ``on_lost="unknown"`` step vanished with its worker or timed out:
+    whether its side effect happened is unknown, so it is not run again. The run waits for
+    ``flow step resolve``."""
+
+    KEY = "step_outcome_unknown"
+    step_id: str
+    attempt: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,6 +382,7 @@ Event: TypeAlias = (
     | StepCompleted
     | StepFailed
     | StepCancelled
+    | StepOutcomeUnknown
     | WaitStarted
     | WaitCompleted
     | SignalWaitStarted
@@ -385,6 +413,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepCompleted,
         StepFailed,
         StepCancelled,
+        StepOutcomeUnknown,
         WaitStarted,
         WaitCompleted,
         SignalWaitStarted,

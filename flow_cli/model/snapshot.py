@@ -35,6 +35,7 @@ from flow_cli.model.events import (
     StepCancelled,
     StepCompleted,
     StepFailed,
+    StepOutcomeUnknown,
     StepScheduled,
     StepStarted,
     UpdateApplied,
@@ -71,6 +72,11 @@ class StepState:
     timeout: float | None = None
     """Seconds an attempt may run (``step_scheduled``; ``None``: the handler's default)."""
     heartbeat_timeout: float | None = None
+    runs: int = 0
+    """``step_started`` events of the current attempt: more than one means a worker ran it
+    and vanished (its lease ran out) before recording its end."""
+    attempt_started_at: datetime | None = None
+    """When the current attempt first started (its ``timeout`` counts from there)."""
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -429,6 +435,7 @@ class WorkflowRunSnapshot(SelectProjection):
                 )
             case StepStarted():
                 step = self.steps[event.step_id]
+                again = step.status is StepStatus.RUNNING and step.attempt == event.attempt
                 self._change_step(
                     step,
                     status=StepStatus.RUNNING,
@@ -438,6 +445,12 @@ class WorkflowRunSnapshot(SelectProjection):
                     worker=event.worker,
                     started_at=step.started_at or at,
                     next_attempt_at=None,
+                    runs=step.runs + 1 if again else 1,
+                    attempt_started_at=step.attempt_started_at if again else at,
+                )
+            case StepOutcomeUnknown():
+                self._change_step(
+                    self.steps[event.step_id], status=StepStatus.UNKNOWN, lease_until=None
                 )
             case StepCompleted():
                 self._end_step(envelope, event.step_id, StepStatus.COMPLETED, output=event.output)

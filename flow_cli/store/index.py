@@ -129,7 +129,13 @@ def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
             if not h.resolved
         ),
         *(waiting_entry("timer", wait_id) for wait_id in snapshot.open_deadlines),
-        *(waiting_entry("step", step_id) for step_id in snapshot.open_steps),
+        *(
+            waiting_entry(
+                "unknown" if snapshot.steps[step_id].status is StepStatus.UNKNOWN else "step",
+                step_id,
+            )
+            for step_id in snapshot.open_steps
+        ),
         *(
             waiting_entry("child", c.child_id)
             for c in (snapshot.children.values() if snapshot.children_open else ())
