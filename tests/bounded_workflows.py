@@ -86,3 +86,25 @@ def receipt(input: Any, info: Any) -> Any:
 def charge_flow(ctx: Any) -> Any:
     charged = ctx.step("charge", charge, ctx.input)
     return ctx.complete(ctx.step("receipt", receipt, charged))
+
+
+@runtime.workflow("fragile")
+def fragile(ctx: Any) -> Any:
+    """Its decision fails while a ``broken`` marker exists (the bug before the hotfix)."""
+    if (_dir() / "broken").exists():
+        raise RuntimeError("the bug the hotfix removes")
+    return ctx.complete("fixed")
+
+
+@runtime.step("flaky")
+def flaky(input: Any, info: Any) -> Any:
+    _call("flaky", info.attempt)
+    if info.attempt == 1:
+        raise ConnectionError("gateway down")
+    return {"attempt": info.attempt}
+
+
+@runtime.workflow("long-backoff")
+def long_backoff(ctx: Any) -> Any:
+    policy = RetryPolicy(max_attempts=3, initial_interval=300)
+    return ctx.complete(ctx.step("flaky", flaky, None, retry=policy))

@@ -436,3 +436,64 @@ def test_an_unknown_outcome_waits_for_the_operator_whose_resolution_lets_the_run
     assert completed[0].resolved == {"by": "operator", "reason": "resolved by operator"}
     again = _flow(engine, "step", "resolve", "pay-1", "charge", "--retry")
     assert again.returncode == 1  # resolved already: exactly one resolution is recorded
+
+
+# --- flow retry ---------------------------------------------------------------------------------
+
+
+def _at(engine: Engine, run_id: str, key: str) -> Any:
+    return next(e.recorded_at for e in engine.history(run_id) if e.event_key == key)
+
+
+@pytest.mark.slow
+def test_flow_retry_decides_a_fixed_run_and_starts_a_step_in_back_off_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import bounded_workflows
+
+    monkeypatch.setenv("FLOW_BOUNDED_DIR", str(tmp_path))
+    url = f"sqlite:///{tmp_path / 'flow.db'}"
+    engine = Engine.open(url, [bounded_workflows.runtime])
+    CLI_URL[id(engine)] = url
+    (tmp_path / "broken").write_text("")
+    engine.start("fragile", None, run_id="fragile-1")
+    engine.start("long-backoff", None, run_id="backoff-1")
+    engine.start("fragile", None, run_id="fine-1")
+    worker = _spawn([url], tmp_path)
+    try:
+        _wait_for(lambda: engine.snapshot("fragile-1").decision_error is not None, 30, "failing")
+        _wait_for(lambda: "flaky 1" in bounded_workflows.calls(), 30, "the first attempt")
+        _wait_for(
+            lambda: engine.snapshot("backoff-1").steps["flaky"].status.value == "backoff",
+            30,
+            "the back-off",
+        )
+        (tmp_path / "broken").unlink()  # the hotfix
+        dry = _flow(engine, "retry", "fragile-1", "backoff-1", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        assert "retry_requested" not in [e.event_key for e in engine.history("fragile-1")]
+        done = _flow(engine, "retry", "fragile-1", "backoff-1", "--json")
+        assert done.returncode == 0, done.stderr
+        outcomes = {r["run_id"]: r for r in json.loads(done.stdout)}
+        assert set(outcomes) == {"fragile-1", "backoff-1"}
+        _wait_for(lambda: engine.snapshot("fragile-1").terminal, 30, "the fixed run to end")
+        _wait_for(lambda: engine.snapshot("backoff-1").terminal, 30, "the step's retry")
+    finally:
+        worker.terminate()
+        worker.wait(20)
+    asked = _at(engine, "fragile-1", "retry_requested")
+    assert (_at(engine, "fragile-1", "run_completed") - asked).total_seconds() < 1.0
+    asked = _at(engine, "backoff-1", "retry_requested")
+    second = next(
+        e.recorded_at
+        for e in engine.history("backoff-1")
+        if e.event_key == "step_started" and getattr(e.event, "attempt", 0) == 2
+    )
+    assert (second - asked).total_seconds() < 1.0  # not the 300 s back-off
+    assert _result(engine, "backoff-1") == {"attempt": 2}
+    # A run with nothing waiting for a back-off is skipped, nothing written.
+    skipped = _flow(engine, "retry", "backoff-1", "--json")
+    assert skipped.returncode == 0 and "skipped" in skipped.stdout
+    engine.close()

@@ -221,6 +221,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., None]] | typer.Typer, ...] = (
     cmd_step.step_app,
     ("cancel", cmd_bulk.cancel),
     ("terminate", cmd_bulk.terminate),
+    ("retry", cmd_bulk.retry),
     ("runs", cmd_triage.runs),
     ("count", cmd_triage.count),
     ("show", cmd_read.show),

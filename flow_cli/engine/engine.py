@@ -43,6 +43,7 @@ from flow_cli.model.events import (
     Event,
     EventEnvelope,
     HookResolved,
+    RetryRequested,
     SignalReceived,
 )
 from flow_cli.model.jsonval import JsonValue, canonical
@@ -512,6 +513,22 @@ class Engine:
         from flow_cli.engine.resolve import Resolved
 
         return Resolved(run_id=run_id, step_id=step_id, attempt=fenced[0], resolution=resolution)
+
+    def retry(self, run_id: str, reason: str = "retried by operator") -> RetryRequested | None:
+        """Try now the run's failing decision and its steps in back-off (``flow retry``):
+        records ``retry_requested`` and makes the run due now. ``None`` (nothing written) when
+        nothing waits for a back-off. Raises ``RunFinished`` for an ended run."""
+        from flow_cli.engine.resolve import retry_request
+
+        made: list[RetryRequested] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            request = retry_request(snap, reason)
+            made[:] = [] if request is None else [request]
+            return [] if request is None else [request]
+
+        self._append_fact(run_id, events, "retry it")
+        return made[0] if made else None
 
     def _append_fact(
         self,

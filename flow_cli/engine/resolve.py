@@ -1,4 +1,5 @@
-"""An operator's resolution of a step whose outcome is unknown (``flow step resolve``).
+"""An operator's resolution of a step whose outcome is unknown (``flow step resolve``), and
+``flow retry``'s request to try a failing decision and steps in back-off now.
 
 An ``on_lost="unknown"`` step whose attempt vanished or timed out records
 ``step_outcome_unknown`` and its run waits. The operator checks the outside system and records
@@ -15,7 +16,7 @@ from datetime import datetime
 from enum import Enum
 
 from flow_cli.errors import StepNotUnknown
-from flow_cli.model.events import Event, StepCompleted, StepFailed
+from flow_cli.model.events import Event, RetryRequested, StepCompleted, StepFailed
 from flow_cli.model.jsonval import JsonValue, storable_text
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
@@ -81,3 +82,24 @@ def resolution_events(
             resolved=resolved,
         )
     ], attempt
+
+
+NOTHING_TO_RETRY = "no failing decision or step in back-off"
+
+
+def retry_request(snap: WorkflowRunSnapshot, reason: str) -> RetryRequested | None:
+    """What ``flow retry`` asks of the run now: its failing decision decided, its steps
+    waiting out a back-off started; ``None`` when nothing waits for a back-off."""
+    steps = tuple(
+        step_id for step_id in snap.open_steps if snap.steps[step_id].status is StepStatus.BACKOFF
+    )
+    failing = snap.decision_error is not None
+    if not steps and not failing:
+        return None
+    return RetryRequested(steps=steps, decision=failing, reason=reason)
+
+
+def retried_text(request: RetryRequested) -> str:
+    """``retried: decision, step 'a'``."""
+    what = (["decision"] if request.decision else []) + [f"step {s!r}" for s in request.steps]
+    return "retried: " + ", ".join(what)

@@ -288,6 +288,19 @@ class CancelRequested(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetryRequested(_EventBase):
+    """``flow retry``: an operator asked for the run's failing decision and the listed steps
+    waiting out a back-off to be tried now (after a hotfix, say)."""
+
+    KEY = "retry_requested"
+    steps: tuple[str, ...]
+    """Steps in back-off whose next attempt is due now."""
+    decision: bool
+    """The run's last decision failed: it is decided now."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionFailed(_EventBase):
     KEY = "decision_failed"
     error_type: str
@@ -394,6 +407,7 @@ Event: TypeAlias = (
     | ChildCancelled
     | ChildAbandoned
     | CancelRequested
+    | RetryRequested
     | DecisionFailed
     | DecisionRecovered
     | BuildUpgraded
@@ -425,6 +439,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildCancelled,
         ChildAbandoned,
         CancelRequested,
+        RetryRequested,
         DecisionFailed,
         DecisionRecovered,
         BuildUpgraded,

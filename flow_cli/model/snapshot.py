@@ -25,6 +25,7 @@ from flow_cli.model.events import (
     EventEnvelope,
     HookCreated,
     HookResolved,
+    RetryRequested,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -590,6 +591,11 @@ class WorkflowRunSnapshot(SelectProjection):
                     self.cancel_requested = True
                     self.cancel_reason = event.reason
                     self.cancel_sequence = envelope.sequence
+            case RetryRequested():
+                for step_id in event.steps:
+                    backoff = self.steps.get(step_id)
+                    if backoff is not None and backoff.status is StepStatus.BACKOFF:
+                        self._change_step(backoff, next_attempt_at=at)
             case DecisionFailed():
                 if self.decision_error is None:
                     self.failing_since = at

@@ -27,6 +27,7 @@ from flow_cli.model.events import (
     Event,
     HookCreated,
     HookResolved,
+    RetryRequested,
     RunFailed,
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
@@ -76,6 +77,9 @@ def index_for(
         step_id = getattr(event, "step_id", None)
         if isinstance(step_id, str) and step_id in after.steps:
             steps[step_id] = step_task(after.steps[step_id])
+        elif isinstance(event, RetryRequested):  # its steps' next attempts are due now
+            for retried in event.steps:
+                steps[retried] = step_task(after.steps[retried])
         if isinstance(event, HookCreated | HookResolved):
             hook = after.hooks[event.hook_id]
             hooks.append(
