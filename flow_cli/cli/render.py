@@ -547,10 +547,21 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
         case "step_started":
             return f"step {d.get('step_id')!r} attempt {d.get('attempt')} on {d.get('worker')}"
         case "step_completed":
+            by = " (resolved by operator)" if d.get("resolved") else ""
             return (
                 f"step {d.get('step_id')!r} attempt {d.get('attempt')} "
-                f"→ {short_json(d.get('output'), 60)}"
+                f"→ {short_json(d.get('output'), 60)}{by}"
             )
+        case "step_outcome_unknown":
+            return (
+                f"step {d.get('step_id')!r} attempt {d.get('attempt')} outcome unknown: "
+                f"{d.get('reason')}"
+            )
+        case "retry_requested":
+            what = (["decision"] if d.get("decision") else []) + [
+                f"step {step!r}" for step in d.get("steps") or []
+            ]
+            return f"retry now: {', '.join(what)} ({d.get('reason')})"
         case "step_failed":
             after = (
                 "exhausted" if d.get("exhausted") else f"retry at {when(d.get('next_attempt_at'))}"
