@@ -557,10 +557,6 @@ Later = Callable[[bool | None, BaseException | None], None]
 by another worker (``None``); or the error that kept it from being committed."""
 
 
-WATCH_SLICE = 0.25
-"""Longest wait between two looks at a bounded attempt (a heartbeat moves its deadline)."""
-
-
 def bounded_call(
     runtime: Runtime,
     name: str,
@@ -592,7 +588,9 @@ def bounded_call(
     while True:
         now = time.monotonic()
         timed_out: Exception | None = None
-        wait = WATCH_SLICE
+        # Woken at the nearest deadline only: a heartbeat moves the silence deadline later,
+        # which the next look finds (a beating step costs one wake-up per heartbeat_timeout).
+        wait = float("inf")
         if limit is not None:
             left = began + limit - now
             if left <= 0:
