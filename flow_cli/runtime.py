@@ -37,6 +37,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 OnLost = Literal["retry", "unknown"]
 
 
+class AttemptVanished(BaseException):
+    """Raised by a test's fake handler (``flow_cli.testing.vanish``): the attempt's worker is
+    gone mid-attempt. Nothing is recorded; the heartbeats it sent are stored (as its last
+    lease renewal would have); its lease lapses and whoever finds it decides (run it again,
+    fail it past its timeout, or record its outcome unknown)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepOptions:
     """The defaults ``@runtime.step`` gives every attempt of a handler (a schedule's own

@@ -497,3 +497,85 @@ def test_flow_retry_decides_a_fixed_run_and_starts_a_step_in_back_off_now(
     skipped = _flow(engine, "retry", "backoff-1", "--json")
     assert skipped.returncode == 0 and "skipped" in skipped.stdout
     engine.close()
+
+
+# --- WorkflowEnvironment: bounded steps on the manual clock -------------------------------------
+
+
+def _env_runtime() -> Runtime:
+    rt = Runtime(build_id="env-1")
+
+    @rt.step("export", timeout=120)
+    def export(input: Any, info: Any) -> Any:
+        return {"resumed_from": info.last_heartbeat}
+
+    @rt.step("charge", on_lost="unknown")
+    def charge(input: Any, info: Any) -> Any:
+        return {"charge": "ch_real"}
+
+    @rt.workflow("export")
+    def export_flow(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("e", export, None, retry=RetryPolicy(initial_interval=1)))
+
+    @rt.workflow("charge")
+    def charge_flow(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("c", charge, None))
+
+    return rt
+
+
+def test_env_fake_step_replaces_the_handler_inside_the_block_only() -> None:
+    from flow_cli.testing import WorkflowEnvironment
+
+    rt = _env_runtime()
+    env = WorkflowEnvironment(rt)
+    with env.fake_step("charge", lambda input, info: {"charge": "ch_fake"}):
+        env.start("charge", None, run_id="a")
+        env.run_until_idle()
+    assert env.result("a") == {"charge": "ch_fake"}
+    env.start("charge", None, run_id="b")
+    env.run_until_idle()
+    assert env.result("b") == {"charge": "ch_real"}
+
+
+def test_env_a_vanished_worker_leaves_its_heartbeat_to_the_next_run_of_the_attempt() -> None:
+    from flow_cli.testing import WorkflowEnvironment, vanish
+
+    env = WorkflowEnvironment(_env_runtime())
+    with env.fake_step("export", vanish(heartbeat={"done": 40})):
+        env.start("export", None, run_id="r")
+        env.run_until_idle()
+    assert env.snapshot("r").steps["e"].status.value == "running"
+    env.advance(seconds=31)  # the lease lapses; the attempt runs again, with the real handler
+    assert env.result("r") == {"resumed_from": {"done": 40}}
+
+
+def test_env_a_hung_step_fails_as_step_timed_out_on_the_manual_clock() -> None:
+    from flow_cli.testing import WorkflowEnvironment, hang
+
+    env = WorkflowEnvironment(_env_runtime())
+    with env.fake_step("export", hang()):
+        env.start("export", None, run_id="r")
+        env.advance(seconds=119)
+        assert env.snapshot("r").steps["e"].status.value == "running"
+        env.advance(seconds=60)
+    failed = [e.event for e in env.history("r") if isinstance(e.event, StepFailed)]
+    assert [(f.attempt, f.error_type) for f in failed] == [(1, "StepTimedOut")]
+    env.advance(seconds=5)  # the retry, with the real handler
+    assert env.result("r") == {"resumed_from": None}
+
+
+def test_env_a_vanished_unknown_step_waits_for_its_resolution() -> None:
+    from flow_cli.engine.resolve import Resolution
+    from flow_cli.testing import WorkflowEnvironment, vanish
+
+    env = WorkflowEnvironment(_env_runtime())
+    with env.fake_step("charge", vanish()):
+        env.start("charge", None, run_id="r")
+        env.run_until_idle()
+    env.advance(seconds=31)
+    assert env.snapshot("r").steps["c"].status.value == "unknown"
+    assert env.outcome("r") is None
+    env.engine.resolve_step("r", "c", Resolution.OUTPUT, {"charge": "ch_1"}, "checked")
+    env.run_until_idle()
+    assert env.result("r") == {"charge": "ch_1"}

@@ -42,8 +42,8 @@ from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.model.tracebacks import code_traceback
-from flow_cli.runtime import AttemptControl, Runtime, StepInfo
-from flow_cli.store.protocol import CommitGroup, StepLease
+from flow_cli.runtime import AttemptControl, AttemptVanished, Runtime, StepInfo
+from flow_cli.store.protocol import CommitGroup, StepHeartbeat, StepLease
 
 log = logging.getLogger("flow.steps")
 
@@ -256,6 +256,10 @@ class StepExecutor:
             except KeyboardInterrupt:
                 self.streams.put(snap)
                 raise
+            except AttemptVanished:
+                self._vanished(lease, info)
+                self.streams.put(snap)
+                return "vanished", 1, None, None, False
             except (StepTimedOut, HeartbeatTimedOut) as exc:
                 event = (
                     StepOutcomeUnknown(step_id=step.step_id, attempt=step.attempt, reason=str(exc))
@@ -331,15 +335,32 @@ class StepExecutor:
             )
         return None
 
+    def _vanished(self, lease: StepLease, info: StepInfo) -> None:
+        """A test's fake made this worker vanish mid-attempt: store its heartbeat as its last
+        renewal would have, and leave the lease to lapse."""
+        beats, details = info.control.latest()
+        if beats:
+            beat = StepHeartbeat(
+                step_id=lease.step_id,
+                attempt=lease.attempt,
+                worker=info.worker,
+                details=details,
+                at=self.clock.now(),
+            )
+            self.streams.store.renew_step(
+                lease.run_id, lease.step_id, info.worker, lease.lease_until, beat
+            )
+
     def _last_heartbeat(self, lease: StepLease, worker: str) -> Callable[[], JsonValue]:
         """Reads the details of the step's last stored heartbeat sent by an earlier attempt,
-        or by an earlier run of this one on another worker (which then vanished)."""
+        or by an earlier run of this one (whose worker vanished): not one this run stored."""
         store = self.streams.store
+        began = self.clock.now()
 
         def load() -> JsonValue:
             for beat in store.step_heartbeats(lease.run_id):
                 if beat.step_id == lease.step_id and not (
-                    beat.attempt == lease.attempt and beat.worker == worker
+                    beat.attempt == lease.attempt and beat.worker == worker and beat.at >= began
                 ):
                     return beat.details
             return None
