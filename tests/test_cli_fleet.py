@@ -134,6 +134,7 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
         "lease-expired": 0,
         "schedule-late": 0,
         "step-retrying": 0,
+        "step-running": 0,
         "waiting-signal": 1,
         "waiting-hook": 0,
         "waiting-child": 0,

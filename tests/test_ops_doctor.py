@@ -84,7 +84,7 @@ def _fields(state: RunState) -> dict[str, object]:
         (run(tasks=(task(LATE),)), "timer-overdue"),  # ready, never started
         (run(tasks=(task(SOON),)), "runnable"),
         (run(tasks=(task(LATE, owner="w1"),)), "lease-expired"),
-        (run(tasks=(task(NOW + timedelta(seconds=9), owner="w1"),)), "runnable"),
+        (run(tasks=(task(NOW + timedelta(seconds=9), owner="w1"),)), "step-running"),
         (run(tasks=(task(LATE, attempt=3),)), "timer-overdue"),  # a retry nobody ran
         (run(tasks=(task(NOW + timedelta(seconds=9), attempt=3),)), "step-retrying"),
         (run(), "runnable"),  # nothing indexed (a run from before schema version 2)

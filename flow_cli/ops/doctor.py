@@ -23,7 +23,9 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
    a schedule's fire time passed more than ``overdue_after`` ago and no worker fired it (none is
    live, or the live ones do not host its workflow).
 7. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
-8. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
+8. ``step-running``: a worker runs one of its step attempts under a live lease (its worker
+   and last heartbeat: ``flow show``).
+   ``runnable`` (busy): a decision or a step attempt is due now, or being decided.
 9. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
    fact from outside.
 10. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
@@ -56,6 +58,7 @@ CAUSES = (
     "lease-expired",
     "schedule-late",
     "step-retrying",
+    "step-running",
     "waiting-signal",
     "waiting-hook",
     "waiting-child",
@@ -304,6 +307,11 @@ def classify(
             "step-retrying", f"{_step(task)} starts at {_at(task.available_at)}", run.updated_at
         )
 
+    deciding = run.decide_at is not None and (run.lease_owner is not None or run.decide_at <= now)
+    if leased and not deciding:
+        task = min(leased, key=lambda t: t.step_id)
+        detail = f"{_step(task)} is running on worker {task.lease_owner}"
+        return found("step-running", detail, run.updated_at)
     busy = _busy(run, free, leased, now)
     if busy is not None:
         return found("runnable", *busy)
