@@ -579,3 +579,26 @@ def test_env_a_vanished_unknown_step_waits_for_its_resolution() -> None:
     env.engine.resolve_step("r", "c", Resolution.OUTPUT, {"charge": "ch_1"}, "checked")
     env.run_until_idle()
     assert env.result("r") == {"charge": "ch_1"}
+
+
+def test_env_a_vanished_silent_step_fails_as_heartbeat_timed_out_when_found() -> None:
+    from flow_cli.testing import WorkflowEnvironment, vanish
+
+    rt = Runtime(build_id="env-2")
+
+    @rt.step("poll", heartbeat_timeout=10)
+    def poll(input: Any, info: Any) -> Any:
+        return "polled"
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("p", poll, None, retry=RetryPolicy(initial_interval=1)))
+
+    env = WorkflowEnvironment(rt)
+    with env.fake_step("poll", vanish(heartbeat={"page": 3})):
+        env.start("w", None, run_id="r")
+        env.run_until_idle()
+    env.advance(seconds=31)  # found silent for 31 s > 10 s: failed, then retried
+    failed = [e.event for e in env.history("r") if isinstance(e.event, StepFailed)]
+    assert [(f.attempt, f.error_type) for f in failed] == [(1, "HeartbeatTimedOut")]
+    assert env.result("r") == "polled"

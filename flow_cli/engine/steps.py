@@ -240,7 +240,7 @@ class StepExecutor:
             limit = options.timeout if limit is None else limit
             silence = options.heartbeat_timeout if silence is None else silence
             unknown = options.on_lost == "unknown"
-        found = self._lost_attempt(step, unknown, limit)
+        found = self._lost_attempt(lease, step, unknown, limit, silence)
         invoked = 0 if found is not None else 1
         if before_call is not None and found is None:
             before_call()
@@ -312,12 +312,43 @@ class StepExecutor:
             return state, invoked, None, None, True
         return settled(recorded), invoked, following, after, False
 
-    def _lost_attempt(self, step: StepState, unknown: bool, limit: float | None) -> Event | None:
+    def _lost_attempt(
+        self,
+        lease: StepLease,
+        step: StepState,
+        unknown: bool,
+        limit: float | None,
+        silence: float | None,
+    ) -> Event | None:
         """The end of an attempt this worker took over from one that vanished (its lease ran
-        out), when it must not simply run again: unknown (``on_lost="unknown"``), or past its
-        timeout counted from its first start."""
+        out), when it must not simply run again: unknown (``on_lost="unknown"``), past its
+        timeout counted from its first start, or silent past its heartbeat timeout (since its
+        last stored heartbeat, or its first start when it sent none)."""
         if step.runs <= 1:
             return None
+        if unknown:
+            return StepOutcomeUnknown(
+                step_id=step.step_id,
+                attempt=step.attempt,
+                reason="the worker running the attempt was lost before it recorded an outcome",
+            )
+        started = step.attempt_started_at
+        if started is None:
+            return None
+        now = self.clock.now()
+        error: Exception | None = None
+        if limit is not None and (now - started).total_seconds() >= limit:
+            error = StepTimedOut(step.name, limit)
+        elif silence is not None:
+            heard = started
+            for beat in self.streams.store.step_heartbeats(lease.run_id):
+                if beat.step_id == step.step_id and beat.attempt == step.attempt:
+                    heard = max(heard, beat.at)
+            if (now - heard).total_seconds() >= silence:
+                error = HeartbeatTimedOut(step.name, silence)
+        if error is None:
+            return None
+        return self._failure(step.step_id, step.attempt, step.retry, error)
         if unknown:
             return StepOutcomeUnknown(
                 step_id=step.step_id,
