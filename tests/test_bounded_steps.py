@@ -602,3 +602,24 @@ def test_env_a_vanished_silent_step_fails_as_heartbeat_timed_out_when_found() ->
     failed = [e.event for e in env.history("r") if isinstance(e.event, StepFailed)]
     assert [(f.attempt, f.error_type) for f in failed] == [(1, "HeartbeatTimedOut")]
     assert env.result("r") == "polled"
+
+
+def test_flow_step_resolve_refuses_a_bad_command_line_with_exit_2(tmp_path: Path) -> None:
+    import bounded_workflows
+
+    url = f"sqlite:///{tmp_path / 'flow.db'}"
+    engine = Engine.open(url, [bounded_workflows.runtime])
+    CLI_URL[id(engine)] = url
+    engine.start("fragile", None, run_id="r1")
+    before = len(engine.history("r1"))
+    for args in (
+        [],
+        ["--output", "1", "--retry"],
+        ["--retry", "--error", '{"type": "X"}'],
+        ["--output", "{not json"],
+    ):
+        done = _flow(engine, "step", "resolve", "r1", "s", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert len(engine.history("r1")) == before
+    engine.close()
