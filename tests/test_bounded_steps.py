@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -623,3 +623,45 @@ def test_flow_step_resolve_refuses_a_bad_command_line_with_exit_2(tmp_path: Path
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert len(engine.history("r1")) == before
     engine.close()
+
+
+def test_a_late_worker_result_racing_the_resolution_is_discarded() -> None:
+    """The lost worker was only paused: while its handler runs, its lease lapses, another
+    worker records the outcome unknown and the operator resolves it. The late result then
+    meets the attempt's fence and is dropped: exactly one outcome is recorded."""
+    from flow_cli.engine.resolve import Resolution
+    from flow_cli.model.clock import ManualClock
+    from flow_cli.store.memory import MemoryStore
+
+    clock = ManualClock(datetime(2026, 12, 4, 9, 0, tzinfo=UTC))
+    store = MemoryStore()
+    rt = Runtime(build_id="race-1")
+    others: list[Engine] = []
+    calls: list[int] = []
+
+    @rt.step("charge", on_lost="unknown")
+    def charge(input: Any, info: Any) -> Any:
+        calls.append(info.attempt)
+        clock.advance(timedelta(seconds=60))  # paused past its 30 s lease
+        other = others[0]
+        other.tick()  # takes the lapsed attempt over: records it unknown
+        assert other.snapshot("r").steps["c"].status.value == "unknown"
+        other.resolve_step("r", "c", Resolution.OUTPUT, {"charge": "ch_1"}, "checked")
+        return {"charge": "ch_late"}
+
+    @rt.workflow("w")
+    def w(ctx: Any) -> Any:
+        return ctx.complete(ctx.step("c", charge, None))
+
+    paused = Engine(store, [rt], clock=clock, worker_id="paused")
+    others.append(Engine(store, [rt], clock=clock, worker_id="other"))
+    paused.start("w", None, run_id="r")
+    paused.tick(until_idle=True)
+    others[0].tick(until_idle=True)
+    history = paused.history("r")
+    completed = [e.event for e in history if isinstance(e.event, StepCompleted)]
+    assert [c.output for c in completed if c.step_id == "c"] == [{"charge": "ch_1"}]
+    assert calls == [1]
+    assert [e.event_key for e in history].count("step_outcome_unknown") == 1
+    outcome = paused.snapshot("r").outcome
+    assert outcome is not None and outcome.result == {"charge": "ch_1"}
