@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         FlowError,
         NonDeterminismError,
         RunNotFound,
+        StepCancelled,
         UpdateRejected,
         WorkflowNotFound,
     )
@@ -34,6 +35,7 @@ _EXPORTS = {
     "FlowError": "flow_cli.errors",
     "NonDeterminismError": "flow_cli.errors",
     "RunNotFound": "flow_cli.errors",
+    "StepCancelled": "flow_cli.errors",
     "UpdateRejected": "flow_cli.errors",
     "WorkflowNotFound": "flow_cli.errors",
     "ManualClock": "flow_cli.model.clock",
@@ -60,6 +62,7 @@ __all__ = [
     "RunStatus",
     "Runtime",
     "RuntimeCommand",
+    "StepCancelled",
     "StepFailedError",
     "StepInfo",
     "StepStatus",

@@ -25,6 +25,10 @@
     │   └── HookOfAnotherRun     the token is another run's than the one named
     ├── HookAlreadyResolved      the hook's callback was already delivered
     ├── HookTokenInUse           another hook already owns that token
+    ├── StepTimedOut             a step attempt ran past its timeout
+    ├── HeartbeatTimedOut        a step attempt went silent past its heartbeat_timeout
+    ├── StepCancelled            info.heartbeat() in an attempt that is no longer wanted
+    ├── StepNotUnknown           flow step resolve on a step whose outcome is not unknown
     ├── ConfigError              flow.toml or a runtime reference is unusable
     ├── InputError               a payload is not valid JSON or has the wrong shape
     │   ├── BuildAmbiguous       several builds define the workflow to start; none is default
@@ -521,6 +525,61 @@ class StepOutputNotJSON(FlowError):
         )
         self.step = step
         self.problem = problem
+
+
+class StepTimedOut(FlowError):
+    """A step attempt ran past its ``timeout``. The attempt is recorded failed and retried per
+    the step's policy; whatever the handler returns later is discarded."""
+
+    def __init__(self, step: str, seconds: float) -> None:
+        super().__init__(
+            f"Step {step!r} ran past its timeout of {seconds:g}s; the attempt was failed and "
+            "its late result will be discarded. Raise the step's timeout, or make the handler "
+            "give up sooner."
+        )
+        self.step = step
+        self.seconds = seconds
+
+
+class HeartbeatTimedOut(FlowError):
+    """A step attempt went silent (no ``info.heartbeat()``) for longer than its
+    ``heartbeat_timeout``; failed and retried per its policy like ``StepTimedOut``."""
+
+    def __init__(self, step: str, seconds: float) -> None:
+        super().__init__(
+            f"Step {step!r} sent no heartbeat for {seconds:g}s (its heartbeat_timeout); the "
+            "attempt was failed. Call info.heartbeat() more often than that, or raise the "
+            "heartbeat_timeout."
+        )
+        self.step = step
+        self.seconds = seconds
+
+
+class StepCancelled(FlowError):
+    """Raised by ``info.heartbeat()`` once the attempt is no longer wanted (it timed out, lost
+    its lease, or the run is cancelling): stop working and let it propagate."""
+
+    def __init__(self, step: str, why: str) -> None:
+        super().__init__(
+            f"Step {step!r}: this attempt is cancelled ({why}); its result will be discarded. "
+            "Let this exception propagate."
+        )
+        self.step = step
+        self.why = why
+
+
+class StepNotUnknown(FlowError):
+    """``flow step resolve`` on a step whose outcome is not unknown (it has no
+    ``step_outcome_unknown`` waiting, or someone settled it first): nothing was written."""
+
+    def __init__(self, run_id: str, step_id: str, state: str) -> None:
+        super().__init__(
+            f"step {step_id!r} of run {run_id!r} is {state}, not unknown: only an attempt "
+            "recorded step_outcome_unknown is resolved. See `flow show` for its state."
+        )
+        self.run_id = run_id
+        self.step_id = step_id
+        self.state = state
 
 
 SHOWN_CHARS = 120

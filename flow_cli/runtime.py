@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import inspect
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
 
-from flow_cli.errors import HINT_MISSING_RETURN, ConfigError, WorkflowError, WorkflowNotFound
+from flow_cli.errors import (
+    HINT_MISSING_RETURN,
+    ConfigError,
+    StepCancelled,
+    WorkflowError,
+    WorkflowNotFound,
+)
 from flow_cli.model import deciding
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
-from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext
+from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext, seconds_or_none
 from flow_cli.model.decision import Proposal
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.names import check_name
@@ -23,6 +32,70 @@ Handler = Callable[[WorkflowContext, Any], Any]
 """A query or update handler: ``fn(ctx, args) -> JSON``."""
 StepFn = Callable[[Any, "StepInfo"], Any]
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+OnLost = Literal["retry", "unknown"]
+
+
+class AttemptVanished(BaseException):
+    """Raised by a test's fake handler (``flow_cli.testing.vanish``): the attempt's worker is
+    gone mid-attempt. Nothing is recorded; the heartbeats it sent are stored (as its last
+    lease renewal would have); its lease lapses and whoever finds it decides (run it again,
+    fail it past its timeout, or record its outcome unknown)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOptions:
+    """The defaults ``@runtime.step`` gives every attempt of a handler (a schedule's own
+    ``timeout`` / ``heartbeat_timeout`` win)."""
+
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    on_lost: OnLost = "retry"
+
+
+class AttemptControl:
+    """The running attempt's side of ``StepInfo``: its heartbeats and whether it is still
+    wanted. Shared between the handler's thread and the worker that watches it."""
+
+    def __init__(self, load: Callable[[], JsonValue] | None = None) -> None:
+        self._load = load
+        """Reads the previous attempt's last heartbeat details, when first asked for."""
+        self._previous: JsonValue = None
+        self.details: JsonValue = None
+        self.beats = 0
+        self.last_beat = time.monotonic()
+        self._why: str | None = None
+        self._lock = threading.Lock()
+
+    def beat(self, details: JsonValue) -> None:
+        with self._lock:
+            self.details = details
+            self.beats += 1
+            self.last_beat = time.monotonic()
+
+    @property
+    def previous(self) -> JsonValue:
+        """Details of the previous attempt's last heartbeat (read once, on first use)."""
+        load, self._load = self._load, None
+        if load is not None:
+            self._previous = load()
+        return self._previous
+
+    def latest(self) -> tuple[int, JsonValue]:
+        """How many heartbeats so far, and the last one's details."""
+        with self._lock:
+            return self.beats, self.details
+
+    def cancel(self, why: str) -> None:
+        """Mark the attempt unwanted; its next ``heartbeat()`` raises ``StepCancelled``."""
+        with self._lock:
+            if self._why is None:
+                self._why = why
+
+    @property
+    def cancelled(self) -> str | None:
+        return self._why
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,10 +111,32 @@ class StepInfo:
     trace_context: str | None = None
     """The W3C ``traceparent`` of this attempt's span when the run records a trace context
     (``flow start --traceparent``): send it on with the calls the handler makes."""
+    control: AttemptControl = field(default_factory=AttemptControl, compare=False, repr=False)
 
     def idempotency_key(self, resource: str) -> str:
         """``"{run_id}:{step_id}:{resource}"``: send it with every external side effect."""
         return f"{self.run_id}:{self.step_id}:{resource}"
+
+    def heartbeat(self, details: JsonValue = None) -> None:
+        """Say the attempt is alive (resets its ``heartbeat_timeout``) and keep ``details``
+        (JSON) as its progress: the next attempt reads them as ``info.last_heartbeat``.
+        Cheap: no history event; the worker stores the latest details with its lease renewal.
+        Raises ``StepCancelled`` once the attempt is no longer wanted."""
+        why = self.control.cancelled
+        if why is not None:
+            raise StepCancelled(self.step_id, why)
+        self.control.beat(details)
+
+    @property
+    def last_heartbeat(self) -> JsonValue:
+        """The details of the previous attempt's last heartbeat (``None`` on a first attempt
+        or when it sent none): resume from that checkpoint."""
+        return self.control.previous
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt timed out, lost its lease, or its run is cancelling."""
+        return self.control.cancelled is not None
 
 
 class Runtime:
@@ -58,6 +153,8 @@ class Runtime:
         deciding.install()  # refuse the clock, randomness and fresh ids in workflow code
         self.workflows: dict[str, WorkflowFn] = {}
         self.steps: dict[str, StepFn] = {}
+        self.step_options: dict[str, StepOptions] = {}
+        """Step name → the defaults its ``@runtime.step`` gave."""
         self.signals: dict[str, tuple[str, ...]] = {}
         """Workflow name → the signal names it declares (absent: it accepts any name)."""
         self.queries: dict[str, dict[str, Handler]] = {}
@@ -119,11 +216,28 @@ class Runtime:
 
         return register
 
-    def step(self, name: str) -> Callable[[F], F]:
+    def step(
+        self,
+        name: str,
+        *,
+        timeout: timedelta | float | None = None,
+        heartbeat_timeout: timedelta | float | None = None,
+        on_lost: OnLost = "retry",
+    ) -> Callable[[F], F]:
         """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``.
 
         The function remembers its name, so workflows can pass it to ``ctx.step`` directly.
+        ``timeout`` / ``heartbeat_timeout`` bound each attempt unless the workflow gives its
+        own; ``on_lost="unknown"``: an attempt whose worker vanished is not run again but
+        recorded ``step_outcome_unknown`` for an operator to resolve.
         """
+        if on_lost not in ("retry", "unknown"):
+            raise ConfigError(f"step {name!r}: on_lost must be 'retry' or 'unknown'")
+        options = StepOptions(
+            timeout=seconds_or_none(timeout, "timeout"),
+            heartbeat_timeout=seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
+            on_lost=on_lost,
+        )
 
         def register(fn: F) -> F:
             if name in self.steps:
@@ -136,6 +250,8 @@ class Runtime:
                 )
             setattr(fn, STEP_NAME_ATTRIBUTE, name)
             self.steps[name] = fn
+            if options != StepOptions():
+                self.step_options[name] = options
             return fn
 
         return register

@@ -11,6 +11,15 @@
     env.query(run, "status")                              # nothing written
     assert env.result(run) == {...}
 
+Steps in tests: ``with env.fake_step("charge", lambda input, info: {"charge": "ch_test"}):``
+runs the fake instead of the handler (in every build that defines it) until the block ends.
+``vanish(heartbeat=...)`` is a fake whose worker disappears mid-attempt (after one heartbeat
+with those details, if given): nothing is recorded and the attempt's lease lapses on the
+manual clock (``env.advance(seconds=31)``: the in-process lease is 30 s), where the next pass
+finds it as a worker would: it runs it again, fails it as ``StepTimedOut`` once its timeout has
+passed, or records ``step_outcome_unknown`` for an ``on_lost="unknown"`` step. ``hang()`` is an
+attempt that never ends: it vanishes on every try, so only its timeout ends it.
+
 No database, no worker, no sleeping: the store is in memory and time moves only when the test
 says so. "Always replay": after every step forward, each run whose history grew is replayed from
 an empty snapshot against its build's code (``replay_history``), so workflow code that reads the
@@ -21,6 +30,8 @@ once with a ``NonDeterminismError``; a ``decision_failed`` fails it too (pass
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,7 +44,7 @@ from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.status import RunStatus, WorkflowTerminalOutcome
 from flow_cli.ops.chain import live_run
-from flow_cli.runtime import Runtime
+from flow_cli.runtime import AttemptVanished, Runtime, StepFn, StepInfo
 from flow_cli.store.memory import MemoryStore
 
 DEFAULT_START = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
@@ -109,6 +120,25 @@ class WorkflowEnvironment:
         if target > self.now:
             self.clock.set(target)
         self.run_until_idle()
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def fake_step(self, name: str, fake: StepFn) -> Iterator[None]:
+        """Run ``fake(input, info)`` instead of step handler ``name`` in every build of this
+        environment that defines it, until the ``with`` block ends (the handler's
+        ``@runtime.step`` options stay). Raises ``FlowError`` when no build defines ``name``."""
+        runtimes = [r for r in self.engine.runtimes.values() if name in r.steps]
+        if not runtimes:
+            raise FlowError(f"no build of this environment defines step {name!r}")
+        real = [r.steps[name] for r in runtimes]
+        for runtime in runtimes:
+            runtime.steps[name] = fake
+        try:
+            yield
+        finally:
+            for runtime, handler in zip(runtimes, real, strict=True):
+                runtime.steps[name] = handler
 
     # -- driving runs --------------------------------------------------------------------------
 
@@ -236,3 +266,21 @@ class WorkflowEnvironment:
 
 
 __all__ = ["DEFAULT_START", "WorkflowEnvironment"]
+
+
+def vanish(heartbeat: JsonValue = None) -> Callable[[JsonValue, StepInfo], Any]:
+    """A fake step handler (``env.fake_step``) whose worker vanishes mid-attempt, after one
+    heartbeat with ``heartbeat`` as details when given."""
+
+    def fake(input: JsonValue, info: StepInfo) -> Any:
+        if heartbeat is not None:
+            info.heartbeat(heartbeat)
+        raise AttemptVanished
+
+    return fake
+
+
+def hang() -> Callable[[JsonValue, StepInfo], Any]:
+    """A fake step handler whose attempt never ends (on every try): only its timeout, counted
+    on the manual clock from the attempt's first start, ends it."""
+    return vanish()

@@ -128,11 +128,13 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
     }
     assert report["summary"] == {
         "decision-failing": 1,
+        "step-unknown": 0,
         "build-unhosted": 1,
         "timer-overdue": 1,
         "lease-expired": 0,
         "schedule-late": 0,
         "step-retrying": 0,
+        "step-running": 0,
         "waiting-signal": 1,
         "waiting-hook": 0,
         "waiting-child": 0,

@@ -46,6 +46,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "signal": ("go",),
     "cancel": (),
     "terminate": (),
+    "retry": (),
     "runs": (),
     "count": (),
     "upgrade": ("--from", "cli-1", "--to", "cli-2"),

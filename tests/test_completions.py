@@ -50,7 +50,7 @@ def test_completion_answers_with_commands_and_options(tmp_path: Path) -> None:
         cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["start", "signal", "show", "schedule"]
+    assert done.stdout.split() == ["start", "signal", "show", "step", "schedule"]
     env.update(COMP_WORDS="flow runs --status C", COMP_CWORD="3")
     done = subprocess.run(
         [sys.executable, "-m", "flow_cli"],

@@ -41,8 +41,8 @@ def cause(state: RunState, hosting: Hosting = HOSTED) -> str:
     return classify(state, hosting, NOW).cause
 
 
-def test_stuck_causes_are_the_first_five() -> None:
-    assert set(CAUSES[:5]) == STUCK
+def test_stuck_causes_are_the_first_six() -> None:
+    assert set(CAUSES[:6]) == STUCK
 
 
 def test_precedence_when_several_apply() -> None:
@@ -84,7 +84,7 @@ def _fields(state: RunState) -> dict[str, object]:
         (run(tasks=(task(LATE),)), "timer-overdue"),  # ready, never started
         (run(tasks=(task(SOON),)), "runnable"),
         (run(tasks=(task(LATE, owner="w1"),)), "lease-expired"),
-        (run(tasks=(task(NOW + timedelta(seconds=9), owner="w1"),)), "runnable"),
+        (run(tasks=(task(NOW + timedelta(seconds=9), owner="w1"),)), "step-running"),
         (run(tasks=(task(LATE, attempt=3),)), "timer-overdue"),  # a retry nobody ran
         (run(tasks=(task(NOW + timedelta(seconds=9), attempt=3),)), "step-retrying"),
         (run(), "runnable"),  # nothing indexed (a run from before schema version 2)

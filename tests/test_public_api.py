@@ -26,6 +26,7 @@ def test_exports_are_pinned() -> None:
         "RunStatus",
         "Runtime",
         "RuntimeCommand",
+        "StepCancelled",
         "StepFailedError",
         "StepInfo",
         "StepStatus",

@@ -126,6 +126,10 @@ def test_step_with_is_replace() -> None:
         "finished_at": at,
         "cancel_reason": "r",
         "settled_sequence": 12,
+        "timeout": 2.0,
+        "heartbeat_timeout": 0.5,
+        "runs": 2,
+        "attempt_started_at": at,
     }
     assert set(values) == {f.name for f in fields(StepState)}
     for name, value in values.items():

@@ -36,6 +36,7 @@ from flow_cli.model.events import (
     Event,
     HookCreated,
     HookResolved,
+    RetryRequested,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -46,6 +47,7 @@ from flow_cli.model.events import (
     StepCancelled,
     StepCompleted,
     StepFailed,
+    StepOutcomeUnknown,
     StepScheduled,
     StepStarted,
     UpdateApplied,
@@ -552,6 +554,11 @@ SAMPLES: list[Event] = [
         exhausted=True,
     ),
     StepCancelled(step_id="s", reason="run failed", outcome_unknown=True),
+    StepOutcomeUnknown(step_id="s", attempt=2, reason="worker lost"),
+    RetryRequested(steps=("s",), decision=True, reason="hotfix"),
+    StepCompleted(
+        step_id="s", attempt=2, output=1, resolved={"by": "operator", "reason": "checked"}
+    ),
     WaitStarted(wait_id="w", deadline=AT),
     WaitCompleted(wait_id="w", deadline=AT),
     SignalWaitStarted(wait_id="sw", signal_name="approve"),

@@ -186,7 +186,7 @@ def test_doctor_names_waits_retries_and_busy_runs(store: EventStore, clock: Manu
         "parent": "waiting-child",
         child: "waiting-signal",
         "timer": "sleeping",  # its timer is an hour away: it wakes by itself
-        "running": "runnable",
+        "running": "step-running",
         "new": "runnable",
     }
     report = diagnose(store, RunFilter(), clock.now())
@@ -280,7 +280,7 @@ def test_doctor_finds_expired_leases(store: EventStore, clock: ManualClock) -> N
     hang_step(engine, "step", "s", lease_seconds=60)
     engine.start("one-signal", run_id="decision")
     assert engine.work.lease_runs(60, 10) == ["decision"]  # ... and the worker dies deciding it
-    assert _causes(store, clock) == {"step": "runnable", "decision": "runnable"}
+    assert _causes(store, clock) == {"step": "step-running", "decision": "runnable"}
     assert _diagnosis(store, clock, "decision").detail == "being decided by worker w1"
     clock.advance(60 + 31)
     assert _causes(store, clock) == {"step": "lease-expired", "decision": "lease-expired"}

@@ -123,6 +123,22 @@ cancel.__doc__ = """Request cancellation of runs.
     if any failed. --dry-run names a run that does not exist (exit 2 for one RUN, else 1).
     """
 
+
+def _retry_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+    from flow_cli.ops.bulk import retry_runs
+
+    return retry_runs(engine, ids, reason)
+
+
+retry = _ending_verb("retry", "retried by operator", _retry_runs, None)
+retry.__doc__ = """Try runs now instead of waiting out a back-off (after a hotfix, say).
+
+    A run whose last decision failed is decided now; a step waiting for its next attempt
+    starts it now (retry_requested is recorded). A run with neither, or one that ended, is
+    skipped. Several runs (ids, - for stdin, or filters): one result line each; --json gives
+    one object per run. --reason is recorded with retry_requested.
+    """
+
 terminate = _ending_verb("terminate", "terminated by operator", _terminate_runs, None)
 terminate.__doc__ = """End runs at once, without running workflow code.
 

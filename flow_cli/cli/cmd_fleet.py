@@ -75,12 +75,14 @@ def doctor(
 
     \b
     decision-failing  its last decision failed (code raised or diverged)       stuck
+    step-unknown      a step's outcome is unknown: `flow step resolve`          stuck
     build-unhosted    no live worker hosts its build (see below)                stuck
     timer-overdue     a timer, retry or ready step is 30 s past due, unstarted  stuck
     lease-expired     a decision or step lease ended 30 s ago, not taken over   stuck
     schedule-late     a schedule's fire time is 30 s past, nobody fired it      stuck
     step-retrying     a step attempt failed; the next waits for its back-off
-    runnable          a decision or step is due now or in progress
+    step-running      a worker runs one of its steps (`flow show`: heartbeat)
+    runnable          a decision or step is due now, or being decided
     waiting-signal    waits for a signal (then waiting-hook, waiting-child)
     sleeping          otherwise: a timer (or decision) due later; wakes by itself
 

@@ -15,10 +15,11 @@ from flow_cli.cli.io import dumps, emit_json, note
 from flow_cli.cli.options import JsonFlag, RunArg
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, RunNotFound
-from flow_cli.model.status import ChildStatus
+from flow_cli.model.status import ChildStatus, StepStatus
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
+    from flow_cli.model.snapshot import WorkflowRunSnapshot
     from flow_cli.store.protocol import RunRecord
 
 FOLLOW_POLL_SECONDS = 1.0
@@ -86,7 +87,28 @@ def show_data(engine: Engine, run_id: str) -> tuple[dict[str, Any], RunRecord]:
         if record.decide_at is not None and snap.decision_error is not None
         else None
     )
+    _add_heartbeats(engine, snap, data)
     return data, record
+
+
+def _add_heartbeats(engine: Engine, snap: WorkflowRunSnapshot, data: dict[str, Any]) -> None:
+    """Each running step's attempt, worker and last heartbeat (``"heartbeat": {"worker",
+    "at", "details"}``, ``None`` when it sent none): stored with lease renewals, not in
+    history."""
+    running = [s for s in snap.steps.values() if s.status is StepStatus.RUNNING]
+    if not running:
+        return
+    beats = {beat.step_id: beat for beat in engine.step_heartbeats(snap.run_id)}
+    for step in running:
+        beat = beats.get(step.step_id)
+        shown = data["steps"][step.step_id]
+        shown["attempt"] = step.attempt
+        shown["worker"] = step.worker
+        shown["heartbeat"] = (
+            None
+            if beat is None or beat.attempt != step.attempt
+            else {"worker": beat.worker, "at": beat.at.isoformat(), "details": beat.details}
+        )
 
 
 CHILD_STATUS_UNSETTLED = frozenset(

@@ -245,6 +245,7 @@ def show_view(
         parts.append(traceback_text(decision_trace))
     if snap["steps"]:
         parts.append(_steps(snap["steps"], hidden))
+        parts.extend(_running(snap["steps"]))
         parts.extend(
             Group(Text(f"step {step_id!r}, attempt {attempt}:", "bold"), traceback_text(trace))
             for step_id, attempt, trace in traces
@@ -262,6 +263,23 @@ def show_view(
         parts.append(_children(snap["children"], child_status))
     parts.append(_progress(snap["progress"]))
     return Group(*parts)
+
+
+def _running(steps: Mapping[str, Any]) -> list[RenderableType]:
+    """A line per running step: its worker, and its last heartbeat with its details."""
+    lines: list[RenderableType] = []
+    for step_id, step in steps.items():
+        if step.get("state") != "running":
+            continue
+        text = Text(f"step {step_id!r} attempt {step.get('attempt')} on {step.get('worker')}")
+        beat = step.get("heartbeat")
+        if isinstance(beat, Mapping):
+            at, details = when(beat.get("at")), short_json(beat.get("details"), 200)
+            text.append(f": last heartbeat {at} {details}")
+        else:
+            text.append(": no heartbeat", "dim")
+        lines.append(text)
+    return lines
 
 
 def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
@@ -529,10 +547,21 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
         case "step_started":
             return f"step {d.get('step_id')!r} attempt {d.get('attempt')} on {d.get('worker')}"
         case "step_completed":
+            by = " (resolved by operator)" if d.get("resolved") else ""
             return (
                 f"step {d.get('step_id')!r} attempt {d.get('attempt')} "
-                f"→ {short_json(d.get('output'), 60)}"
+                f"→ {short_json(d.get('output'), 60)}{by}"
             )
+        case "step_outcome_unknown":
+            return (
+                f"step {d.get('step_id')!r} attempt {d.get('attempt')} outcome unknown: "
+                f"{d.get('reason')}"
+            )
+        case "retry_requested":
+            what = (["decision"] if d.get("decision") else []) + [
+                f"step {step!r}" for step in d.get("steps") or []
+            ]
+            return f"retry now: {', '.join(what)} ({d.get('reason')})"
         case "step_failed":
             after = (
                 "exhausted" if d.get("exhausted") else f"retry at {when(d.get('next_attempt_at'))}"

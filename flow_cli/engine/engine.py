@@ -43,6 +43,7 @@ from flow_cli.model.events import (
     Event,
     EventEnvelope,
     HookResolved,
+    RetryRequested,
     SignalReceived,
 )
 from flow_cli.model.jsonval import JsonValue, canonical
@@ -61,6 +62,7 @@ from flow_cli.store.protocol import (
     RunFilter,
     RunRecord,
     RunState,
+    StepHeartbeat,
     StreamWrite,
     WorkerInfo,
 )
@@ -68,6 +70,7 @@ from flow_cli.store.protocol import (
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.resolve import Resolution, Resolved
     from flow_cli.engine.schedules import ScheduleService
     from flow_cli.engine.steps import StepExecutor
     from flow_cli.engine.talk import QueryResult, UpdateResult
@@ -489,6 +492,49 @@ class Engine:
             return True
         raise FlowError(f"run {run_id!r} is too busy to terminate it; try again")
 
+    def resolve_step(
+        self,
+        run_id: str,
+        step_id: str,
+        resolution: Resolution,
+        value: JsonValue = None,
+        reason: str = "resolved by operator",
+    ) -> Resolved:
+        """Settle a step whose outcome is unknown (``flow step resolve``): its ``output``, its
+        failure (``value``: ``{"type", "message"}``), or a new attempt now; fenced by the
+        attempt (``engine.resolve``). Raises ``StepNotUnknown`` (nothing written) otherwise."""
+        from flow_cli.engine.resolve import resolution_events
+
+        fenced: list[int] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            found, attempt = resolution_events(
+                snap, step_id, resolution, value, reason, self.clock.now()
+            )
+            fenced[:] = [attempt]
+            return found
+
+        self._append_fact(run_id, events, "resolve its step")
+        from flow_cli.engine.resolve import Resolved
+
+        return Resolved(run_id=run_id, step_id=step_id, attempt=fenced[0], resolution=resolution)
+
+    def retry(self, run_id: str, reason: str = "retried by operator") -> RetryRequested | None:
+        """Try now the run's failing decision and its steps in back-off (``flow retry``):
+        records ``retry_requested`` and makes the run due now. ``None`` (nothing written) when
+        nothing waits for a back-off. Raises ``RunFinished`` for an ended run."""
+        from flow_cli.engine.resolve import retry_request
+
+        made: list[RetryRequested] = []
+
+        def events(snap: WorkflowRunSnapshot) -> list[Event]:
+            request = retry_request(snap, reason)
+            made[:] = [] if request is None else [request]
+            return [] if request is None else [request]
+
+        self._append_fact(run_id, events, "retry it")
+        return made[0] if made else None
+
     def _append_fact(
         self,
         run_id: str,
@@ -519,6 +565,10 @@ class Engine:
     def history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
         """The run's committed events after ``after_sequence``. Raises ``RunNotFound``."""
         return self.store.read_history(run_id, after_sequence)
+
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat (worker, time, details) of each of the run's steps."""
+        return self.store.step_heartbeats(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         record = self.store.get_run(run_id)

@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from flow_cli.engine.observe import NOTHING, Observer
 from flow_cli.errors import StoreError
 from flow_cli.model.clock import Clock
-from flow_cli.store.protocol import EventStore, StepLease
+from flow_cli.runtime import AttemptControl
+from flow_cli.store.protocol import EventStore, StepHeartbeat, StepLease
 
 log = logging.getLogger("flow.leases")
 
@@ -45,6 +46,10 @@ class LeaseKeeper:
         self.worker_id = worker_id
         self.clock = clock
         self.lease_seconds = lease_seconds
+        self._controls: dict[tuple[str, str], AttemptControl] = {}
+        """The running attempts' heartbeats, stored with their next renewal."""
+        self._written: dict[tuple[str, str], int] = {}
+        """How many heartbeats of each attempt were stored (``AttemptControl.beats``)."""
         self._held: dict[tuple[str, str], StepLease] = {}
         self._until: dict[tuple[str, str], datetime] = {}
         """When each held lease runs out, as last recorded (taken, or renewed here)."""
@@ -58,9 +63,18 @@ class LeaseKeeper:
             self._held[(lease.run_id, lease.step_id)] = lease
             self._until[(lease.run_id, lease.step_id)] = lease.lease_until
 
+    def watch(self, lease: StepLease, control: AttemptControl) -> None:
+        """Store ``control``'s heartbeats with the renewals of ``lease`` (one write per round
+        at most, however often the handler beats), and cancel it if the lease is lost."""
+        with self._lock:
+            self._controls[(lease.run_id, lease.step_id)] = control
+            self._written[(lease.run_id, lease.step_id)] = 0
+
     def drop(self, lease: StepLease) -> None:
         key = (lease.run_id, lease.step_id, lease.attempt)
         with self._lock:
+            self._controls.pop((lease.run_id, lease.step_id), None)
+            self._written.pop((lease.run_id, lease.step_id), None)
             self._held.pop((lease.run_id, lease.step_id), None)
             self._until.pop((lease.run_id, lease.step_id), None)
             self._refused.discard(key)
@@ -74,6 +88,9 @@ class LeaseKeeper:
                 return
             self._lost.add(key)
             self._refused.discard(key)
+            control = self._controls.get((lease.run_id, lease.step_id))
+        if control is not None:
+            control.cancel("lease lost")
         self.observer.lease_lost(lease)
 
     @property
@@ -118,10 +135,17 @@ class LeaseKeeper:
                 if key in self._lost:
                     continue
                 left = self._until.get((lease.run_id, lease.step_id))
-                if left is not None and left > enough:
+                beat = self._beat(lease, now)
+                if beat is None and left is not None and left > enough:
                     continue
             try:
-                renewed = self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until)
+                renewed = (
+                    self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until)
+                    if beat is None
+                    else self.store.renew_step(
+                        lease.run_id, lease.step_id, self.worker_id, until, beat
+                    )
+                )
             except StoreError as exc:
                 log.warning("%s", exc)
                 continue
@@ -139,6 +163,23 @@ class LeaseKeeper:
                     self._refused.add(key)
             if still_held and again:
                 self.lost(lease)
+
+    def _beat(self, lease: StepLease, now: datetime) -> StepHeartbeat | None:
+        """The attempt's heartbeat not stored yet (called holding the lock)."""
+        control = self._controls.get((lease.run_id, lease.step_id))
+        if control is None:
+            return None
+        beats, details = control.latest()
+        if beats <= self._written.get((lease.run_id, lease.step_id), 0):
+            return None
+        self._written[(lease.run_id, lease.step_id)] = beats
+        return StepHeartbeat(
+            step_id=lease.step_id,
+            attempt=lease.attempt,
+            worker=self.worker_id,
+            details=details,
+            at=now,
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -15,6 +15,7 @@ as a due time in the step index — no thread sleeps on it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,17 +27,24 @@ from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
 from flow_cli.engine.streams import Pending, Streams
-from flow_cli.errors import EventConflict, HookTokenInUse, StepOutputNotJSON, StoreRefused
+from flow_cli.errors import (
+    EventConflict,
+    HeartbeatTimedOut,
+    HookTokenInUse,
+    StepOutputNotJSON,
+    StepTimedOut,
+    StoreRefused,
+)
 from flow_cli.model.clock import Clock
-from flow_cli.model.events import Event, StepCompleted, StepFailed
-from flow_cli.model.jsonval import PayloadTooLarge, normalise, storable_text
+from flow_cli.model.events import Event, StepCompleted, StepFailed, StepOutcomeUnknown
+from flow_cli.model.jsonval import JsonValue, PayloadTooLarge, normalise, storable_text
 from flow_cli.model.retry import RetryPolicy
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
 from flow_cli.model.status import StepStatus
 from flow_cli.model.trace import step_trace_context
 from flow_cli.model.tracebacks import code_traceback
-from flow_cli.runtime import Runtime, StepInfo
-from flow_cli.store.protocol import CommitGroup, StepLease
+from flow_cli.runtime import AttemptControl, AttemptVanished, Runtime, StepInfo
+from flow_cli.store.protocol import CommitGroup, StepHeartbeat, StepLease
 
 log = logging.getLogger("flow.steps")
 
@@ -215,7 +223,10 @@ class StepExecutor:
             trace_context=step_trace_context(
                 snap.spec.traceparent, snap.run_id, step.step_id, step.attempt
             ),
+            control=AttemptControl(self._last_heartbeat(lease, worker)),
         )
+        if keeper is not None:
+            keeper.watch(lease, info.control)
         payload = snap.json_payload(step.input)
         observer = self.streams.observer
         # Taken now, and only for a listener: once recorded, the snapshot is the cache's.
@@ -224,24 +235,52 @@ class StepExecutor:
             if observer.listening
             else None
         )
-        if before_call is not None:
-            before_call()
         event: Event
+        options = runtime.step_options.get(step.name)
+        limit = step.timeout
+        silence = step.heartbeat_timeout
+        unknown = False
+        if options is not None:  # the handler's defaults, where the workflow gave none
+            limit = options.timeout if limit is None else limit
+            silence = options.heartbeat_timeout if silence is None else silence
+            unknown = options.on_lost == "unknown"
+        found = self._lost_attempt(lease, step, unknown, limit, silence)
+        invoked = 0 if found is not None else 1
+        if before_call is not None and found is None:
+            before_call()
         began = time.monotonic()
-        try:
-            returned = runtime.run_step(step.name, payload, info)
-        except KeyboardInterrupt:
-            self.streams.put(snap)
-            raise
-        except BaseException as exc:  # any failure of user code (even sys.exit) fails the attempt
-            event = self._failure(step.step_id, step.attempt, step.retry, exc)
+        if found is not None:
+            event = found
         else:
-            event = self._output(step.name, step.step_id, step.attempt, returned)
+            try:
+                if limit or silence:
+                    returned = bounded_call(runtime, step.name, payload, info, limit, silence)
+                else:
+                    returned = runtime.run_step(step.name, payload, info)
+            except KeyboardInterrupt:
+                self.streams.put(snap)
+                raise
+            except AttemptVanished:
+                self._vanished(lease, info)
+                self.streams.put(snap)
+                return "vanished", 1, None, None, False
+            except (StepTimedOut, HeartbeatTimedOut) as exc:
+                event = (
+                    StepOutcomeUnknown(step_id=step.step_id, attempt=step.attempt, reason=str(exc))
+                    if unknown
+                    else self._failure(step.step_id, step.attempt, step.retry, exc)
+                )
+            except BaseException as exc:  # any failure of user code (even sys.exit) fails it
+                event = self._failure(step.step_id, step.attempt, step.retry, exc)
+            else:
+                event = self._output(step.name, step.step_id, step.attempt, returned)
         state = (
             "completed"
             if isinstance(event, StepCompleted)
+            else "unknown"
+            if isinstance(event, StepOutcomeUnknown)
             else "retrying"
-            if not event.exhausted
+            if isinstance(event, StepFailed) and not event.exhausted
             else "failed"
         )
         seconds = time.monotonic() - began
@@ -274,8 +313,94 @@ class StepExecutor:
             snap, lease, event, worker, lease_seconds if may_chain else None, report, later
         )
         if deferred:
-            return state, 1, None, None, True
-        return settled(recorded), 1, following, after, False
+            return state, invoked, None, None, True
+        return settled(recorded), invoked, following, after, False
+
+    def _lost_attempt(
+        self,
+        lease: StepLease,
+        step: StepState,
+        unknown: bool,
+        limit: float | None,
+        silence: float | None,
+    ) -> Event | None:
+        """The end of an attempt this worker took over from one that vanished (its lease ran
+        out), when it must not simply run again: unknown (``on_lost="unknown"``), past its
+        timeout counted from its first start, or silent past its heartbeat timeout (since its
+        last stored heartbeat, or its first start when it sent none)."""
+        if step.runs <= 1:
+            return None
+        if unknown:
+            return StepOutcomeUnknown(
+                step_id=step.step_id,
+                attempt=step.attempt,
+                reason="the worker running the attempt was lost before it recorded an outcome",
+            )
+        started = step.attempt_started_at
+        if started is None:
+            return None
+        now = self.clock.now()
+        error: Exception | None = None
+        if limit is not None and (now - started).total_seconds() >= limit:
+            error = StepTimedOut(step.name, limit)
+        elif silence is not None:
+            heard = started
+            for beat in self.streams.store.step_heartbeats(lease.run_id):
+                if beat.step_id == step.step_id and beat.attempt == step.attempt:
+                    heard = max(heard, beat.at)
+            if (now - heard).total_seconds() >= silence:
+                error = HeartbeatTimedOut(step.name, silence)
+        if error is None:
+            return None
+        return self._failure(step.step_id, step.attempt, step.retry, error)
+        if unknown:
+            return StepOutcomeUnknown(
+                step_id=step.step_id,
+                attempt=step.attempt,
+                reason="the worker running the attempt was lost before it recorded an outcome",
+            )
+        started = step.attempt_started_at
+        if (
+            limit is not None
+            and started is not None
+            and (self.clock.now() - started).total_seconds() >= limit
+        ):
+            return self._failure(
+                step.step_id, step.attempt, step.retry, StepTimedOut(step.name, limit)
+            )
+        return None
+
+    def _vanished(self, lease: StepLease, info: StepInfo) -> None:
+        """A test's fake made this worker vanish mid-attempt: store its heartbeat as its last
+        renewal would have, and leave the lease to lapse."""
+        beats, details = info.control.latest()
+        if beats:
+            beat = StepHeartbeat(
+                step_id=lease.step_id,
+                attempt=lease.attempt,
+                worker=info.worker,
+                details=details,
+                at=self.clock.now(),
+            )
+            self.streams.store.renew_step(
+                lease.run_id, lease.step_id, info.worker, lease.lease_until, beat
+            )
+
+    def _last_heartbeat(self, lease: StepLease, worker: str) -> Callable[[], JsonValue]:
+        """Reads the details of the step's last stored heartbeat sent by an earlier attempt,
+        or by an earlier run of this one (whose worker vanished): not one this run stored."""
+        store = self.streams.store
+        began = self.clock.now()
+
+        def load() -> JsonValue:
+            for beat in store.step_heartbeats(lease.run_id):
+                if beat.step_id == lease.step_id and not (
+                    beat.attempt == lease.attempt and beat.worker == worker and beat.at >= began
+                ):
+                    return beat.details
+            return None
+
+        return load
 
     def _output(
         self, name: str, step_id: str, attempt: int, returned: object
@@ -406,6 +531,8 @@ class StepExecutor:
         deciding = self.runtimes.get(current.spec.runtime_build_id)
         if isinstance(event, StepFailed) and not event.exhausted:
             pass  # the retry is due in the step index; nothing to decide
+        elif isinstance(event, StepOutcomeUnknown):
+            pass  # the run waits for an operator (flow step resolve)
         elif deciding is None or not decide:
             pending.decide_at = now  # a worker of the run's build decides it
         else:
@@ -484,3 +611,58 @@ class StepExecutor:
 Later = Callable[[bool | None, BaseException | None], None]
 """Told how a handed-over end went: recorded (``True``), settled by others (``False``), taken
 by another worker (``None``); or the error that kept it from being committed."""
+
+
+def bounded_call(
+    runtime: Runtime,
+    name: str,
+    payload: JsonValue,
+    info: StepInfo,
+    limit: float | None,
+    silence: float | None,
+) -> object:
+    """Run the handler on its own thread and wait for it at most ``limit`` seconds, and at
+    most ``silence`` seconds after its last heartbeat. Past either, the attempt is cancelled
+    (``info.cancelled``) and ``StepTimedOut`` / ``HeartbeatTimedOut`` raised here: the caller
+    records the failure at once, and whatever the abandoned thread returns is never looked at
+    (Python cannot stop a thread; a handler that heartbeats is told to stop)."""
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = runtime.run_step(name, payload, info)
+        except BaseException as exc:  # handed to the caller, which fails the attempt with it
+            box["error"] = exc
+        finally:
+            done.set()
+
+    control = info.control
+    began = time.monotonic()
+    thread = threading.Thread(target=target, name=f"flow-step {info.run_id}/{name}", daemon=True)
+    thread.start()
+    while True:
+        now = time.monotonic()
+        timed_out: Exception | None = None
+        # Woken at the nearest deadline only: a heartbeat moves the silence deadline later,
+        # which the next look finds (a beating step costs one wake-up per heartbeat_timeout).
+        wait = float("inf")
+        if limit is not None:
+            left = began + limit - now
+            if left <= 0:
+                timed_out = StepTimedOut(name, limit)
+            wait = min(wait, left)
+        if silence is not None and timed_out is None:
+            left = control.last_beat + silence - now
+            if left <= 0:
+                timed_out = HeartbeatTimedOut(name, silence)
+            wait = min(wait, left)
+        if timed_out is not None and not done.is_set():
+            control.cancel(type(timed_out).__name__)
+            raise timed_out
+        if done.wait(max(wait, 0.0)):
+            break
+    error = box.get("error")
+    if isinstance(error, BaseException):
+        raise error
+    return box.get("value")

@@ -20,6 +20,12 @@ class ScheduleStep:
     name: str
     input: JsonValue
     retry: RetryPolicy
+    timeout: float | None = None
+    """Seconds an attempt may run before it fails as ``StepTimedOut`` (``None``: the
+    handler's ``@runtime.step`` default, or unbounded)."""
+    heartbeat_timeout: float | None = None
+    """Seconds an attempt may go without ``info.heartbeat()`` before it fails as
+    ``HeartbeatTimedOut``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -237,10 +237,17 @@ class WorkflowContext(SelectHelpers):
         name: str | Callable[..., Any],
         input: JsonValue = None,
         retry: RetryPolicy | None = None,
+        *,
+        timeout: Seconds | None = None,
+        heartbeat_timeout: Seconds | None = None,
     ) -> ScheduleStep:
         """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
-        ``step_id`` (at least once)."""
-        return self._record(self._schedule_step(step_id, name, input, retry))
+        ``step_id`` (at least once). ``timeout``: how long an attempt may run;
+        ``heartbeat_timeout``: how long it may go without ``info.heartbeat()`` (a
+        ``timedelta`` or seconds; either one past fails the attempt, retried per ``retry``)."""
+        return self._record(
+            self._schedule_step(step_id, name, input, retry, timeout, heartbeat_timeout)
+        )
 
     def _schedule_step(
         self,
@@ -248,12 +255,16 @@ class WorkflowContext(SelectHelpers):
         name: str | Callable[..., Any],
         input: JsonValue = None,
         retry: RetryPolicy | None = None,
+        timeout: Seconds | None = None,
+        heartbeat_timeout: Seconds | None = None,
     ) -> ScheduleStep:
         return ScheduleStep(
             step_id=step_id,
             name=step_name(name),
             input=_json(input, "step input"),
             retry=retry or DEFAULT_RETRY,
+            timeout=seconds_or_none(timeout, "timeout"),
+            heartbeat_timeout=seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
         )
 
     def schedule_steps(
@@ -379,8 +390,13 @@ class WorkflowContext(SelectHelpers):
         name: str | Callable[..., Any],
         input: JsonValue = None,
         retry: RetryPolicy | None = None,
+        *,
+        timeout: Seconds | None = None,
+        heartbeat_timeout: Seconds | None = None,
     ) -> JsonValue:
         """The step's output if recorded; otherwise end this decision by scheduling it.
+
+        ``timeout`` / ``heartbeat_timeout`` bound each attempt (see ``schedule_step``).
 
         ``name`` is the step's registered name or the ``@runtime.step`` function itself.
         Raises ``StepFailedError`` when the step failed for good under ``on_exhausted="surface"``,
@@ -400,8 +416,10 @@ class WorkflowContext(SelectHelpers):
             )
         used[step_id] = (name, input)
         step = self._snap.steps.get(step_id)
+        limit = seconds_or_none(timeout, "timeout")
+        silence = seconds_or_none(heartbeat_timeout, "heartbeat_timeout")
         if step is None:
-            command = self._schedule_step(step_id, name, input, policy)
+            command = self._schedule_step(step_id, name, input, policy, limit, silence)
             if self._waiter is None:
                 self.suspend(command, blocking=True)
             self._before_handoff(command)
@@ -412,13 +430,17 @@ class WorkflowContext(SelectHelpers):
             and step.input == input
             and (step.retry is policy or step.retry == policy)
             and step.batch_id is None
+            and step.timeout == limit
+            and step.heartbeat_timeout == silence
         ):
-            self._check(self._schedule_step(step_id, name, input, policy))
+            self._check(self._schedule_step(step_id, name, input, policy, limit, silence))
         if step.status is StepStatus.COMPLETED:
             return self._snap.json_payload(step.output)
         if step.status is StepStatus.FAILED:
             raise StepFailedError(step_id, self._snap.json_payload(without_traceback(step.error)))
-        self.suspend(self._schedule_step(step_id, name, input, policy), blocking=True)
+        self.suspend(
+            self._schedule_step(step_id, name, input, policy, limit, silence), blocking=True
+        )
 
     def _settled_output(self, step_id: str) -> JsonValue:
         step = self._snap.steps[step_id]
@@ -701,6 +723,8 @@ class WorkflowContext(SelectHelpers):
             and step.input == member.input
             and step.retry == member.retry
             and step.batch_id == batch.batch_id
+            and step.timeout == member.timeout
+            and step.heartbeat_timeout == member.heartbeat_timeout
         ):
             self._check(batch)
         return step
@@ -817,3 +841,18 @@ def step_name(handler: str | Callable[..., Any]) -> str:
             "the step's name"
         )
     return name
+
+
+Seconds = timedelta | float | int
+"""A duration given as a ``timedelta`` or seconds."""
+
+
+def seconds_or_none(value: Seconds | None, label: str) -> float | None:
+    """``value`` in seconds (``None`` stays ``None``); a duration that is not positive is an
+    ``InputError`` naming ``label``."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0 or seconds == float("inf"):
+        raise InputError(f"{label} must be a positive duration, got {value!r}")
+    return seconds

@@ -198,6 +198,8 @@ def _step(
                 input=cmd.input,
                 retry=cmd.retry,
                 batch_id=batch_id,
+                timeout=cmd.timeout,
+                heartbeat_timeout=cmd.heartbeat_timeout,
             )
         )
         return
@@ -208,6 +210,8 @@ def _step(
             "input": (recorded.input, cmd.input),
             "retry": (recorded.retry.to_json(), cmd.retry.to_json()),
             "batch_id": (recorded.batch_id, batch_id),
+            "timeout": (recorded.timeout, cmd.timeout),
+            "heartbeat_timeout": (recorded.heartbeat_timeout, cmd.heartbeat_timeout),
         },
         out,
     )

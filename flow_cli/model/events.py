@@ -91,6 +91,16 @@ class StepScheduled(_EventBase):
     input: JsonValue
     retry: RetryPolicy
     batch_id: str | None = None
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    """Both stored only when set: histories written before bounded steps have neither."""
+
+    def to_data(self) -> dict[str, Any]:
+        data = _EventBase.to_data(self)
+        for key in ("timeout", "heartbeat_timeout"):
+            if data[key] is None:
+                del data[key]
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +118,15 @@ class StepCompleted(_EventBase):
     step_id: str
     attempt: int
     output: JsonValue
+    resolved: JsonValue = None
+    """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it (an unknown
+    outcome); stored only then."""
+
+    def to_data(self) -> dict[str, Any]:
+        data = _EventBase.to_data(self)
+        if self.resolved is None:
+            del data["resolved"]
+        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,9 +142,27 @@ class StepFailed(_EventBase):
     traceback: str | None = None
     """Where the handler raised (its own frames, at most 8 KiB, no locals); not stored when
     ``None`` (histories written before it existed have none)."""
+    resolved: JsonValue = None
+    """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it; stored only
+    then."""
 
     def to_data(self) -> dict[str, Any]:
-        return _without_empty_traceback(_EventBase.to_data(self))
+        data = _without_empty_traceback(_EventBase.to_data(self))
+        if self.resolved is None:
+            del data["resolved"]
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOutcomeUnknown(_EventBase):
+    """An attempt of an ``on_lost="unknown"`` step vanished with its worker or timed out:
+    whether its side effect happened is unknown, so it is not run again. The run waits for
+    ``flow step resolve``."""
+
+    KEY = "step_outcome_unknown"
+    step_id: str
+    attempt: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +288,19 @@ class CancelRequested(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetryRequested(_EventBase):
+    """``flow retry``: an operator asked for the run's failing decision and the listed steps
+    waiting out a back-off to be tried now (after a hotfix, say)."""
+
+    KEY = "retry_requested"
+    steps: tuple[str, ...]
+    """Steps in back-off whose next attempt is due now."""
+    decision: bool
+    """The run's last decision failed: it is decided now."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionFailed(_EventBase):
     KEY = "decision_failed"
     error_type: str
@@ -345,6 +395,7 @@ Event: TypeAlias = (
     | StepCompleted
     | StepFailed
     | StepCancelled
+    | StepOutcomeUnknown
     | WaitStarted
     | WaitCompleted
     | SignalWaitStarted
@@ -356,6 +407,7 @@ Event: TypeAlias = (
     | ChildCancelled
     | ChildAbandoned
     | CancelRequested
+    | RetryRequested
     | DecisionFailed
     | DecisionRecovered
     | BuildUpgraded
@@ -375,6 +427,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepCompleted,
         StepFailed,
         StepCancelled,
+        StepOutcomeUnknown,
         WaitStarted,
         WaitCompleted,
         SignalWaitStarted,
@@ -386,6 +439,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ChildCancelled,
         ChildAbandoned,
         CancelRequested,
+        RetryRequested,
         DecisionFailed,
         DecisionRecovered,
         BuildUpgraded,

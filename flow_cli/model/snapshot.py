@@ -25,6 +25,7 @@ from flow_cli.model.events import (
     EventEnvelope,
     HookCreated,
     HookResolved,
+    RetryRequested,
     RunCancelled,
     RunCompleted,
     RunContinuedAsNew,
@@ -35,6 +36,7 @@ from flow_cli.model.events import (
     StepCancelled,
     StepCompleted,
     StepFailed,
+    StepOutcomeUnknown,
     StepScheduled,
     StepStarted,
     UpdateApplied,
@@ -68,6 +70,14 @@ class StepState:
     next_attempt_at: datetime | None = None
     lease_until: datetime | None = None
     worker: str | None = None
+    timeout: float | None = None
+    """Seconds an attempt may run (``step_scheduled``; ``None``: the handler's default)."""
+    heartbeat_timeout: float | None = None
+    runs: int = 0
+    """``step_started`` events of the current attempt: more than one means a worker ran it
+    and vanished (its lease ran out) before recording its end."""
+    attempt_started_at: datetime | None = None
+    """When the current attempt first started (its ``timeout`` counts from there)."""
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -417,6 +427,8 @@ class WorkflowRunSnapshot(SelectProjection):
                         retry=event.retry,
                         batch_id=event.batch_id,
                         status=StepStatus.SCHEDULED,
+                        timeout=event.timeout,
+                        heartbeat_timeout=event.heartbeat_timeout,
                         sequence=envelope.sequence,
                         attempt=1,
                         scheduled_at=at,
@@ -424,6 +436,7 @@ class WorkflowRunSnapshot(SelectProjection):
                 )
             case StepStarted():
                 step = self.steps[event.step_id]
+                again = step.status is StepStatus.RUNNING and step.attempt == event.attempt
                 self._change_step(
                     step,
                     status=StepStatus.RUNNING,
@@ -433,6 +446,12 @@ class WorkflowRunSnapshot(SelectProjection):
                     worker=event.worker,
                     started_at=step.started_at or at,
                     next_attempt_at=None,
+                    runs=step.runs + 1 if again else 1,
+                    attempt_started_at=step.attempt_started_at if again else at,
+                )
+            case StepOutcomeUnknown():
+                self._change_step(
+                    self.steps[event.step_id], status=StepStatus.UNKNOWN, lease_until=None
                 )
             case StepCompleted():
                 self._end_step(envelope, event.step_id, StepStatus.COMPLETED, output=event.output)
@@ -572,6 +591,11 @@ class WorkflowRunSnapshot(SelectProjection):
                     self.cancel_requested = True
                     self.cancel_reason = event.reason
                     self.cancel_sequence = envelope.sequence
+            case RetryRequested():
+                for step_id in event.steps:
+                    backoff = self.steps.get(step_id)
+                    if backoff is not None and backoff.status is StepStatus.BACKOFF:
+                        self._change_step(backoff, next_attempt_at=at)
             case DecisionFailed():
                 if self.decision_error is None:
                     self.failing_since = at

@@ -78,6 +78,8 @@ class StepStatus(StrEnum):
     FAILED = "failed"
     """Retries exhausted."""
     CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+    """An ``on_lost="unknown"`` attempt vanished or timed out: an operator resolves it."""
 
     @property
     def settled(self) -> bool:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.resolve import NOTHING_TO_RETRY, retried_text, retry_request
 from flow_cli.engine.streams import Write
 from flow_cli.errors import EventConflict, FlowError, InputError, RunFinished
 from flow_cli.model.events import CancelRequested, Event, SignalReceived
@@ -138,6 +139,33 @@ def cancel_runs(
             return BulkResult(run_id, Outcome.SKIPPED, f"already {exc.status}")
         except FlowError as exc:
             return BulkResult(run_id, Outcome.FAILED, str(exc))
+
+    return _facts(engine, run_ids, make, one_by_one, batch_size)
+
+
+def retry_runs(
+    engine: Engine, run_ids: Sequence[str], reason: str, batch_size: int = BATCH_SIZE
+) -> Iterator[BulkResult]:
+    """Try now each run's failing decision and its steps in back-off (``flow retry``)."""
+
+    def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
+        if snap.terminal:
+            return [], BulkResult(snap.run_id, Outcome.SKIPPED, f"already {snap.status.value}")
+        request = retry_request(snap, reason)
+        if request is None:
+            return [], BulkResult(snap.run_id, Outcome.SKIPPED, NOTHING_TO_RETRY)
+        return [request], BulkResult(snap.run_id, Outcome.DONE, retried_text(request))
+
+    def one_by_one(run_id: str) -> BulkResult:
+        try:
+            request = engine.retry(run_id, reason)
+        except RunFinished as exc:
+            return BulkResult(run_id, Outcome.SKIPPED, f"already {exc.status}")
+        except FlowError as exc:
+            return BulkResult(run_id, Outcome.FAILED, str(exc))
+        if request is None:
+            return BulkResult(run_id, Outcome.SKIPPED, NOTHING_TO_RETRY)
+        return BulkResult(run_id, Outcome.DONE, retried_text(request))
 
     return _facts(engine, run_ids, make, one_by_one, batch_size)
 

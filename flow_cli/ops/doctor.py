@@ -8,28 +8,32 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
 
 1. ``decision-failing``: the run's last decision failed (its code raised, or diverged from
    history); it is retried with a back-off until fixed code is deployed.
-2. ``build-unhosted``: no live worker hosts the run's build, and either some worker is live (the
+2. ``step-unknown``: an ``on_lost="unknown"`` step's attempt vanished or timed out; nobody
+   knows whether its side effect happened, and ``flow step resolve`` settles it.
+3. ``build-unhosted``: no live worker hosts the run's build, and either some worker is live (the
    fleet runs without that build) or no registered worker, live or gone, ever hosted it. When
    the build's only hosts are gone workers (stopped, killed, or ``flow tick`` that ended), the run
    is judged by what is overdue instead: the fleet is down, not missing the build.
-3. ``timer-overdue``: a due time — a timer or retry back-off ending in the run's next decision,
+4. ``timer-overdue``: a due time — a timer or retry back-off ending in the run's next decision,
    or a step attempt's ready time — passed more than ``overdue_after`` (30 s) ago and no worker
    acted on it.
-4. ``lease-expired``: a worker took the run's decision or a step attempt under a lease that ended
+5. ``lease-expired``: a worker took the run's decision or a step attempt under a lease that ended
    more than ``overdue_after`` ago, and no worker took it over.
-5. ``schedule-late`` (not a run: a schedule, named by the run its fire time should have started):
+6. ``schedule-late`` (not a run: a schedule, named by the run its fire time should have started):
    a schedule's fire time passed more than ``overdue_after`` ago and no worker fired it (none is
    live, or the live ones do not host its workflow).
-6. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
-7. ``runnable`` (busy): a decision or a step attempt is due now or in progress.
-8. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
+7. ``step-retrying``: a step attempt failed; its next attempt waits for its back-off.
+8. ``step-running``: a worker runs one of its step attempts under a live lease (its worker
+   and last heartbeat: ``flow show``).
+   ``runnable`` (busy): a decision or a step attempt is due now, or being decided.
+9. ``waiting-signal``, ``waiting-hook``, ``waiting-child`` (in that order): the run waits for a
    fact from outside.
-9. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
+10. ``sleeping``: otherwise, a timer (or its next decision) is due in the future; nothing is
    wrong, it wakes by itself. ``runnable`` always means due now.
-10. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
+11. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
    shown rather than hidden).
 
-The first five are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
+The first six are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
 
 CAUSES = (
     "decision-failing",
+    "step-unknown",
     "build-unhosted",
     "timer-overdue",
     "lease-expired",
     "schedule-late",
     "step-retrying",
+    "step-running",
     "waiting-signal",
     "waiting-hook",
     "waiting-child",
@@ -61,7 +67,7 @@ CAUSES = (
 )
 """Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
 
-STUCK = frozenset(CAUSES[:5])
+STUCK = frozenset(CAUSES[:6])
 """Causes that need an operator: a run with one of these will not move by itself."""
 
 OVERDUE_AFTER = timedelta(seconds=30)
@@ -240,6 +246,15 @@ def classify(
     found = functools.partial(_found, run)
     if run.failing is not None:
         return found("decision-failing", run.failing, run.failing_since or run.updated_at)
+
+    unknown = _waiting(run.waiting_on).get("unknown")
+    if unknown:
+        steps = ", ".join(repr(step) for step in unknown)
+        detail = (
+            f"step {steps}: the outcome of its attempt is unknown; check the outside system, "
+            f"then `flow step resolve {run.run_id} STEP --output J | --fail | --retry`"
+        )
+        return found("step-unknown", detail, run.updated_at)
     if hosting.unhosted(run.build_id):
         last = hosting.known.get(run.build_id)
         if last is None:
@@ -292,6 +307,11 @@ def classify(
             "step-retrying", f"{_step(task)} starts at {_at(task.available_at)}", run.updated_at
         )
 
+    deciding = run.decide_at is not None and (run.lease_owner is not None or run.decide_at <= now)
+    if leased and not deciding:
+        task = min(leased, key=lambda t: t.step_id)
+        detail = f"{_step(task)} is running on worker {task.lease_owner}"
+        return found("step-running", detail, run.updated_at)
     busy = _busy(run, free, leased, now)
     if busy is not None:
         return found("runnable", *busy)

@@ -27,6 +27,7 @@ from flow_cli.model.events import (
     Event,
     HookCreated,
     HookResolved,
+    RetryRequested,
     RunFailed,
 )
 from flow_cli.model.snapshot import StepState, WorkflowRunSnapshot
@@ -76,6 +77,9 @@ def index_for(
         step_id = getattr(event, "step_id", None)
         if isinstance(step_id, str) and step_id in after.steps:
             steps[step_id] = step_task(after.steps[step_id])
+        elif isinstance(event, RetryRequested):  # its steps' next attempts are due now
+            for retried in event.steps:
+                steps[retried] = step_task(after.steps[retried])
         if isinstance(event, HookCreated | HookResolved):
             hook = after.hooks[event.hook_id]
             hooks.append(
@@ -129,7 +133,13 @@ def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
             if not h.resolved
         ),
         *(waiting_entry("timer", wait_id) for wait_id in snapshot.open_deadlines),
-        *(waiting_entry("step", step_id) for step_id in snapshot.open_steps),
+        *(
+            waiting_entry(
+                "unknown" if snapshot.steps[step_id].status is StepStatus.UNKNOWN else "step",
+                step_id,
+            )
+            for step_id in snapshot.open_steps
+        ),
         *(
             waiting_entry("child", c.child_id)
             for c in (snapshot.children.values() if snapshot.children_open else ())

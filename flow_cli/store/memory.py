@@ -38,6 +38,7 @@ from flow_cli.store.protocol import (
     RunIndex,
     RunRecord,
     RunState,
+    StepHeartbeat,
     StepLease,
     StoreStats,
     StreamWrite,
@@ -115,6 +116,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}
+        self._heartbeats: dict[tuple[str, str], StepHeartbeat] = {}
         self._hooks: dict[str, HookRecord] = {}
         self._workers: dict[str, WorkerInfo] = {}
         self._hook_rows: dict[str, HookListing] = {}
@@ -499,15 +501,30 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
         after = wanted_after((lease.run_id for lease in leases), read_after)
         return with_histories(leases, self.read_histories(after))
 
-    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
-        """Extend the lease if ``worker`` still holds it."""
+    def renew_step(
+        self,
+        run_id: str,
+        step_id: str,
+        worker: str,
+        lease_until: datetime,
+        heartbeat: StepHeartbeat | None = None,
+    ) -> bool:
+        """Extend the lease if ``worker`` still holds it (storing ``heartbeat`` with it)."""
         with self._lock:
             task = self._tasks.get((run_id, step_id))
             if task is None or task.lease_owner != worker:
                 return False
             task.available_at = _utc(lease_until)
+            if heartbeat is not None:
+                self._heartbeats[(run_id, step_id)] = heartbeat
             self._touched(durable=False)
             return True
+
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat of each of the run's steps."""
+        with self._lock:
+            found = [beat for (run, _), beat in self._heartbeats.items() if run == run_id]
+        return sorted(found, key=lambda beat: beat.step_id)
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""

@@ -197,6 +197,19 @@ class StepLease:
     there). Only the first lease of a run carries it; ``None`` otherwise."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepHeartbeat:
+    """The last heartbeat of a step's attempt (``info.heartbeat(details)``), stored with a
+    lease renewal (no history event): kept after the attempt ends, so the next attempt reads
+    its details as ``info.last_heartbeat``."""
+
+    step_id: str
+    attempt: int
+    worker: str
+    details: JsonValue
+    at: datetime
+
+
 class LeaseAsk(NamedTuple):
     """A worker asking for work: leases for ``worker`` on runs or steps of ``build_ids`` due at
     ``now``, held until ``lease_until``, at most ``limit`` of them. A tuple, so that a store
@@ -539,8 +552,20 @@ class Scheduler(Protocol):
         """
         ...
 
-    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
-        """Extend a step lease this worker still holds."""
+    def renew_step(
+        self,
+        run_id: str,
+        step_id: str,
+        worker: str,
+        lease_until: datetime,
+        heartbeat: StepHeartbeat | None = None,
+    ) -> bool:
+        """Extend a step lease this worker still holds; with ``heartbeat``, store it as the
+        step's last one in the same transaction (only if the lease is still held)."""
+        ...
+
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat of each of the run's steps that sent one."""
         ...
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:

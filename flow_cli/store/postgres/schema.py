@@ -235,6 +235,24 @@ def _v7_schedules(conn: Connection) -> None:
     )
 
 
+def _v8_step_heartbeats(conn: Connection) -> None:
+    # Each step's last heartbeat (info.heartbeat), written with a lease renewal rather than as
+    # an event, read by the step's next attempt and by `flow show`.
+    conn.execute(
+        """
+        CREATE TABLE IF NOT EXISTS step_heartbeats (
+            run_id  text        NOT NULL,
+            step_id text        NOT NULL,
+            attempt integer     NOT NULL,
+            worker  text        NOT NULL,
+            details jsonb       NOT NULL,
+            at      timestamptz NOT NULL,
+            PRIMARY KEY (run_id, step_id)
+        )
+        """
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -243,6 +261,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "idle_workers (hand-offs)", _v5_idle_workers),
     Migration(6, "runs.error_type and runs.error", _v6_run_errors),
     Migration(7, "schedules", _v7_schedules),
+    Migration(8, "step_heartbeats", _v8_step_heartbeats),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

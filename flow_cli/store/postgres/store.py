@@ -47,11 +47,13 @@ from flow_cli.store.postgres.connection import (
     close_quietly,
 )
 from flow_cli.store.postgres.reads import READ_HISTORIES, histories_params
+from flow_cli.store.postgres.tables import utc
 from flow_cli.store.protocol import (
     WORKER_RETENTION,
     AppendViaCommit,
     LeaseAsk,
     ReadAfter,
+    StepHeartbeat,
     StepLease,
     StoreStats,
     WorkerInfo,
@@ -300,15 +302,62 @@ class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
             return None
         return _leased(done, rows, after)
 
-    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
-        """Extend the step's lease if ``worker`` still holds it."""
+    def renew_step(
+        self,
+        run_id: str,
+        step_id: str,
+        worker: str,
+        lease_until: datetime,
+        heartbeat: StepHeartbeat | None = None,
+    ) -> bool:
+        """Extend the step's lease if ``worker`` still holds it (storing ``heartbeat`` with
+        it, in the same statement: only a held lease records one)."""
+        if heartbeat is None:
+            with self._transaction(durable=False, pipelined=True) as conn:
+                cursor = conn.execute(
+                    "UPDATE step_tasks SET available_at = %s "
+                    "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
+                    (lease_until, run_id, step_id, worker),
+                )
+            return cursor.fetchone() is not None
         with self._transaction(durable=False, pipelined=True) as conn:
             cursor = conn.execute(
-                "UPDATE step_tasks SET available_at = %s "
-                "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id",
-                (lease_until, run_id, step_id, worker),
+                "WITH held AS (UPDATE step_tasks SET available_at = %s "
+                "WHERE run_id = %s AND step_id = %s AND lease_owner = %s RETURNING run_id), "
+                "beat AS (INSERT INTO step_heartbeats (run_id, step_id, attempt, worker, "
+                "details, at) SELECT %s, %s, %s, %s, %s::jsonb, %s FROM held "
+                "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = EXCLUDED.attempt, "
+                "worker = EXCLUDED.worker, details = EXCLUDED.details, at = EXCLUDED.at) "
+                "SELECT run_id FROM held",
+                (
+                    lease_until,
+                    run_id,
+                    step_id,
+                    worker,
+                    run_id,
+                    step_id,
+                    heartbeat.attempt,
+                    heartbeat.worker,
+                    json.dumps(heartbeat.details),
+                    heartbeat.at,
+                ),
             )
         return cursor.fetchone() is not None
+
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat of each of the run's steps."""
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT step_id, attempt, worker, details, at FROM step_heartbeats "
+                "WHERE run_id = %s ORDER BY step_id",
+                (run_id,),
+            ).fetchall()
+        return [
+            StepHeartbeat(
+                step_id=row[0], attempt=row[1], worker=row[2], details=row[3], at=utc(row[4])
+            )
+            for row in rows
+        ]
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""

@@ -187,6 +187,16 @@ def _v6_schedules(db: Database) -> None:
     )
 
 
+def _v7_step_heartbeats(db: Database) -> None:
+    """Each step's last heartbeat (``info.heartbeat``), written with a lease renewal rather
+    than as an event, read by the step's next attempt and by ``flow show``."""
+    db.conn.execute(
+        "CREATE TABLE IF NOT EXISTS step_heartbeats (run_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "attempt INTEGER NOT NULL, worker TEXT NOT NULL, details TEXT NOT NULL, at TEXT NOT NULL, "
+        "PRIMARY KEY (run_id, step_id))"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -194,5 +204,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (4, _v4_failing_since),
     (5, _v5_run_errors),
     (6, _v6_schedules),
+    (7, _v7_step_heartbeats),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

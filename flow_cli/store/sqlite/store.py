@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
+from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
@@ -25,6 +26,7 @@ from flow_cli.store.protocol import (
     LeaseAsk,
     NewRun,
     ReadAfter,
+    StepHeartbeat,
     StepLease,
     StreamWrite,
     WorkerInfo,
@@ -427,16 +429,56 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         return with_histories(leases, self.read_histories(after))
 
     @guarded
-    def renew_step(self, run_id: str, step_id: str, worker: str, lease_until: datetime) -> bool:
-        """Extend the lease if ``worker`` still holds it."""
+    def renew_step(
+        self,
+        run_id: str,
+        step_id: str,
+        worker: str,
+        lease_until: datetime,
+        heartbeat: StepHeartbeat | None = None,
+    ) -> bool:
+        """Extend the lease if ``worker`` still holds it (storing ``heartbeat`` with it)."""
         with self._write(durable=False) as conn:
-            return bool(
+            held = bool(
                 conn.execute(
                     "UPDATE step_tasks SET available_at = ? "
                     "WHERE run_id = ? AND step_id = ? AND lease_owner = ?",
                     (ts(lease_until), run_id, step_id, worker),
                 ).rowcount
             )
+            if held and heartbeat is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO step_heartbeats (run_id, step_id, attempt, worker, "
+                    "details, at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        step_id,
+                        heartbeat.attempt,
+                        heartbeat.worker,
+                        json.dumps(heartbeat.details),
+                        ts(heartbeat.at),
+                    ),
+                )
+            return held
+
+    @guarded
+    def step_heartbeats(self, run_id: str) -> list[StepHeartbeat]:
+        """The last stored heartbeat of each of the run's steps."""
+        rows = self._conn().execute(
+            "SELECT step_id, attempt, worker, details, at FROM step_heartbeats WHERE run_id = ? "
+            "ORDER BY step_id",
+            (run_id,),
+        )
+        return [
+            StepHeartbeat(
+                step_id=step_id,
+                attempt=attempt,
+                worker=worker,
+                details=json.loads(details),
+                at=parse_utc(at),
+            )
+            for step_id, attempt, worker, details, at in rows
+        ]
 
     @guarded
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
