@@ -47,6 +47,11 @@ def _runtime() -> Runtime:
     def quick(ctx):
         return ctx.complete(1)
 
+    @rt.workflow("backs-off")
+    def backs_off(ctx):
+        again = RetryPolicy(max_attempts=3, initial_interval=300)
+        return ctx.complete(ctx.step("charge", "charge", None, again))
+
     return rt
 
 
@@ -166,6 +171,26 @@ def test_cancel_after_confirming_writes_cancel_requested(engine: Engine) -> None
     asyncio.run(scenario())
 
 
+def test_retry_after_confirming_writes_retry_requested(engine: Engine) -> None:
+    engine.start("backs-off", run_id="later")
+    engine.tick(until_idle=True)  # its step failed once and waits 300 s for its next attempt
+
+    async def scenario() -> None:
+        app = TopApp(engine, refresh_seconds=60)
+        async with app.run_test() as pilot:
+            app.where = RunFilter(workflow="backs-off")
+            app.refresh_view()
+            await pilot.pause()
+            await pilot.press("R")
+            await pilot.pause()
+            assert isinstance(app.screen, Confirm)
+            await pilot.press("y")
+            await pilot.pause()
+        assert len(data(engine, "later", "retry_requested")) == 1
+
+    asyncio.run(scenario())
+
+
 def test_read_only_offers_no_action_keys(engine: Engine) -> None:
     async def scenario() -> None:
         app = TopApp(engine, read_only=True, refresh_seconds=60)
@@ -174,14 +199,14 @@ def test_read_only_offers_no_action_keys(engine: Engine) -> None:
             app.refresh_view()
             await pilot.pause()
             offered = {b.binding.key for b in app.active_bindings.values() if b.enabled}
-            assert not offered & {"c", "t", "s"}
-            await pilot.press("c", "t", "s")
+            assert not offered & {"c", "t", "s", "R"}
+            await pilot.press("c", "t", "s", "R")
             await pilot.pause()
             assert not isinstance(app.screen, Confirm)
             await pilot.press("enter")
             await pilot.pause()
             detail = {b.binding.key for b in app.screen.active_bindings.values() if b.enabled}
-            assert not detail & {"c", "t", "s"}
+            assert not detail & {"c", "t", "s", "R"}
         assert data(engine, "waiting", "cancel_requested") == []
 
     asyncio.run(scenario())

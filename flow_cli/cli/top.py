@@ -38,7 +38,7 @@ PAGE_ROWS = 100
 DOCTOR_RUNS = 500
 """The open runs the header's doctor causes look at: a bounded read however large the index."""
 
-ACTIONS = frozenset({"cancel", "terminate", "signal"})
+ACTIONS = frozenset({"cancel", "terminate", "signal", "retry"})
 """The actions that write; read-only mode offers none of them."""
 
 _FLAGS = {"--failing": "failing", "--top-level": "top_level"}
@@ -208,6 +208,10 @@ class SignalPrompt(ModalScreen[tuple[str, str] | None]):
         self.dismiss(None)
 
 
+class _NothingToRetry(FlowError):
+    """``engine.retry`` found nothing waiting for a back-off: said, not an error."""
+
+
 class RunDetail(Screen[None]):
     """One run: what ``flow show`` prints, its history as a timeline, its children (enter
     opens one; escape comes back)."""
@@ -217,6 +221,7 @@ class RunDetail(Screen[None]):
         Binding("c", "cancel", "cancel"),
         Binding("t", "terminate", "terminate"),
         Binding("s", "signal", "signal"),
+        Binding("R", "retry", "retry now"),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -283,6 +288,11 @@ class RunDetail(Screen[None]):
         assert isinstance(top, TopApp)
         top.ask_signal(self.run_id)
 
+    def action_retry(self) -> None:
+        top = self.app
+        assert isinstance(top, TopApp)
+        top.ask_retry(self.run_id)
+
 
 class TopApp(App[None]):
     """The ``flow top`` application over an open ``Engine``."""
@@ -310,6 +320,7 @@ class TopApp(App[None]):
         Binding("c", "cancel", "cancel"),
         Binding("t", "terminate", "terminate"),
         Binding("s", "signal", "signal"),
+        Binding("R", "retry", "retry now"),
     ]
 
     def __init__(
@@ -467,6 +478,24 @@ class TopApp(App[None]):
     def action_signal(self) -> None:
         if (run_id := self.selected_run()) is not None:
             self.ask_signal(run_id)
+
+    def action_retry(self) -> None:
+        if (run_id := self.selected_run()) is not None:
+            self.ask_retry(run_id)
+
+    def ask_retry(self, run_id: str) -> None:
+        """Retry ``run_id`` now as ``flow retry`` does (its failing decision, its steps in
+        back-off), once confirmed."""
+
+        def retry() -> None:
+            if self.engine.retry(run_id) is None:
+                raise _NothingToRetry(f"run {run_id}: nothing waits for a back-off")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(retry, f"run {run_id} retried now")
+
+        self.push_screen(Confirm(f"Retry run {run_id} now?"), answered)
 
     def ask_cancel(self, run_id: str) -> None:
         """Cancel ``run_id`` as ``flow cancel`` does, once confirmed."""
