@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random as _random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from flow_cli.errors import (
     MOVES_WITH_NOW,
@@ -25,29 +25,25 @@ from flow_cli.errors import (
     UnknownPatch,
 )
 from flow_cli.model import deciding
-from flow_cli.model.command_text import default_batch_id, describe, recorded
+from flow_cli.model.builders import DEFAULT_RETRY, CommandBuilders, Seconds, iso_or_none
+from flow_cli.model.builders import STEP_NAME_ATTRIBUTE as STEP_NAME_ATTRIBUTE
+from flow_cli.model.builders import seconds_or_none as seconds_or_none
+from flow_cli.model.builders import step_name as step_name
+from flow_cli.model.command_text import describe, recorded
 from flow_cli.model.commands import (
     CancellationPolicy,
-    Cancelled,
-    Complete,
-    ContinueAsNew,
-    CreateHook,
-    Fail,
     RuntimeCommand,
     ScheduleStep,
     ScheduleSteps,
     StartChild,
     StartChildren,
     WaitForSignal,
-    WaitUntil,
 )
-from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
-from flow_cli.model.names import check_name
-from flow_cli.model.retry import RetryPolicy, intern
+from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.select import SelectHelpers
 from flow_cli.model.snapshot import (
     AppliedUpdate,
-    ChildState,
     StepState,
     WaitState,
     WorkflowRunSnapshot,
@@ -57,15 +53,8 @@ from flow_cli.model.snapshot import (
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
 from flow_cli.model.suspension import TIMED_OUT, StepFailedError, Suspend
 
-DEFAULT_RETRY = intern(RetryPolicy())
-STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
-"""Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
 
-
-_C = TypeVar("_C", bound=RuntimeCommand)
-
-
-class WorkflowContext(SelectHelpers):
+class WorkflowContext(SelectHelpers, CommandBuilders):
     """The ``ctx`` passed to a workflow function (``ctx.first``, ``ctx.all_settled`` and
     ``ctx.spawn`` come from ``SelectHelpers``)."""
 
@@ -223,160 +212,6 @@ class WorkflowContext(SelectHelpers):
         digest = hmac.new(bytes.fromhex(self._snap.seed), name.encode(), hashlib.sha256)
         return digest.hexdigest()[:32]
 
-    # -- commands ------------------------------------------------------------------------------
-
-    def _record(self, command: _C) -> _C:
-        # The command a builder returns is also kept, so that a decision that discards it can
-        # be told apart from one that returns it (``CommandNotReturned``).
-        self._built.append(command)
-        return command
-
-    def schedule_step(
-        self,
-        step_id: str,
-        name: str | Callable[..., Any],
-        input: JsonValue = None,
-        retry: RetryPolicy | None = None,
-        *,
-        timeout: Seconds | None = None,
-        heartbeat_timeout: Seconds | None = None,
-    ) -> ScheduleStep:
-        """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
-        ``step_id`` (at least once). ``timeout``: how long an attempt may run;
-        ``heartbeat_timeout``: how long it may go without ``info.heartbeat()`` (a
-        ``timedelta`` or seconds; either one past fails the attempt, retried per ``retry``)."""
-        return self._record(
-            self._schedule_step(step_id, name, input, retry, timeout, heartbeat_timeout)
-        )
-
-    def _schedule_step(
-        self,
-        step_id: str,
-        name: str | Callable[..., Any],
-        input: JsonValue = None,
-        retry: RetryPolicy | None = None,
-        timeout: Seconds | None = None,
-        heartbeat_timeout: Seconds | None = None,
-    ) -> ScheduleStep:
-        return ScheduleStep(
-            step_id=step_id,
-            name=step_name(name),
-            input=_json(input, "step input"),
-            retry=retry or DEFAULT_RETRY,
-            timeout=seconds_or_none(timeout, "timeout"),
-            heartbeat_timeout=seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
-        )
-
-    def schedule_steps(
-        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
-    ) -> ScheduleSteps:
-        """One atomic batch of ``ctx.schedule_step(...)`` commands.
-
-        The default ``batch_id`` is a short hash of the member ids.
-        """
-        return self._record(self._schedule_steps(steps, batch_id))
-
-    def _schedule_steps(
-        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
-    ) -> ScheduleSteps:
-        members = tuple(steps)
-        ids = [s.step_id for s in members]
-        return ScheduleSteps(
-            steps=members,
-            batch_id=_batch_id(
-                "schedule_steps needs at least one step", ids, self._snap.steps, batch_id
-            ),
-        )
-
-    def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
-        """Wait until a UTC deadline (derive it from ``ctx.started_at`` or step outputs)."""
-        return self._record(self._wait_until(wait_id, deadline))
-
-    def _wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
-        if deadline.tzinfo is None:
-            raise InputError(f"wait {wait_id!r}: the deadline must be timezone-aware UTC")
-        return WaitUntil(wait_id=wait_id, deadline=deadline)
-
-    def wait_for_signal(self, wait_id: str, signal_name: str) -> WaitForSignal:
-        """Wait for the next signal named ``signal_name`` (one that came early is matched)."""
-        return self._record(WaitForSignal(wait_id=wait_id, signal_name=signal_name))
-
-    def create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
-        """Open a hook that ``flow hook resolve TOKEN`` completes."""
-        return self._record(self._create_hook(hook_id, token, metadata))
-
-    def _create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
-        return CreateHook(hook_id=hook_id, token=token, metadata=_json(metadata, "hook metadata"))
-
-    def start_child(
-        self,
-        child_id: str,
-        workflow: str,
-        input: JsonValue = None,
-        cancellation: CancellationPolicy = "cancel",
-    ) -> StartChild:
-        """Start a child run ``{run_id}/{child_id}``; the parent resumes when it ends."""
-        return self._record(self._start_child(child_id, workflow, input, cancellation))
-
-    def _start_child(
-        self,
-        child_id: str,
-        workflow: str,
-        input: JsonValue = None,
-        cancellation: CancellationPolicy = "cancel",
-    ) -> StartChild:
-        check_name(child_id, "child id")  # it becomes part of a run id
-        if cancellation not in ("cancel", "abandon"):
-            raise InputError("child cancellation must be 'cancel' or 'abandon'")
-        return StartChild(
-            child_id=child_id,
-            workflow=workflow,
-            input=_json(input, "child input"),
-            cancellation=cancellation,
-        )
-
-    def start_children(
-        self, children: Iterable[StartChild], batch_id: str | None = None
-    ) -> StartChildren:
-        """One atomic batch of ``ctx.start_child(...)`` commands."""
-        return self._record(self._start_children(children, batch_id))
-
-    def _start_children(
-        self, children: Iterable[StartChild], batch_id: str | None = None
-    ) -> StartChildren:
-        members = tuple(children)
-        ids = [c.child_id for c in members]
-        return StartChildren(
-            children=members,
-            batch_id=_batch_id(
-                "start_children needs at least one child", ids, self._snap.children, batch_id
-            ),
-        )
-
-    def complete(self, result: JsonValue = None) -> Complete:
-        return Complete(result=_json(result, "result"))
-
-    def fail(self, error: JsonValue) -> Fail:
-        return Fail(error=_json(error, "error"))
-
-    def continue_as_new(
-        self,
-        input: JsonValue = None,
-        *,
-        runtime_build_id: str | None = None,
-        patches: Sequence[str] | None = None,
-    ) -> ContinueAsNew:
-        """End this run and start its successor with ``input`` (same build, same patches)."""
-        return ContinueAsNew(
-            input=_json(input, "continuation input"),
-            runtime_build_id=runtime_build_id,
-            patches=tuple(patches) if patches is not None else None,
-        )
-
-    def cancelled(self, reason: str | None = None) -> Cancelled:
-        """End a run whose cancellation was requested, after any cleanup."""
-        return Cancelled(reason=reason or self._snap.cancel_reason or "cancelled")
-
     # -- sequential style ----------------------------------------------------------------------
     #
     # Each helper compares what it is given with what history recorded for that identity,
@@ -505,7 +340,7 @@ class WorkflowContext(SelectHelpers):
         deadline = self._timeout(f"timer {wait_id!r}", wait_id, deadline, timeout)
         if deadline is None:
             raise InputError(f"timer {wait_id!r}: give deadline= or timeout=")
-        self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": _iso(deadline)})
+        self._use("wait", wait_id, f"timer {wait_id!r}", {"deadline": iso_or_none(deadline)})
         wait = self._snap.waits.get(wait_id)
         if wait is None:
             self.suspend(self._wait_until(wait_id, deadline))  # not blocking: the code goes on
@@ -535,7 +370,7 @@ class WorkflowContext(SelectHelpers):
         deadline = self._timeout(
             f"signal wait {wait_id!r}", deadline_wait_id(wait_id), deadline, timeout
         )
-        given = {"signal_name": signal_name, "deadline": _iso(deadline)}
+        given = {"signal_name": signal_name, "deadline": iso_or_none(deadline)}
         self._use("wait", wait_id, f"signal wait {wait_id!r}", given)
         wait = snap.signal_waits.get(wait_id)
         if (wait is None and wait_id in snap.waits) or (
@@ -578,7 +413,7 @@ class WorkflowContext(SelectHelpers):
             if hook is None or not hook.resolved:
                 return None
             return snap.json_payload(hook.payload)
-        given = {"token": token, "deadline": _iso(deadline)}
+        given = {"token": token, "deadline": iso_or_none(deadline)}
         self._use("hook", hook_id, f"hook {hook_id!r}", given)
         if hook is not None and (
             (token is not None and hook.token != token)
@@ -761,7 +596,7 @@ class WorkflowContext(SelectHelpers):
             mismatch = Mismatch(
                 identity=identity,
                 field="deadline",
-                recorded=_iso(timer.deadline),
+                recorded=iso_or_none(timer.deadline),
                 produced=None,
             )
             raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
@@ -802,57 +637,3 @@ class WorkflowContext(SelectHelpers):
             )
             raise NonDeterminismError(self._snap.run_id, self._snap.last_sequence, [mismatch])
         self._check(self._wait_until(timer_id, deadline))
-
-
-def _json(value: JsonValue, what: str) -> JsonValue:
-    try:
-        return normalise(value)
-    except JsonLimitError as exc:
-        raise InputError(f"{what} is refused: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{what} is not a JSON value: {exc}") from None
-
-
-def _batch_id(
-    empty: str,
-    ids: list[str],
-    known: Mapping[str, StepState] | Mapping[str, ChildState],
-    given: str | None,
-) -> str:
-    if not ids:
-        raise InputError(empty)
-    first = known.get(ids[0])
-    return given or default_batch_id(ids, first.batch_id if first else None)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def step_name(handler: str | Callable[..., Any]) -> str:
-    """The registered name of a step handler given by name or as the decorated function."""
-    if isinstance(handler, str):
-        return handler
-    name = getattr(handler, STEP_NAME_ATTRIBUTE, None)
-    if not isinstance(name, str):
-        label = getattr(handler, "__qualname__", repr(handler))
-        raise InputError(
-            f"{label} is not a step handler: decorate it with @runtime.step(name), or pass "
-            "the step's name"
-        )
-    return name
-
-
-Seconds = timedelta | float | int
-"""A duration given as a ``timedelta`` or seconds."""
-
-
-def seconds_or_none(value: Seconds | None, label: str) -> float | None:
-    """``value`` in seconds (``None`` stays ``None``); a duration that is not positive is an
-    ``InputError`` naming ``label``."""
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0 or seconds == float("inf"):
-        raise InputError(f"{label} must be a positive duration, got {value!r}")
-    return seconds

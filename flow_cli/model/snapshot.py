@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, assert_never
 
-from flow_cli.model.commands import CancellationPolicy
 from flow_cli.model.events import (
     BuildUpgraded,
     CancelRequested,
@@ -44,165 +43,33 @@ from flow_cli.model.events import (
     WaitStarted,
 )
 from flow_cli.model.jsonval import JsonValue
-from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.selection import SelectProjection
 from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.states import (
+    AppliedUpdate as AppliedUpdate,
+)
+from flow_cli.model.states import (
+    BuildUpgrade as BuildUpgrade,
+)
+from flow_cli.model.states import (
+    ChildState as ChildState,
+)
+from flow_cli.model.states import (
+    HookState as HookState,
+)
+from flow_cli.model.states import (
+    ReceivedSignal as ReceivedSignal,
+)
+from flow_cli.model.states import (
+    SignalWaitState as SignalWaitState,
+)
+from flow_cli.model.states import (
+    StepState as StepState,
+)
+from flow_cli.model.states import (
+    WaitState as WaitState,
+)
 from flow_cli.model.status import ChildStatus, RunStatus, StepStatus, WorkflowTerminalOutcome
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepState:
-    step_id: str
-    name: str
-    input: JsonValue
-    retry: RetryPolicy
-    batch_id: str | None
-    status: StepStatus
-    sequence: int
-    """Sequence of its ``step_scheduled``."""
-    attempt: int
-    """The attempt that runs next or is running (after a retryable failure: the next one)."""
-    attempts: int = 0
-    """Highest attempt number started."""
-    output: JsonValue = None
-    error: JsonValue = None
-    """``{"type", "message", "attempt"}`` of the last failure."""
-    next_attempt_at: datetime | None = None
-    lease_until: datetime | None = None
-    worker: str | None = None
-    timeout: float | None = None
-    """Seconds an attempt may run (``step_scheduled``; ``None``: the handler's default)."""
-    heartbeat_timeout: float | None = None
-    runs: int = 0
-    """``step_started`` events of the current attempt: more than one means a worker ran it
-    and vanished (its lease ran out) before recording its end."""
-    attempt_started_at: datetime | None = None
-    """When the current attempt first started (its ``timeout`` counts from there)."""
-    scheduled_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    cancel_reason: str | None = None
-    settled_sequence: int | None = None
-    """Sequence of the event that settled it (completed, failed for good, cancelled)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WaitState:
-    wait_id: str
-    deadline: datetime
-    sequence: int
-    done: bool = False
-    fired_at: datetime | None = None
-    fired_sequence: int | None = None
-    """Sequence of its ``wait_completed``."""
-    opened_at: datetime | None = None
-    """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SignalWaitState:
-    wait_id: str
-    signal_name: str
-    sequence: int
-    delivered: bool = False
-    payload: JsonValue = None
-    signal_sequence: int | None = None
-    timed_out: bool = False
-    """Its deadline (``ctx.receive(..., deadline=)``) passed first: it takes no signal now."""
-    select: tuple[str, ...] | None = None
-    """The members of the ``ctx.first`` that opened it."""
-    closed: bool = False
-    """Another member of its select settled first: it takes no signal now."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReceivedSignal:
-    signal_name: str
-    payload: JsonValue
-    sequence: int
-    key: str | None = None
-    """The sender's idempotency key, if any."""
-    wait_id: str | None = None
-    """The signal wait that consumed it; ``None`` while it is buffered."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HookState:
-    hook_id: str
-    token: str
-    metadata: JsonValue
-    sequence: int
-    resolved: bool = False
-    payload: JsonValue = None
-    resolved_sequence: int | None = None
-    """Sequence of its ``hook_resolved``."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChildState:
-    child_id: str
-    run_id: str
-    workflow: str
-    input: JsonValue
-    cancellation: CancellationPolicy
-    batch_id: str | None
-    sequence: int
-    status: ChildStatus = ChildStatus.RUNNING
-    """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
-    parent ended first."""
-    outcome: JsonValue = None
-    settled_sequence: int | None = None
-    """Sequence of its ``child_completed``."""
-
-    @property
-    def open(self) -> bool:
-        return self.status is ChildStatus.RUNNING
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BuildUpgrade:
-    """One ``build_upgraded`` event: the run was re-pinned from one build to another."""
-
-    from_build: str
-    to_build: str
-    sequence: int
-    at: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "from": self.from_build,
-            "to": self.to_build,
-            "sequence": self.sequence,
-            "at": self.at.isoformat(),
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppliedUpdate:
-    """One ``update_applied`` event, as ``ctx.updates(name)`` gives it."""
-
-    update_id: str
-    """The caller's id (``flow update --id``), or one the engine chose."""
-    name: str
-    """The update's declared name."""
-    args: JsonValue
-    """What the caller sent."""
-    result: JsonValue
-    """What the handler answered, as recorded: replay never runs the handler again."""
-    sequence: int
-    """Sequence of the ``update_applied`` event."""
-    at: datetime
-    """When it was recorded."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "update_id": self.update_id,
-            "name": self.name,
-            "args": self.args,
-            "result": self.result,
-            "sequence": self.sequence,
-            "at": self.at.isoformat(),
-        }
 
 
 @dataclass(slots=True)
