@@ -39,9 +39,7 @@ def _runtime() -> Runtime:
     def order(ctx):
         if ctx.input["n"] % 7 == 3:
             ctx.receive("approval", "approved")
-        charge = ctx.step(
-            "charge-payment", "chargePayment", ctx.input, RetryPolicy(max_attempts=1)
-        )
+        charge = ctx.step("charge-payment", "chargePayment", ctx.input, RetryPolicy(max_attempts=1))
         return ctx.complete(charge)
 
     return rt
