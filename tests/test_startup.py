@@ -144,7 +144,7 @@ def test_step_with_is_replace() -> None:
         (["show", "r"], "show"),
         (["--db", "memory://", "--json", "runs"], "runs"),
         (["--db=memory://", "show", "r"], "show"),
-        (["--config", "flow.toml", "hook", "list"], None),  # a group: the whole app
+        (["--config", "flow.toml", "hook", "list"], "hook"),  # a group: that group alone
         (["--help"], None),
         (["-h", "show"], None),
         (["--version", "--help"], None),
@@ -162,9 +162,16 @@ def test_a_command_line_naming_a_command_builds_that_command_alone(
     if lean is None:
         assert chosen is app
     else:
-        assert [info.name for info in chosen.registered_commands] == [lean]
-        assert chosen.registered_groups == app.registered_groups
+        names = [info.name for info in chosen.registered_commands + chosen.registered_groups]
+        assert names == [lean]
         assert len(app.registered_commands) > 1
+
+
+def test_a_command_line_imports_only_the_module_of_its_command(tmp_path: Path) -> None:
+    code = "from flow_cli.cli.app import main\nmain(['--db', 'memory://', 'count'])"
+    others = ["flow_cli.cli.cmd_schedule", "flow_cli.cli.cmd_bulk", "flow_cli.cli.cmd_fleet"]
+    loaded = _loaded_after(code, tmp_path, ["flow_cli.cli.cmd_triage", *others])
+    assert loaded == {"flow_cli.cli.cmd_triage": True} | {name: False for name in others}
 
 
 def test_version_alone_builds_no_command() -> None:

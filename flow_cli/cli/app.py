@@ -12,7 +12,7 @@ a traceback. Set ``FLOW_DEBUG=1`` to get the traceback of an unexpected error in
 
 from __future__ import annotations
 
-import copy
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -22,26 +22,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from flow_cli.cli import (
-    cmd_bulk,
-    cmd_check,
-    cmd_completion,
-    cmd_drive,
-    cmd_facts,
-    cmd_fleet,
-    cmd_fork,
-    cmd_init,
-    cmd_read,
-    cmd_replay,
-    cmd_schedule,
-    cmd_step,
-    cmd_talk,
-    cmd_top,
-    cmd_triage,
-    cmd_upgrade,
-    cmd_wait,
-    exits,
-)
+from flow_cli.cli import exits
 from flow_cli.cli.coercion import defer_adapters
 from flow_cli.cli.io import check_arguments, one_line
 from flow_cli.cli.state import CliState
@@ -147,21 +128,6 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-app = typer.Typer(
-    name="flow",
-    cls=FlowGroup,
-    help="Flow: durable workflows on one SQLite file or PostgreSQL.\n\n"
-    "Runs are append-only event histories; `flow tick` or `flow worker` decides them with the "
-    "workflow code that flow.toml's runtimes name.",
-    epilog=exits.HELP,
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-
 def _version(value: bool) -> None:
     if value:
         from flow_cli import __version__
@@ -170,7 +136,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(exits.OK)
 
 
-@app.callback()
 def main_options(
     ctx: typer.Context,
     db: Annotated[
@@ -209,44 +174,87 @@ def main_options(
     ctx.obj = CliState(db=db, config_option=config, json=json_output)
 
 
-# In the order `flow --help` lists them; a group (``typer.Typer``) stands for its subcommands.
-_COMMANDS: tuple[tuple[str, Callable[..., None]] | typer.Typer, ...] = (
-    ("init", cmd_init.init),
-    ("start", cmd_facts.start),
-    ("tick", cmd_drive.tick),
-    ("worker", cmd_drive.worker),
-    ("signal", cmd_bulk.signal_runs),
-    ("query", cmd_talk.query),
-    ("update", cmd_talk.update),
-    cmd_facts.hook_app,
-    cmd_step.step_app,
-    ("cancel", cmd_bulk.cancel),
-    ("terminate", cmd_bulk.terminate),
-    ("retry", cmd_bulk.retry),
-    ("runs", cmd_triage.runs),
-    ("count", cmd_triage.count),
-    ("show", cmd_read.show),
-    ("history", cmd_read.history),
-    ("result", cmd_wait.result),
-    ("execute", cmd_wait.execute),
-    ("fork", cmd_fork.fork),
-    ("upgrade", cmd_upgrade.upgrade),
-    ("export", cmd_bulk.export),
-    ("replay-check", cmd_replay.replay_check),
-    ("workers", cmd_fleet.workers),
-    ("doctor", cmd_fleet.doctor),
-    ("top", cmd_top.top),
-    ("builds", cmd_fleet.builds),
-    ("check", cmd_check.check),
-    cmd_schedule.schedule_app,
-    cmd_completion.completion_app,
+# In the order `flow --help` lists them: (name, module in flow_cli.cli, attribute). An attribute
+# that is a ``typer.Typer`` is a group and stands for its subcommands. Modules are named, not
+# imported, so that a command line imports only the module of the command it names.
+_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("init", "cmd_init", "init"),
+    ("start", "cmd_facts", "start"),
+    ("tick", "cmd_drive", "tick"),
+    ("worker", "cmd_drive", "worker"),
+    ("signal", "cmd_bulk", "signal_runs"),
+    ("query", "cmd_talk", "query"),
+    ("update", "cmd_talk", "update"),
+    ("hook", "cmd_hook", "hook_app"),
+    ("step", "cmd_step", "step_app"),
+    ("cancel", "cmd_bulk", "cancel"),
+    ("terminate", "cmd_bulk", "terminate"),
+    ("retry", "cmd_bulk", "retry"),
+    ("runs", "cmd_triage", "runs"),
+    ("count", "cmd_triage", "count"),
+    ("show", "cmd_read", "show"),
+    ("history", "cmd_read", "history"),
+    ("result", "cmd_wait", "result"),
+    ("execute", "cmd_wait", "execute"),
+    ("fork", "cmd_fork", "fork"),
+    ("upgrade", "cmd_upgrade", "upgrade"),
+    ("export", "cmd_bulk", "export"),
+    ("replay-check", "cmd_replay", "replay_check"),
+    ("workers", "cmd_fleet", "workers"),
+    ("doctor", "cmd_fleet", "doctor"),
+    ("top", "cmd_top", "top"),
+    ("builds", "cmd_fleet", "builds"),
+    ("check", "cmd_check", "check"),
+    ("schedule", "cmd_schedule", "schedule_app"),
+    ("completion", "cmd_completion", "completion_app"),
 )
-cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
-for _entry in _COMMANDS:
-    if isinstance(_entry, typer.Typer):
-        app.add_typer(_entry)
+
+
+def _register(target: typer.Typer, name: str, module: str, attribute: str) -> None:
+    entry = getattr(importlib.import_module(f"flow_cli.cli.{module}"), attribute)
+    if isinstance(entry, typer.Typer):
+        target.add_typer(entry, name=name)
     else:
-        app.command(_entry[0])(_entry[1])
+        target.command(name)(entry)
+
+
+def _root() -> typer.Typer:
+    """The root command with its options and no subcommand."""
+    root = typer.Typer(
+        name="flow",
+        cls=FlowGroup,
+        help="Flow: durable workflows on one SQLite file or PostgreSQL.\n\n"
+        "Runs are append-only event histories; `flow tick` or `flow worker` decides them with "
+        "the workflow code that flow.toml's runtimes name.",
+        epilog=exits.HELP,
+        add_completion=False,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    root.callback()(main_options)
+    return root
+
+
+def _whole_app() -> typer.Typer:
+    whole = _root()
+    for entry in _COMMANDS:
+        _register(whole, *entry)
+    return whole
+
+
+_APP: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: the root with every command, built (and its modules imported) on first use."""
+    global _APP
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _APP is None:
+        _APP = _whole_app()
+    return _APP
 
 
 _GLOBAL_OPTIONS = {"--db": True, "--config": True, "--json": False}
@@ -268,27 +276,24 @@ def _command_name(args: Sequence[str]) -> str | None:
 
 
 def app_for(args: Sequence[str]) -> typer.Typer:
-    """``app``, or, when ``args`` name one of its commands, a copy that registers that command
-    (and the ``hook`` group) alone.
+    """The whole ``app``, or, when ``args`` name one of its commands, a root that registers that
+    command alone (and imports only its module).
 
-    Typer turns every registered command into a Click command before it parses anything (~30 ms
-    for all of Flow's); a command's own help, usage and errors do not depend on its siblings.
-    A name that is no command (a typo) gets the whole app, which suggests the close ones.
+    Typer turns every registered command into a Click command before it parses anything, and
+    the command modules import what their commands need; a command's own help, usage and errors
+    do not depend on its siblings. A name that is no command (a typo) gets the whole app, which
+    suggests the close ones.
     """
     if os.environ.get("_FLOW_COMPLETE"):
-        return app
+        return __getattr__("app")
     if list(args) == ["--version"]:  # answered while the root's options are parsed
-        lean = copy.copy(app)
-        lean.registered_commands = []
-        return lean
+        return _root()
     name = _command_name(args)
-    if name is None:
-        return app
-    chosen = [info for info in app.registered_commands if info.name == name]
+    chosen = [entry for entry in _COMMANDS if entry[0] == name]
     if not chosen:
-        return app
-    lean = copy.copy(app)
-    lean.registered_commands = chosen
+        return __getattr__("app")
+    lean = _root()
+    _register(lean, *chosen[0])
     return lean
 
 

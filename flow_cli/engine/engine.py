@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.steps import StepExecutor
     from flow_cli.engine.talk import QueryResult, UpdateResult
     from flow_cli.engine.worker import TickReport, WorkerSession
-    from flow_cli.model.schedule import ScheduleRef
+    from flow_cli.model.schedule_ref import ScheduleRef
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100

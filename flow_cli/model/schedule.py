@@ -23,7 +23,10 @@ from enum import StrEnum
 from typing import Any
 
 from flow_cli.errors import ScheduleInvalid
+from flow_cli.model.clock import parse_utc
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.schedule_ref import ScheduleRef as ScheduleRef  # re-exported
+from flow_cli.model.schedule_ref import utc_text as utc_text
 
 CRON_ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -309,7 +312,7 @@ class ScheduleState:
             missed=int(data.get("missed", 0)),
             buffered_at=_time(data.get("buffered_at")),
             recent=tuple(
-                RecentRun(scheduled_at=_utc(at), run_id=run_id)
+                RecentRun(scheduled_at=parse_utc(at), run_id=run_id)
                 for at, run_id in data.get("recent", ())
             ),
         )
@@ -351,11 +354,6 @@ def new_schedule(spec: ScheduleSpec, now: datetime) -> Schedule:
     return Schedule(spec=spec, state=state, due_at=due_at(spec, state, now))
 
 
-def utc_text(moment: datetime) -> str:
-    """``2026-12-04T09:00:00Z``: UTC, ISO 8601 to the second (run ids, ``--json``)."""
-    return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def run_id_for(schedule_id: str, fire_time: datetime) -> str:
     """The run a fire time starts: ``ID@2026-12-04T09:00:00Z``."""
     return f"{schedule_id}@{utc_text(fire_time)}"
@@ -371,27 +369,5 @@ def _text(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
-def _utc(text: str) -> datetime:
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _time(text: str | None) -> datetime | None:
-    return None if text is None else _utc(text)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleRef:
-    """What a scheduled run's spec records (``run_started.data.spec.schedule``)."""
-
-    schedule_id: str
-    scheduled_at: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.schedule_id, "scheduled_at": utc_text(self.scheduled_at)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> ScheduleRef | None:
-        if not isinstance(data, dict):
-            return None
-        return cls(schedule_id=str(data["id"]), scheduled_at=_utc(str(data["scheduled_at"])))
+    return None if text is None else parse_utc(text)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
-from flow_cli.model.schedule import ScheduleRef
+from flow_cli.model.schedule_ref import ScheduleRef
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
