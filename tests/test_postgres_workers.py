@@ -158,6 +158,7 @@ def test_four_workers_finish_1000_runs_while_workers_are_killed(
     assert len(keys) == len(set(keys)) == 5000
 
 
+@pytest.mark.exclusive
 @pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs pg_ctlcluster")
 def test_workers_survive_a_postgresql_restart_combined_with_sigkills(
     pg_engine: tuple[Engine, str], tmp_path: Path
