@@ -1,0 +1,180 @@
+"""Cost as data grows: whole `flow` commands on databases of 10,000 to 1,000,000 runs.
+
+    .venv/bin/python bench/scale.py [--runs 10000,100000] [--backend sqlite|postgres]
+        [--pg URL] [--repeat 5] [--keep DIR]
+
+Each database is built through the engine's own API (starts from 16 threads, so they group
+commit, then ``Engine.tick`` until idle) with a mix of states (``KINDS``): completed, failed,
+waiting on a signal, sleeping for 30 days, retrying a step daily, and parents whose two children
+completed. Then each command of ``COMMANDS`` runs as a whole process (start-up included), best
+of ``--repeat``, and the database's bytes per run are printed (SQLite: the file after a
+checkpoint; PostgreSQL: the schema's relations). SQLite databases are cached in ``--keep`` (a
+temporary directory by default) by size, so a second invocation times without building.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+
+from common import DEFAULT_PG  # noqa: E402
+
+KINDS = (
+    ["completes"] * 10
+    + ["fails"] * 2
+    + ["waits"] * 3
+    + ["sleeps"] * 2
+    + ["retries"]
+    + ["parent"] * 2
+)
+"""One start in twenty of each kind (a parent adds two child runs)."""
+
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("runs --status Failed --limit 50", ["runs", "--status", "Failed", "--limit", "50"]),
+    ("runs --workflow item --limit 50", ["runs", "--workflow", "item", "--limit", "50"]),
+    ("runs --since 1h --limit 50", ["runs", "--since", "1h", "--limit", "50"]),
+    ("count --by status", ["count", "--by", "status"]),
+    ("doctor --limit 100", ["doctor", "--limit", "100"]),
+    ("doctor", ["doctor"]),
+    ("show RUN", ["show", "scale-000007"]),
+    ("history RUN", ["history", "scale-000007"]),
+]
+
+
+def build(url: str, runs: int) -> None:
+    """``runs`` starts of ``order`` (plus the children of the parents), decided until idle."""
+    import scale_workflows
+
+    from flow_cli.engine.engine import Engine
+    from flow_cli.store import open_store
+
+    engine = Engine(open_store(url), [scale_workflows.runtime])
+    began = time.perf_counter()
+    try:
+        chunk = 5000
+        with ThreadPoolExecutor(16) as pool:
+            for first in range(0, runs, chunk):
+                ids = range(first, min(runs, first + chunk))
+                list(
+                    pool.map(
+                        lambda i: engine.start(
+                            "order",
+                            {"customer": f"c{i % 997}", "kind": KINDS[i % len(KINDS)]},
+                            run_id=f"scale-{i:06d}",
+                        ),
+                        ids,
+                    )
+                )
+                engine.tick(until_idle=True, batch=500)
+                print(f"  built {min(runs, first + chunk):,} runs", file=sys.stderr, flush=True)
+    finally:
+        engine.close()
+    print(f"  built in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+
+
+def sqlite_bytes(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path.stat().st_size
+
+
+def postgres_bytes(url: str, schema: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
+            (schema,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def best_of(args: list[str], env: dict[str, str], cwd: Path, repeat: int) -> float:
+    flow = str(Path(sys.executable).parent / "flow")
+    taken = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        done = subprocess.run([flow, *args], env=env, cwd=cwd, capture_output=True, check=False)
+        taken.append(time.perf_counter() - began)
+        if done.returncode not in (0, 1):  # doctor exits 1 when it finds something
+            raise SystemExit(f"flow {' '.join(args)}: exit {done.returncode}: {done.stderr!r}")
+    return min(taken)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="10000,100000")
+    parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument("--pg", default=DEFAULT_PG)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep", default=None, help="directory of cached SQLite databases")
+    options = parser.parse_args()
+    keep = Path(options.keep or Path(tempfile.gettempdir()) / "flow-scale")
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / "flow.toml").write_text(
+        '[flow]\nruntimes = ["scale_workflows:runtime"]\n', encoding="utf-8"
+    )
+    # An installed Flow has its bytecode cached: don't time compiling it in every process.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(HERE)
+    rows: list[tuple[int, dict[str, float], float]] = []
+    for runs in [int(n) for n in options.runs.split(",")]:
+        schema = ""
+        if options.backend == "sqlite":
+            path = keep / f"scale-{runs}.db"
+            url = f"sqlite:///{path}"
+            if not path.exists():
+                partial = keep / f"scale-{runs}.partial.db"
+                for leftover in keep.glob(f"scale-{runs}.partial.db*"):
+                    leftover.unlink()
+                build(f"sqlite:///{partial}", runs)
+                for suffix in ("-wal", "-shm"):
+                    Path(f"{partial}{suffix}").unlink(missing_ok=True)
+                partial.rename(path)
+        else:
+            schema = f"flow_scale_{runs}"
+            url = f"{options.pg}{'&' if '?' in options.pg else '?'}schema={schema}"
+            import psycopg
+
+            with psycopg.connect(options.pg, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            build(url, runs)
+        env["FLOW_DB"] = url
+        times = {name: best_of(args, env, keep, options.repeat) for name, args in COMMANDS}
+        total = (
+            sqlite_bytes(keep / f"scale-{runs}.db")
+            if options.backend == "sqlite"
+            else postgres_bytes(options.pg, schema)
+        )
+        all_runs = runs + runs * KINDS.count("parent") * 2 // len(KINDS)
+        rows.append((runs, times, total / all_runs))
+        print(
+            f"{runs:>9,} starts: "
+            + ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in times.items())
+            + f"; {total / all_runs / 1024:.2f} KB a run",
+            flush=True,
+        )
+    names = [name for name, _ in COMMANDS]
+    print()
+    print("| command | " + " | ".join(f"{runs:,} starts" for runs, _, _ in rows) + " |")
+    print("| --- |" + " ---: |" * len(rows))
+    for name in names:
+        cells = " | ".join(f"{times[name] * 1000:.0f} ms" for _, times, _ in rows)
+        print(f"| `flow {name}` | {cells} |")
+    print("| bytes a run | " + " | ".join(f"{b / 1024:.2f} KB" for _, _, b in rows) + " |")
+
+
+if __name__ == "__main__":
+    main()
