@@ -184,12 +184,20 @@ class SQLiteReads(SQLiteConnections):
             return RunCount(total=total, groups={})
         if by not in GROUPINGS:
             raise ValueError(f"cannot group runs by {by!r}")
-        # Grouped by an expression: grouping by the bare column would walk that column's
-        # index over every run instead of the index that serves the filter.
+        # With a filter, grouped by an expression: grouping by the bare column would walk that
+        # column's index over every run instead of the index that serves the filter. Without
+        # one, by the bare column: its index alone answers (no row of runs is read).
+        group = f"coalesce({by} || '', '{NO_GROUP}')" if conditions else by
+        if not conditions and by == "error_type":  # its index holds only the runs that have one
+            condition = " WHERE error_type IS NOT NULL"
         rows = conn.execute(
-            f"SELECT coalesce({by} || '', '{NO_GROUP}'), count(*) FROM runs{condition} GROUP BY 1",
-            params,
+            f"SELECT {group}, count(*) FROM runs{condition} GROUP BY {group}", params
         ).fetchall()
+        rows = [(NO_GROUP if key is None else str(key), n) for key, n in rows]
+        if not conditions and by == "error_type":
+            total = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+            if total > sum(n for _, n in rows):
+                rows.append((NO_GROUP, total - sum(n for _, n in rows)))
         return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
 
     @guarded
