@@ -17,6 +17,7 @@ from flow_cli.errors import NonDeterminismError
 from flow_cli.model.decision import Append, Decision, Failed, Idle, Park, Terminate, decide
 from flow_cli.model.events import (
     TERMINAL_EVENTS,
+    AttributesSet,
     ChildAbandoned,
     ChildCancelled,
     ChildScheduled,
@@ -145,6 +146,13 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
 def _chunk(history: Sequence[EventEnvelope], start: int) -> list[EventEnvelope]:
     """The events of one recorded decision beginning at ``start`` (empty for a fact)."""
     first = history[start].event
+    if isinstance(first, AttributesSet):
+        # Recorded with (before) the decision's command events, or alone.
+        end = start
+        while end < len(history) and isinstance(history[end].event, AttributesSet):
+            end += 1
+        rest = _chunk(history, end) if end < len(history) else []
+        return list(history[start:end]) + rest
     if isinstance(first, (*_CLOSING, *TERMINAL_EVENTS)):
         end = start
         while end < len(history) and isinstance(history[end].event, _CLOSING):
@@ -180,6 +188,8 @@ def _identity(event: Event) -> str:
             return f"child {event.child_id!r}"
         case RunContinuedAsNew():
             return "continuation"
+        case AttributesSet():
+            return "set_attributes"
         case _:
             return "run outcome"
 

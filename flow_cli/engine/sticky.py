@@ -125,7 +125,9 @@ class _Call:
         """Called by ``ctx.step`` for a new step: hand the command to the engine and wait until
         the engine resumes this call with the step settled (or raise to unwind, abandoned)."""
         self.awaiting = command.step_id
-        self._result = Proposal(command, blocking=True)
+        self._result = Proposal(
+            command, blocking=True, attributes=tuple(self._ctx._attribute_calls)
+        )
         self._to_engine.release()
         self._to_workflow.acquire()
         if self._abandon:
