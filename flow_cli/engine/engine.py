@@ -601,7 +601,8 @@ class Engine:
         return self.store.find_runs(where)
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column) if given."""
+        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column, or
+        ``attr:KEY``) if given."""
         return self.store.count_runs(where, by)
 
     def run_states(self, where: RunFilter) -> list[RunState]:

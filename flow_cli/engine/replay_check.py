@@ -188,8 +188,6 @@ def _identity(event: Event) -> str:
             return f"child {event.child_id!r}"
         case RunContinuedAsNew():
             return "continuation"
-        case AttributesSet():
-            return "set_attributes"
         case _:
             return "run outcome"
 
@@ -217,12 +215,24 @@ def _check_point(
         case Park() | Idle():
             produced = ()
     recorded = [e.event for e in chunk]
+    calls = len(snap.attribute_sets)
+
+    def identity(event: Event, index: int) -> str:
+        if isinstance(event, AttributesSet):
+            # Named as the decision names it (``attribute_events``): by its call's position.
+            return f"set_attributes call #{calls + index + 1}"
+        return _identity(event)
+
     for index, event in enumerate(recorded):
         other = produced[index] if index < len(produced) else None
-        if other is None or type(other) is not type(event) or _identity(other) != _identity(event):
+        if (
+            other is None
+            or type(other) is not type(event)
+            or identity(other, index) != identity(event, index)
+        ):
             diverge(
                 chunk[index].sequence,
-                _identity(event),
+                identity(event, index),
                 "command",
                 _describe(event),
                 _describe(other) if other is not None else _describe_nothing(decision),
@@ -231,9 +241,11 @@ def _check_point(
         mine, theirs = event.to_data(), other.to_data()
         for key in mine:
             if canonical(mine[key]) != canonical(theirs.get(key)):
-                diverge(chunk[index].sequence, _identity(event), key, mine[key], theirs.get(key))
-    for extra in produced[len(recorded) :]:
-        diverge(sequence, _identity(extra), "command", None, _describe(extra))
+                diverge(
+                    chunk[index].sequence, identity(event, index), key, mine[key], theirs.get(key)
+                )
+    for index, extra in enumerate(produced[len(recorded) :], len(recorded)):
+        diverge(sequence, identity(extra, index), "command", None, _describe(extra))
 
 
 def _describe(event: Event) -> dict[str, Any]:
