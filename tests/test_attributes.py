@@ -210,7 +210,7 @@ def test_a_decorator_function_that_raises_is_an_input_error() -> None:
     ],
 )
 def test_the_command_line_value_rule(text: str, value: Any) -> None:
-    key, parsed = parse_attribute(text)
+    _key, parsed = parse_attribute(text)
     assert parsed == value and type(parsed) is type(value)
 
 
