@@ -564,6 +564,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
             if isinstance(forked, Mapping):
                 origin, cut = forked.get("run_id"), forked.get("sequence")
                 text += f" forked from {origin} (up to event {cut})"
+            if isinstance(spec.get("attributes"), Mapping):
+                text += f" attributes {attributes_text(spec['attributes'])}"
             return f"{text} input {short_json(spec.get('input'), 60)}"
         case "step_scheduled":
             batch = f" batch {d['batch_id']!r}" if d.get("batch_id") else ""
@@ -614,6 +616,9 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
                 f"update {d.get('name')!r} id {d.get('update_id')} "
                 f"{short_json(d.get('args'), 40)} → {short_json(d.get('result'), 40)}"
             )
+        case "attributes_set":
+            given = d.get("attributes")
+            return attributes_text(given) if isinstance(given, dict) else short_json(given, 60)
         case "hook_created":
             return (
                 f"hook {d.get('hook_id')!r} token {d.get('token')} "
