@@ -280,3 +280,30 @@ def test_many_steps_with_attributes_each_stay_deterministic() -> None:
     # Past STICKY_FROM steps the call waiting in ctx.step was resumed, not replayed: the
     # attributes_set recorded with each step does not count as "something else happened".
     assert env.engine.decider.sticky.resumed > 0
+
+
+def test_a_child_starts_with_its_workflows_attributes() -> None:
+    rt = Runtime(build_id="family-1")
+
+    @rt.workflow("kid", attributes=lambda input: {"sku": input["sku"]})
+    def kid(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete(ctx.input["sku"])
+
+    @rt.workflow("broken-kid", attributes=lambda input: {"sku": input["missing"]})
+    def broken_kid(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.complete(None)
+
+    @rt.workflow("parent")
+    def parent(ctx: WorkflowContext) -> RuntimeCommand:
+        ctx.child("k", "kid", {"sku": "A-1"})
+        ctx.child("b", "broken-kid", {"sku": "B-1"})
+        return ctx.complete("ok")
+
+    env = WorkflowEnvironment(rt)
+    run = env.start("parent", run_id="p")
+    env.run_until_idle()
+    assert env.result(run) == "ok"
+    assert env.attributes("p/k") == {"sku": "A-1"}
+    assert env.find(sku="A-1") == ["p/k"]
+    # A function that raises for a child leaves it without attributes (and logged).
+    assert env.attributes("p/b") == {}
