@@ -223,9 +223,14 @@ def test_bad_command_line_attributes(text: str) -> None:
 def test_continuation_keeps_the_attributes() -> None:
     rt = Runtime(build_id="loop-1")
 
+    @rt.step("tick")
+    def tick(input: Any, info: object) -> int:
+        return 1
+
     @rt.workflow("loop", attributes=lambda input: {"tenant": "t1"})
     def loop(ctx: WorkflowContext) -> RuntimeCommand:
         if ctx.input == 0:
+            ctx.step("first", tick)  # the continuing decision is not the run's first
             ctx.set_attributes({"round": 0})
             return ctx.continue_as_new(1)
         return ctx.complete(ctx.input)

@@ -49,6 +49,7 @@ from flow_cli.model.decision import (
     terminate,
 )
 from flow_cli.model.events import (
+    AttributesSet,
     CancelRequested,
     ChildCompleted,
     ChildScheduled,
@@ -446,7 +447,7 @@ class Decider:
                 if command.forced:
                     outcome["forced"] = True
             case ContinueAsNew():
-                successor = self._successor(snap, command, now)
+                successor = self._successor(snap, command, now, ending.events)
                 if self.streams.store.get_run(successor.run_id) is not None:
                     return RunIdTaken(successor.run_id)
                 effects.creates.append(successor)
@@ -469,13 +470,22 @@ class Decider:
         return None
 
     def _successor(
-        self, snap: WorkflowRunSnapshot, command: ContinueAsNew, now: datetime
+        self,
+        snap: WorkflowRunSnapshot,
+        command: ContinueAsNew,
+        now: datetime,
+        ending: Sequence[Event] = (),
     ) -> NewRun:
+        # The successor starts with the run's attributes, those its last decision set included.
+        attributes = dict(snap.attributes)
+        for event in ending:
+            if isinstance(event, AttributesSet):
+                attributes.update(event.attributes)
         return NewRun(
             run_id=successor_run_id(snap.run_id),
             spec=replace(
                 snap.spec.successor(command.input, snap.run_id, snap.started_at),
-                attributes=snap.attributes or None,
+                attributes=attributes or None,
             ),
             seed=secrets.token_hex(16),
             decide_at=now,
