@@ -96,3 +96,17 @@ def test_start_with_a_bad_attr_writes_nothing(proj: FlowProject, attr: str) -> N
     assert result.code == 2
     assert "--attr" in result.error_line()
     assert proj.dump() == before
+
+
+def test_start_from_jsonl_takes_attributes_per_line(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path)
+    lines = (
+        '{"run_id": "j1", "workflow": "approval", "attributes": {"customer": "acme"}}\n'
+        '{"run_id": "j2", "workflow": "approval", "attributes": {"customer": ["no"]}}\n'
+        '{"run_id": "j3", "workflow": "approval"}\n'
+    )
+    done = project.invoke("start", "--from-jsonl", "-", "--json", stdin=lines)
+    assert done.code == 1  # one line failed
+    results = {r["run_id"]: r["result"] for r in done.json()}
+    assert results == {"j1": "done", "j2": "failed", "j3": "done"}
+    assert listed(project, "--attr", "customer=acme") == ["j1"]

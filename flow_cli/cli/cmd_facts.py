@@ -65,8 +65,8 @@ def start(
         text_option(
             "--from-jsonl",
             "FILE|-",
-            'Start many runs, one {"run_id", "workflow", "input", "build_id"?} a line '
-            "(- reads stdin); one result line per run; idempotent.",
+            'Start many runs, one {"run_id", "workflow", "input", "build_id"?, "attributes"?} '
+            "a line (- reads stdin); one result line per run; idempotent.",
         ),
     ] = None,
     json_output: JsonFlag = False,
