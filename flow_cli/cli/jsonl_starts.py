@@ -4,8 +4,8 @@ Each line is ``{"run_id", "workflow", "input"?, "build_id"?, "attributes"?}`` (a
 search attributes, as ``--attr`` sets them). A file that is not JSON lines at all is refused
 whole (exit 2, nothing started). A line whose value breaks one of Flow's limits (an integer of
 5,000 digits, nesting too deep), whose attributes are not allowed or whose run id is refused
-fails alone: its result line says so and the other lines are started. Every result line's detail starts
-with ``line N:``, the line of the file it answers.
+fails alone: its result line says so and the other lines are started. Every result line's
+detail starts with ``line N:``, the line of the file it answers.
 """
 
 from __future__ import annotations
