@@ -312,3 +312,25 @@ def test_a_child_starts_with_its_workflows_attributes() -> None:
     assert env.find(sku="A-1") == ["p/k"]
     # A function that raises for a child leaves it without attributes (and logged).
     assert env.attributes("p/b") == {}
+
+
+def test_a_query_handler_cannot_set_attributes() -> None:
+    from flow_cli.errors import CommandInHandler
+
+    rt = Runtime(build_id="q-1")
+
+    @rt.workflow("w")
+    def w(ctx: WorkflowContext) -> RuntimeCommand:
+        return ctx.wait_for_signal("go", "go")
+
+    @rt.query("w", "sneaky")
+    def sneaky(ctx: WorkflowContext, args: Any) -> Any:
+        ctx.set_attributes({"x": 1})
+        return None
+
+    env = WorkflowEnvironment(rt)
+    run = env.start("w")
+    env.run_until_idle()
+    with pytest.raises(CommandInHandler, match="set_attributes"):
+        env.query(run, "sneaky")
+    assert env.attributes(run) == {}
