@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -14,11 +14,13 @@ from typing import Any, Literal, TypeVar
 from flow_cli.errors import (
     HINT_MISSING_RETURN,
     ConfigError,
+    InputError,
     StepCancelled,
     WorkflowError,
     WorkflowNotFound,
 )
 from flow_cli.model import deciding
+from flow_cli.model.attributes import AttributeValue, check_attributes
 from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext, seconds_or_none
 from flow_cli.model.decision import Proposal
@@ -161,13 +163,30 @@ class Runtime:
         """Workflow name → query name → handler ``fn(ctx, args)``."""
         self.updates: dict[str, dict[str, Handler]] = {}
         """Workflow name → update name → handler ``fn(ctx, args)``."""
+        self.attributes: dict[str, Callable[[Any], Mapping[str, Any]]] = {}
+        """Workflow name → its ``attributes=`` function: ``fn(input) -> {key: value}``."""
 
-    def workflow(self, name: str, *, signals: Iterable[str] | None = None) -> Callable[[F], F]:
+    def workflow(
+        self,
+        name: str,
+        *,
+        signals: Iterable[str] | None = None,
+        attributes: Callable[[Any], Mapping[str, Any]] | None = None,
+    ) -> Callable[[F], F]:
         """Register a workflow function ``fn(ctx) -> command`` under ``name``.
 
         ``signals``: the signal names its runs accept, recorded in each run's spec; a signal
         with another name is refused at the door. Leave it out to accept any name.
+
+        ``attributes``: ``fn(input) -> {key: value}``, the search attributes each run starts
+        with (``attributes=lambda input: {"customer": input["customer"]}``); values are
+        strings, numbers or booleans. ``flow start --attr`` adds to them and wins on a key.
         """
+        if attributes is not None and not callable(attributes):
+            raise ConfigError(
+                f"workflow {name!r}: attributes= takes a function of the input, "
+                f"not {type(attributes).__name__}"
+            )
         declared = None if signals is None else tuple(dict.fromkeys(signals))
         for signal in declared or ():
             check_name(signal, "signal name")
@@ -178,9 +197,33 @@ class Runtime:
             self.workflows[name] = fn
             if declared is not None:
                 self.signals[name] = declared
+            if attributes is not None:
+                self.attributes[name] = attributes
             return fn
 
         return register
+
+    def start_attributes(
+        self, workflow: str, input: JsonValue, given: Mapping[str, Any] | None = None
+    ) -> dict[str, AttributeValue] | None:
+        """The search attributes a run of ``workflow`` starts with: its ``attributes=``
+        function's, then ``given`` over them; ``None`` when there are none. Raises
+        ``InputError`` for a value that is not a string, number or boolean, or when the
+        function raises."""
+        found: dict[str, AttributeValue] = {}
+        fn = self.attributes.get(workflow)
+        where = f"workflow {workflow!r} attributes="
+        if fn is not None:
+            try:
+                made = fn(input)
+            except Exception as exc:
+                raise InputError(
+                    f"{where} raised {type(exc).__name__}: {exc} (with input {input!r})"
+                ) from None
+            found.update(check_attributes(made, where))
+        if given:
+            found.update(check_attributes(given, "attributes"))
+        return found or None
 
     def query(self, workflow: str, name: str) -> Callable[[F], F]:
         """Register query ``name`` of ``workflow``: ``fn(ctx, args) -> JSON``.
@@ -289,9 +332,11 @@ class Runtime:
             command = fn(ctx)
         except Suspend as suspend:
             ctx._ended(suspend.command, suspend)
-            return Proposal(suspend.command, suspend.blocking)
+            return Proposal(suspend.command, suspend.blocking, tuple(ctx._attribute_calls))
         proposal = self.proposal(snapshot, command)
         ctx._ended(proposal.command)
+        if ctx._attribute_calls:
+            proposal = Proposal(proposal.command, attributes=tuple(ctx._attribute_calls))
         return proposal
 
     def proposal(self, snapshot: WorkflowRunSnapshot, command: object) -> Proposal:

@@ -30,7 +30,7 @@ once with a ``NonDeterminismError``; a ``decision_failed`` fails it too (pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -149,9 +149,29 @@ class WorkflowEnvironment:
         *,
         run_id: str | None = None,
         build_id: str | None = None,
+        attributes: Mapping[str, str | int | float | bool] | None = None,
     ) -> str:
-        """Create a run and return its id (it runs at the next ``run_until_idle``)."""
-        return self.engine.start(workflow, input, run_id=run_id, build_id=build_id).run_id
+        """Create a run and return its id (it runs at the next ``run_until_idle``).
+        ``attributes``: search attributes it starts with, as ``flow start --attr``."""
+        return self.engine.start(
+            workflow, input, run_id=run_id, build_id=build_id, attributes=attributes
+        ).run_id
+
+    def attributes(self, run_id: str) -> dict[str, Any]:
+        """The run's search attributes as the runs index holds them (what ``flow runs
+        --attr`` filters on): the start's, then each ``ctx.set_attributes`` over them."""
+        record = self.engine.get_run(run_id)
+        return dict(record.attributes)
+
+    def find(self, **attributes: str | int | float | bool) -> list[str]:
+        """Ids of the runs whose search attributes include all of ``attributes``, newest
+        first (``flow runs --attr k=v ...``)."""
+        from flow_cli.model.attributes import attribute_text, check_attributes
+        from flow_cli.store.protocol import RunFilter
+
+        wanted = check_attributes(attributes, "find")
+        where = RunFilter(attributes=tuple((k, attribute_text(v)) for k, v in wanted.items()))
+        return [record.run_id for record in self.engine.find_runs(where)]
 
     def signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
         """Send signal ``name`` to the run (or its live successor), then run until idle."""

@@ -1115,3 +1115,29 @@ def test_a_run_started_with_its_first_decision_writes_its_row_once(
     with admin(url, schema) as conn:
         updates = conn.execute("SELECT run_id FROM row_updates").fetchall()
     assert updates == []
+
+
+def test_version_8_schema_gains_run_attributes(url: str, schema: str, store: PostgresStore) -> None:
+    """A database of the previous version opens and gains ``run_attributes`` (search
+    attributes); its runs have none, new ones are indexed and found."""
+    from dataclasses import replace
+
+    from flow_cli.store.protocol import RunFilter
+
+    store.create_run(new_run("old"), NOW)
+    store.close()
+    with admin(url, schema) as conn:  # what a version 8 Flow left: no run_attributes
+        conn.execute("DROP TABLE run_attributes")
+        conn.execute("UPDATE flow_meta SET value = '8' WHERE key = 'schema_version'")
+    upgraded = PostgresStore(url, schema=schema)
+    try:
+        run = new_run("new")
+        upgraded.create_run(replace(run, spec=replace(run.spec, attributes={"c": "acme"})), NOW)
+        assert upgraded.get_run("old").attributes == {}  # type: ignore[union-attr]
+        found = upgraded.find_runs(RunFilter(attributes=(("c", '"acme"'),)))
+        assert [(r.run_id, dict(r.attributes)) for r in found] == [("new", {"c": "acme"})]
+    finally:
+        upgraded.close()
+    with admin(url, schema) as conn:
+        version = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'")
+        assert version.fetchone() == (str(postgres_schema.SCHEMA_VERSION),)

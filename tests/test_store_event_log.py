@@ -25,6 +25,7 @@ from flow_cli.errors import EventConflict, HookTokenInUse, RunNotFound
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import (
     EVENT_TYPES,
+    AttributesSet,
     BuildUpgraded,
     CancelRequested,
     ChildAbandoned,
@@ -566,6 +567,7 @@ SAMPLES: list[Event] = [
     SignalWaitStarted(wait_id="sel", signal_name="ok", select=("signal:sel", "timer:late")),
     SignalReceived(signal_name="ok", payload=None, key="k", carried_from="r~0"),
     UpdateApplied(update_id="u1", name="change-address", args={"a": "x"}, result={"a": "X"}),
+    AttributesSet(attributes={"customer": "acme", "n": 5, "vip": True, "rate": 0.5}),
     HookCreated(hook_id="h", token="tok", metadata={"url": "https://example.test"}),
     HookResolved(hook_id="h", token="tok", payload="yes"),
     ChildScheduled(

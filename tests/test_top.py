@@ -290,3 +290,29 @@ def test_flow_top_read_only_opens_the_database_read_only(
         result = CliRunner().invoke(app, ["--db", str(tmp_path / "flow.db"), "top", *args])
         assert result.exit_code == 0, result.output
         assert opened[-1].read_only is read_only
+
+
+def test_the_filter_bar_takes_attr_and_the_detail_shows_attributes(engine: Engine) -> None:
+    from flow_cli.cli.top import parse_filter_bar
+
+    found = parse_filter_bar("--attr customer=acme --attr=n=5")
+    assert found.attributes == (("customer", '"acme"'), ("n", "5"))
+    engine.start("waits", run_id="tagged", attributes={"customer": "acme", "n": 5})
+    engine.tick(until_idle=True)
+
+    async def scenario() -> None:
+        app = TopApp(engine, refresh_seconds=60)
+        async with app.run_test(size=(160, 60)) as pilot:
+            app.query_one("#filter", Input).value = "--attr customer=acme"
+            await pilot.press("slash", "enter")
+            await pilot.pause()
+            assert _table_runs(app) == ["tagged"]
+            app.query_one("#runs", DataTable).focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, RunDetail)
+            shown = _shown(screen.query_one("#detail", Static))
+            assert "attributes  customer=acme n=5" in shown
+
+    asyncio.run(scenario())

@@ -65,8 +65,8 @@ def start(
         text_option(
             "--from-jsonl",
             "FILE|-",
-            'Start many runs, one {"run_id", "workflow", "input", "build_id"?} a line '
-            "(- reads stdin); one result line per run; idempotent.",
+            'Start many runs, one {"run_id", "workflow", "input", "build_id"?, "attributes"?} '
+            "a line (- reads stdin); one result line per run; idempotent.",
         ),
     ] = None,
     json_output: JsonFlag = False,
@@ -112,20 +112,37 @@ def start(
             show_default=False,
         ),
     ] = None,
+    attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attr",
+            metavar="KEY=VALUE",
+            help="Set search attribute KEY (repeatable; over the workflow's attributes=). "
+            "VALUE is JSON when it reads as a string, number or boolean (n=5, ok=true), else "
+            "text as written (customer=acme). Find runs by it: flow runs --attr KEY=VALUE.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a run of WORKFLOW and print its run id.
 
     Starting again with the same --id, workflow and input prints the same id (created: false);
     the same id with a different workflow or input is an error (exit 2). The run is decided by
     the next `flow tick` or a running `flow worker`. With --signal, the signal is delivered in
-    the same transaction (--json adds "signal": {"sequence", "duplicate"}).
+    the same transaction (--json adds "signal": {"sequence", "duplicate"}). --attr k=v sets
+    search attributes that flow runs/count and the bulk verbs filter on (--attr k=v).
     """
     state = CliState.of(ctx)
     if signal is None and (signal_payload is not None or signal_key is not None):
         raise InputError("--signal-payload and --signal-key go with --signal NAME.")
+    from flow_cli.model.attributes import parse_attributes
+
+    attributes = parse_attributes(attr)  # checked before anything is opened
     if from_jsonl is not None:
         if signal is not None:
             raise InputError("--signal starts one run; drop it or --from-jsonl.")
+        if attributes:
+            raise InputError("--attr sets one run's attributes; drop it or --from-jsonl.")
         if workflow is not None or run_id is not None or input is not None:
             raise InputError("--from-jsonl takes workflow, id and input from its lines; drop them.")
         from flow_cli.cli.jsonl_starts import start_from_jsonl
@@ -167,6 +184,7 @@ def start(
             signal=sent,
             signal_key=signal_key,
             traceparent=traceparent,
+            attributes=attributes or None,
         )
     if tracer is not None:
         tracer.shutdown()

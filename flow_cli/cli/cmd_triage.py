@@ -7,7 +7,6 @@ goes through the store's indexed ``find_runs`` / ``count_runs`` / ``list_hooks``
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -40,6 +39,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "waiting_on": record.waiting_on.split() if record.waiting_on else [],
         "error_type": record.error_type,
         "reason": record.error,
+        "attributes": dict(record.attributes),
     }
 
 
@@ -96,23 +96,46 @@ TABLE_ROWS = 50
 """Rows ``flow runs`` prints without ``--limit`` (``--json``/``--jsonl`` are never cut)."""
 
 
-class Grouping(StrEnum):
-    STATUS = "status"
-    WORKFLOW = "workflow"
-    BUILD_ID = "build_id"
-    ERROR_TYPE = "error_type"
+GROUPINGS_HELP = "status|workflow|build_id|error_type|attr:KEY"
+
+
+def parse_grouping(by: str | None) -> str | None:
+    """``--by``: a column of the runs index, or ``attr:KEY`` (a search attribute). Raises
+    ``InputError`` naming what is allowed."""
+    from flow_cli.errors import InputError
+    from flow_cli.model.attributes import check_key
+    from flow_cli.store.protocol import ATTRIBUTE_GROUPING, GROUPINGS
+
+    if by is None or by in GROUPINGS:
+        return by
+    if by.startswith(ATTRIBUTE_GROUPING):
+        key = by[len(ATTRIBUTE_GROUPING) :]
+        if not key:
+            raise InputError("--by attr:KEY needs a KEY (the search attribute to count by).")
+        check_key(key, "--by")
+        return by
+    raise InputError(f"--by {by!r} is not one of {GROUPINGS_HELP.replace('|', ', ')}.")
+
+
+def complete_grouping(incomplete: str) -> list[str]:
+    """Shell completion for ``--by``."""
+    from flow_cli.store.protocol import GROUPINGS
+
+    return [g for g in (*GROUPINGS, "attr:") if g.startswith(incomplete)]
 
 
 @with_filters
 def count(
     ctx: typer.Context,
     by: Annotated[
-        Grouping | None,
+        str | None,
         typer.Option(
             "--by",
-            metavar="status|workflow|build_id|error_type",
-            help="Count per status, workflow, build id or error type (of Failed runs and "
-            "failing decisions; (none) for the rest).",
+            metavar=GROUPINGS_HELP,
+            autocompletion=complete_grouping,
+            help="Count per status, workflow, build id, error type (of Failed runs and "
+            "failing decisions; (none) for the rest), or search attribute KEY (attr:KEY; "
+            "(none) for runs without it).",
             show_default=False,
         ),
     ] = None,
@@ -126,16 +149,15 @@ def count(
     """
     state = CliState.of(ctx)
     where = filters.to_filter()
+    grouping = parse_grouping(by)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
-        counted = engine.count_runs(where, None if by is None else by.value)
+        counted = engine.count_runs(where, grouping)
     if state.want_json(json_output):
         emit_json({"total": counted.total, "groups": dict(counted.groups)})
         return
     from flow_cli.cli import render_triage
 
-    render_triage.console().print(
-        render_triage.count_table(counted, None if by is None else by.value)
-    )
+    render_triage.console().print(render_triage.count_table(counted, grouping))
 
 
 def hook_json(hook: HookListing) -> dict[str, Any]:

@@ -123,6 +123,21 @@ def parse_waiting_on(value: str) -> str:
     return value
 
 
+def parse_attribute_filter(values: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--attr KEY=VALUE`` values (repeatable, all must hold) as the store compares them:
+    (key, the value's JSON text). The value is JSON when it reads as a JSON string, number or
+    boolean, else the text as written (``flow_cli.model.attributes.parse_attribute``)."""
+    from flow_cli.model.attributes import attribute_text, parse_attribute
+
+    found: list[tuple[str, str]] = []
+    for value in values or ():
+        key, parsed = parse_attribute(value)
+        pair = (key, attribute_text(parsed))
+        if pair not in found:
+            found.append(pair)
+    return tuple(found)
+
+
 @dataclass(frozen=True, slots=True)
 class FilterArgs:
     """The filter options as given on the command line."""
@@ -137,6 +152,7 @@ class FilterArgs:
     idle_for: str | None
     top_level: bool
     error_type: str | None
+    attr: list[str]
     limit: int | None
     after: str | None
 
@@ -162,6 +178,7 @@ class FilterArgs:
             idle_since=idle,
             top_level=self.top_level,
             error_type=self.error_type,
+            attributes=parse_attribute_filter(self.attr),
             limit=self.limit or None,  # --limit 0: no limit
             after=self.after,
         )
@@ -271,6 +288,20 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
             ),
         ],
         None,
+    ),
+    "attr": (
+        Annotated[
+            list[str],
+            typer.Option(
+                "--attr",
+                metavar="KEY=VALUE",
+                help="Only runs with search attribute KEY equal to VALUE (repeatable; all must "
+                "hold). VALUE is JSON when it reads as a string, number or boolean (n=5, "
+                "ok=true), else text as written (customer=acme).",
+                show_default=False,
+            ),
+        ],
+        [],
     ),
     "limit": (
         Annotated[

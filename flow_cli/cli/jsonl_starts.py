@@ -1,10 +1,11 @@
 """``flow start --from-jsonl FILE|-``: many runs from JSON lines, one result line each.
 
-Each line is ``{"run_id", "workflow", "input"?, "build_id"?}``. A file that is not JSON lines
-at all is refused whole (exit 2, nothing started). A line whose value breaks one of Flow's
-limits (an integer of 5,000 digits, nesting too deep) or whose run id is refused fails alone:
-its result line says so and the other lines are started. Every result line's detail starts
-with ``line N:``, the line of the file it answers.
+Each line is ``{"run_id", "workflow", "input"?, "build_id"?, "attributes"?}`` (attributes:
+search attributes, as ``--attr`` sets them). A file that is not JSON lines at all is refused
+whole (exit 2, nothing started). A line whose value breaks one of Flow's limits (an integer of
+5,000 digits, nesting too deep), whose attributes are not allowed or whose run id is refused
+fails alone: its result line says so and the other lines are started. Every result line's
+detail starts with ``line N:``, the line of the file it answers.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _read_line(number: int, raw: str) -> _Line | None:
             f'--from-jsonl line {number}: "run_id" must be a string (it makes the start '
             'idempotent) and "build_id", when given, a string.'
         )
-    start = StartLine(run_id, data["workflow"], data.get("input"), build_id)
+    start = StartLine(run_id, data["workflow"], data.get("input"), build_id, data.get("attributes"))
     return _Line(number, run_id, start, None)
 
 

@@ -309,6 +309,9 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
             ),
         )
     grid.add_row("input", Text(short_json(snap["input"], 200)))
+    attributes = snap.get("attributes")
+    if attributes:
+        grid.add_row("attributes", Text(attributes_text(attributes)))
     if snap.get("cancel_requested"):
         grid.add_row("cancel", Text(f"requested: {snap.get('cancel_reason') or ''}", "yellow"))
     outcome = snap.get("outcome")
@@ -326,6 +329,28 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
     return Panel(
         grid, title=Text(f"run {snap['run_id']}", "bold"), title_align="left", expand=False
     )
+
+
+def attributes_text(attributes: Mapping[str, Any]) -> str:
+    """Search attributes on one line, sorted by key: ``customer=acme priority=5``; a text
+    value that would read as another type or holds a space is shown as JSON."""
+    import json
+
+    from flow_cli.errors import InputError
+    from flow_cli.model.attributes import parse_attribute
+
+    parts = []
+    for key in sorted(attributes):
+        value = attributes[key]
+        shown = value if isinstance(value, str) else json.dumps(value)
+        try:
+            plain = isinstance(value, str) and parse_attribute(f"{key}={value}")[1] == value
+        except InputError:
+            plain = False
+        if isinstance(value, str) and (not plain or " " in value or not value):
+            shown = json.dumps(value, ensure_ascii=False)
+        parts.append(f"{key}={shown}")
+    return " ".join(parts)
 
 
 def traceback_text(trace: str) -> Text:
@@ -539,6 +564,8 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
             if isinstance(forked, Mapping):
                 origin, cut = forked.get("run_id"), forked.get("sequence")
                 text += f" forked from {origin} (up to event {cut})"
+            if isinstance(spec.get("attributes"), Mapping):
+                text += f" attributes {attributes_text(spec['attributes'])}"
             return f"{text} input {short_json(spec.get('input'), 60)}"
         case "step_scheduled":
             batch = f" batch {d['batch_id']!r}" if d.get("batch_id") else ""
@@ -589,6 +616,9 @@ def event_summary(key: str, data: Mapping[str, Any]) -> str:
                 f"update {d.get('name')!r} id {d.get('update_id')} "
                 f"{short_json(d.get('args'), 40)} → {short_json(d.get('result'), 40)}"
             )
+        case "attributes_set":
+            given = d.get("attributes")
+            return attributes_text(given) if isinstance(given, dict) else short_json(given, 60)
         case "hook_created":
             return (
                 f"hook {d.get('hook_id')!r} token {d.get('token')} "

@@ -51,6 +51,7 @@ _VALUED = {
     "--waiting-on": "waiting_on",
     "--idle-for": "idle_for",
     "--error-type": "error_type",
+    "--attr": "attr",
 }
 
 
@@ -62,7 +63,7 @@ def parse_filter_bar(text: str) -> RunFilter:
     except ValueError as exc:
         raise InputError(f"filter: {exc}") from None
     values: dict[str, Any] = {name: None for name in _VALUED.values()}
-    values.update(status=[], failing=False, top_level=False, limit=None, after=None)
+    values.update(status=[], attr=[], failing=False, top_level=False, limit=None, after=None)
     index = 0
     while index < len(words):
         word, equals, given = words[index].partition("=")
@@ -74,8 +75,8 @@ def parse_filter_bar(text: str) -> RunFilter:
                 if index == len(words):
                     raise InputError(f"filter: {word} needs a value.")
                 given = words[index]
-            if word == "--status":
-                values["status"].append(given)
+            if word in ("--status", "--attr"):
+                values[_VALUED[word]].append(given)
             else:
                 values[_VALUED[word]] = given
         else:

@@ -15,11 +15,13 @@ all in the same transaction as the decision that causes it.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from flow_cli.engine.observe import RunRef
 from flow_cli.engine.sticky import StickyCalls, StickyCode
@@ -47,6 +49,7 @@ from flow_cli.model.decision import (
     terminate,
 )
 from flow_cli.model.events import (
+    AttributesSet,
     CancelRequested,
     ChildCompleted,
     ChildScheduled,
@@ -66,6 +69,8 @@ from flow_cli.model.status import RunStatus, StepStatus
 from flow_cli.model.trace import child_traceparent
 from flow_cli.runtime import Runtime
 from flow_cli.store.protocol import CommitGroup, NewRun, StepLease
+
+_log = logging.getLogger("flow.worker")
 
 MAX_ROUNDS = 200
 """Commits one call of ``decide`` may make (conflicts included) before handing the run back."""
@@ -402,6 +407,7 @@ class Decider:
                     parent_child_id=event.child_id,
                     signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
                     traceparent=child_traceparent(snap.spec.traceparent, snap.run_id),
+                    attributes=self._child_attributes(snap, event),
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,
@@ -409,6 +415,21 @@ class Decider:
             for event in events
             if isinstance(event, ChildScheduled)
         ]
+
+    def _child_attributes(self, snap: WorkflowRunSnapshot, event: ChildScheduled) -> Any:
+        """The search attributes of the child workflow's ``attributes=`` function; a function
+        that fails leaves the child without them, logged at warning level (the parent's
+        decision is recorded already)."""
+        runtime = self.runtimes.get(snap.spec.runtime_build_id)
+        if runtime is None or event.workflow not in runtime.attributes:
+            return None
+        try:
+            return runtime.start_attributes(event.workflow, event.input)
+        except FlowError as exc:
+            _log.warning(
+                "run %s child %s: no search attributes: %s", snap.run_id, event.child_id, exc
+            )
+            return None
 
     def _end(self, pending: Pending, ending: Terminate, effects: Effects) -> FlowError | None:
         """Fold the terminal events into ``pending`` and collect what they cause elsewhere."""
@@ -426,7 +447,7 @@ class Decider:
                 if command.forced:
                     outcome["forced"] = True
             case ContinueAsNew():
-                successor = self._successor(snap, command, now)
+                successor = self._successor(snap, command, now, ending.events)
                 if self.streams.store.get_run(successor.run_id) is not None:
                     return RunIdTaken(successor.run_id)
                 effects.creates.append(successor)
@@ -449,11 +470,23 @@ class Decider:
         return None
 
     def _successor(
-        self, snap: WorkflowRunSnapshot, command: ContinueAsNew, now: datetime
+        self,
+        snap: WorkflowRunSnapshot,
+        command: ContinueAsNew,
+        now: datetime,
+        ending: Sequence[Event] = (),
     ) -> NewRun:
+        # The successor starts with the run's attributes, those its last decision set included.
+        attributes = dict(snap.attributes)
+        for event in ending:
+            if isinstance(event, AttributesSet):
+                attributes.update(event.attributes)
         return NewRun(
             run_id=successor_run_id(snap.run_id),
-            spec=snap.spec.successor(command.input, snap.run_id, snap.started_at),
+            spec=replace(
+                snap.spec.successor(command.input, snap.run_id, snap.started_at),
+                attributes=attributes or None,
+            ),
             seed=secrets.token_hex(16),
             decide_at=now,
         )

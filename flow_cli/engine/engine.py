@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -268,8 +268,12 @@ class Engine:
         signal_key: str | None = None,
         schedule: ScheduleRef | None = None,
         traceparent: str | None = None,
+        attributes: Mapping[str, str | int | float | bool] | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
+
+        ``attributes``: search attributes (strings, numbers or booleans) the run starts with,
+        over those of the workflow's ``attributes=`` function (``flow runs --attr k=v``).
 
         ``schedule``: the schedule and fire time that start it (``ctx.scheduled_at``).
         ``traceparent``: the W3C trace context its spans join, recorded in its spec (raises
@@ -302,6 +306,7 @@ class Engine:
             signals=runtime.signals.get(workflow),
             schedule=schedule,
             traceparent=None if traceparent is None else str(TraceParent.parse(traceparent)),
+            attributes=runtime.start_attributes(workflow, value, attributes),
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
@@ -596,7 +601,8 @@ class Engine:
         return self.store.find_runs(where)
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column) if given."""
+        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column, or
+        ``attr:KEY``) if given."""
         return self.store.count_runs(where, by)
 
     def run_states(self, where: RunFilter) -> list[RunState]:

@@ -17,6 +17,7 @@ from flow_cli.errors import NonDeterminismError
 from flow_cli.model.decision import Append, Decision, Failed, Idle, Park, Terminate, decide
 from flow_cli.model.events import (
     TERMINAL_EVENTS,
+    AttributesSet,
     ChildAbandoned,
     ChildCancelled,
     ChildScheduled,
@@ -145,6 +146,13 @@ def replay_history(runtime: Runtime, history: Sequence[EventEnvelope]) -> Replay
 def _chunk(history: Sequence[EventEnvelope], start: int) -> list[EventEnvelope]:
     """The events of one recorded decision beginning at ``start`` (empty for a fact)."""
     first = history[start].event
+    if isinstance(first, AttributesSet):
+        # Recorded with (before) the decision's command events, or alone.
+        end = start
+        while end < len(history) and isinstance(history[end].event, AttributesSet):
+            end += 1
+        rest = _chunk(history, end) if end < len(history) else []
+        return list(history[start:end]) + rest
     if isinstance(first, (*_CLOSING, *TERMINAL_EVENTS)):
         end = start
         while end < len(history) and isinstance(history[end].event, _CLOSING):
@@ -207,12 +215,24 @@ def _check_point(
         case Park() | Idle():
             produced = ()
     recorded = [e.event for e in chunk]
+    calls = len(snap.attribute_sets)
+
+    def identity(event: Event, index: int) -> str:
+        if isinstance(event, AttributesSet):
+            # Named as the decision names it (``attribute_events``): by its call's position.
+            return f"set_attributes call #{calls + index + 1}"
+        return _identity(event)
+
     for index, event in enumerate(recorded):
         other = produced[index] if index < len(produced) else None
-        if other is None or type(other) is not type(event) or _identity(other) != _identity(event):
+        if (
+            other is None
+            or type(other) is not type(event)
+            or identity(other, index) != identity(event, index)
+        ):
             diverge(
                 chunk[index].sequence,
-                _identity(event),
+                identity(event, index),
                 "command",
                 _describe(event),
                 _describe(other) if other is not None else _describe_nothing(decision),
@@ -221,9 +241,11 @@ def _check_point(
         mine, theirs = event.to_data(), other.to_data()
         for key in mine:
             if canonical(mine[key]) != canonical(theirs.get(key)):
-                diverge(chunk[index].sequence, _identity(event), key, mine[key], theirs.get(key))
-    for extra in produced[len(recorded) :]:
-        diverge(sequence, _identity(extra), "command", None, _describe(extra))
+                diverge(
+                    chunk[index].sequence, identity(event, index), key, mine[key], theirs.get(key)
+                )
+    for index, extra in enumerate(produced[len(recorded) :], len(recorded)):
+        diverge(sequence, identity(extra, index), "command", None, _describe(extra))
 
 
 def _describe(event: Event) -> dict[str, Any]:

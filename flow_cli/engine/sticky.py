@@ -59,6 +59,9 @@ class _Call:
         self.snapshot = snapshot
         self.sequence = snapshot.last_sequence
         self.awaiting: str | None = None
+        self.attribute_events = 0
+        """``attributes_set`` events the awaited step's decision records before its
+        ``step_scheduled`` (the call's new ``ctx.set_attributes`` calls)."""
         self._runtime = runtime
         self._ctx = WorkflowContext(snapshot, runtime.patches)
         self._ctx._waiter = self._wait_for_step
@@ -125,7 +128,12 @@ class _Call:
         """Called by ``ctx.step`` for a new step: hand the command to the engine and wait until
         the engine resumes this call with the step settled (or raise to unwind, abandoned)."""
         self.awaiting = command.step_id
-        self._result = Proposal(command, blocking=True)
+        self.attribute_events = len(self._ctx._attribute_calls) - len(
+            self._ctx._snap.attribute_sets
+        )
+        self._result = Proposal(
+            command, blocking=True, attributes=tuple(self._ctx._attribute_calls)
+        )
         self._to_engine.release()
         self._to_workflow.acquire()
         if self._abandon:
@@ -182,7 +190,7 @@ class StickyCalls:
         awaited = snapshot.steps.get(call.awaiting or "")
         if (
             call.snapshot is snapshot
-            and snapshot.last_sequence == call.sequence + EVENTS_OF_ONE_STEP
+            and snapshot.last_sequence == call.sequence + call.attribute_events + EVENTS_OF_ONE_STEP
             and awaited is not None
             and awaited.status is StepStatus.COMPLETED
             and awaited.attempts == 1

@@ -11,6 +11,7 @@ from typing import Any, Final, TypeVar
 from flow_cli.errors import (
     InputError,
 )
+from flow_cli.model.attributes import check_attributes
 from flow_cli.model.command_text import default_batch_id
 from flow_cli.model.commands import (
     CancellationPolicy,
@@ -50,6 +51,22 @@ class CommandBuilders:
     _snap: WorkflowRunSnapshot
     _built: list[RuntimeCommand]
     """Every command built in this decision (``CommandNotReturned`` reads it)."""
+    _attribute_calls: list[dict[str, Any]]
+    """What each ``set_attributes`` call of this workflow call set, in order."""
+
+    def set_attributes(self, attributes: Mapping[str, str | int | float | bool]) -> None:
+        """Set search attributes of this run (``flow runs --attr k=v`` finds it by them).
+
+        Values are strings, numbers or booleans (anything else raises ``InputError``); a key
+        set again takes the new value. Nothing is returned: the change is recorded as an
+        ``attributes_set`` event in the same append as the command this decision returns.
+        Calls are replayed like steps: the n-th call of the run's code must set what the n-th
+        recorded one set (or the decision fails with ``NonDeterminismError``), so make the
+        calls in the same order on every decision.
+        """
+        checked = check_attributes(attributes, "ctx.set_attributes")
+        if checked:
+            self._attribute_calls.append(checked)
 
     def _record(self, command: _C) -> _C:
         # The command a builder returns is also kept, so that a decision that discards it can

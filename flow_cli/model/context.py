@@ -63,6 +63,7 @@ class WorkflowContext(SelectHelpers, CommandBuilders):
         self._patches = patches
         """The patch markers the build declares (``None``: not checked, a read-only ctx)."""
         self._built: list[RuntimeCommand] = []
+        self._attribute_calls: list[dict[str, Any]] = []
         """Commands the workflow code built with ``ctx`` methods in this call: each must be
         returned, or be part of what is returned (``CommandNotReturned``)."""
         self._suspended: RuntimeCommand | None = None

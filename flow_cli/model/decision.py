@@ -35,6 +35,7 @@ from flow_cli.model.commands import (
 )
 from flow_cli.model.determinism import Plan, engine_cancels, plan
 from flow_cli.model.events import (
+    AttributesSet,
     ChildScheduled,
     DecisionFailed,
     DecisionRecovered,
@@ -66,6 +67,9 @@ class Proposal:
     """The code stopped at a sequential helper that waits for this command's result
     (``ctx.step``, ``ctx.receive`` ...): asked again before anything settles, it would only
     re-issue it, so the engine need not ask."""
+    attributes: tuple[dict[str, Any], ...] = ()
+    """What each ``ctx.set_attributes`` call of the call set, in order (``attribute_events``
+    checks them against history)."""
 
 
 class WorkflowCode(Protocol):
@@ -159,17 +163,22 @@ def decide(
         proposal = code.propose(snapshot)
         result = plan(snapshot, proposal.command)
         _check_hosted(snapshot, code, result)
+        attributes = attribute_events(snapshot, proposal.attributes)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the workflow's own bug (even sys.exit): never a crash
         return failed(snapshot, exc, now)
     if engine_cancels(snapshot, result):
         reason = snapshot.cancel_reason or "cancelled"
-        return terminate(snapshot, Cancelled(reason=reason), reason)
+        return _with(attributes, terminate(snapshot, Cancelled(reason=reason), reason))
     if result.events:
-        return Append(tuple(result.events), settles=proposal.blocking)
+        return Append((*attributes, *result.events), settles=proposal.blocking)
     if result.terminal is not None:
-        return terminate(snapshot, result.terminal, terminal_reason(result.terminal))
+        ended = terminate(snapshot, result.terminal, terminal_reason(result.terminal))
+        return _with(attributes, ended)
+    if attributes:
+        # Nothing new but attributes: record them; the run still waits on what is open.
+        return Append(tuple(attributes), settles=result.waits_on_open)
     if result.waits_on_open:
         if snapshot.decision_error is not None:
             # Fixed code decided cleanly but has nothing new to record: say so in history, so
@@ -182,6 +191,44 @@ def decide(
         "results (ctx.step_output, ctx.step_error, ctx.signal ...) and return the next command"
     )
     return failed(snapshot, stuck, now)
+
+
+def attribute_events(
+    snapshot: WorkflowRunSnapshot, calls: Iterable[Mapping[str, Any]]
+) -> list[AttributesSet]:
+    """The ``attributes_set`` events of a decision's ``ctx.set_attributes`` calls.
+
+    Calls are matched to history by position: the n-th call of the run's code must set what
+    the n-th ``attributes_set`` recorded (else ``NonDeterminismError``); calls past the
+    recorded ones are new, recorded with the decision's command. A call that sets nothing new
+    is still recorded (it keeps the positions of later calls stable).
+    """
+    recorded = snapshot.attribute_sets
+    new: list[AttributesSet] = []
+    mismatches: list[Mismatch] = []
+    for n, call in enumerate(calls):
+        if n < len(recorded):
+            if canonical(recorded[n]) != canonical(call):
+                mismatches.append(
+                    Mismatch(
+                        identity=f"set_attributes call #{n + 1}",
+                        field="attributes",
+                        recorded=recorded[n],
+                        produced=dict(call),
+                    )
+                )
+        else:
+            new.append(AttributesSet(attributes=dict(call)))
+    if mismatches:
+        raise NonDeterminismError(snapshot.run_id, snapshot.last_sequence, mismatches)
+    return new
+
+
+def _with(attributes: list[AttributesSet], ended: Terminate) -> Terminate:
+    """``ended`` with the decision's new attributes recorded before its closing events."""
+    if not attributes:
+        return ended
+    return Terminate((*attributes, *ended.events), ended.command, ended.reason)
 
 
 def terminate(snapshot: WorkflowRunSnapshot, command: TerminalCommand, reason: str) -> Terminate:
@@ -340,6 +387,7 @@ __all__ = [
     "Proposal",
     "Terminate",
     "WorkflowCode",
+    "attribute_events",
     "decide",
     "failed",
     "failure_cause",

@@ -352,6 +352,16 @@ class UpdateApplied(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AttributesSet(_EventBase):
+    """The workflow set search attributes (``ctx.set_attributes``), written in the same append
+    as its decision's command. A later value of a key replaces an earlier one."""
+
+    KEY = "attributes_set"
+    attributes: JsonValue
+    """``{key: value}``: strings, numbers or booleans (``flow_cli.model.attributes``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(_EventBase):
     KEY = "run_completed"
     result: JsonValue
@@ -412,6 +422,7 @@ Event: TypeAlias = (
     | DecisionRecovered
     | BuildUpgraded
     | UpdateApplied
+    | AttributesSet
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -444,6 +455,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DecisionRecovered,
         BuildUpgraded,
         UpdateApplied,
+        AttributesSet,
         RunCompleted,
         RunFailed,
         RunCancelled,

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, assert_never
 
 from flow_cli.model.events import (
+    AttributesSet,
     BuildUpgraded,
     CancelRequested,
     ChildAbandoned,
@@ -124,6 +125,11 @@ class WorkflowRunSnapshot(SelectProjection):
     selected_waits: dict[str, list[str]] = field(default_factory=dict)
     """``ctx.first`` member (``"timer:late"``) → the open-or-closed signal waits of the selects
     it belongs to: when it settles, those still open are closed."""
+    attribute_sets: list[dict[str, Any]] = field(default_factory=list)
+    """The ``attributes_set`` events' attributes, oldest first: the n-th
+    ``ctx.set_attributes`` call of the run's code is checked against the n-th."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """The run's search attributes now: the spec's, then each ``attributes_set`` over them."""
     size: int = field(default=0, compare=False)
     """Approximate bytes of the history folded in (what a cached copy costs)."""
 
@@ -138,6 +144,7 @@ class WorkflowRunSnapshot(SelectProjection):
             seed=event.seed,
             started_at=envelope.recorded_at,
             last_event_at=envelope.recorded_at,
+            attributes=dict(event.spec.attributes or {}),
             size=envelope.size,
         )
 
@@ -215,6 +222,8 @@ class WorkflowRunSnapshot(SelectProjection):
             waiting_signals={k: list(v) for k, v in self.waiting_signals.items()},
             updates=dict(self.updates),
             selected_waits={k: list(v) for k, v in self.selected_waits.items()},
+            attribute_sets=list(self.attribute_sets),
+            attributes=dict(self.attributes),
         )
 
     def progress(self) -> dict[str, int]:
@@ -498,6 +507,10 @@ class WorkflowRunSnapshot(SelectProjection):
                     sequence=envelope.sequence,
                     at=at,
                 )
+            case AttributesSet():
+                self._decision()
+                self.attribute_sets.append(dict(event.attributes))
+                self.attributes.update(event.attributes)
             case RunCompleted():
                 self._decision()
                 self.outcome = WorkflowTerminalOutcome(
@@ -563,6 +576,7 @@ class WorkflowRunSnapshot(SelectProjection):
             "input": self.spec.input,
             "parent_run_id": self.spec.parent_run_id,
             "predecessor_run_id": self.spec.predecessor_run_id,
+            "attributes": dict(self.attributes),
             "started_at": self.started_at.isoformat(),
             "steps": {
                 s.step_id: {

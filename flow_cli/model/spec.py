@@ -46,6 +46,9 @@ class WorkflowSpec:
     traceparent: str | None = None
     """The W3C trace context the run's spans belong to (``flow start --traceparent``, or the
     parent run's); continuations keep it (``flow_cli.model.trace``)."""
+    attributes: JsonValue = None
+    """Search attributes set at start (``@runtime.workflow(..., attributes=)``, ``flow start
+    --attr``): ``{key: value}``, or ``None`` when there are none. Continuations keep them."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -85,6 +88,8 @@ class WorkflowSpec:
             data["schedule"] = self.schedule.to_json()
         if self.traceparent is not None:
             data["traceparent"] = self.traceparent
+        if self.attributes:
+            data["attributes"] = dict(self.attributes)
         return data
 
     @classmethod
@@ -103,6 +108,7 @@ class WorkflowSpec:
             signals=_names(data.get("signals")),
             schedule=ScheduleRef.from_json(data.get("schedule")),
             traceparent=data.get("traceparent"),
+            attributes=data.get("attributes") or None,
         )
 
 

@@ -28,6 +28,7 @@ _COMMANDS = (
     "continue_as_new",
     "cancelled",
     "suspend",
+    "set_attributes",
 )
 """The methods that build commands. Sequential helpers (``ctx.step``, ``ctx.receive``...) end
 in ``suspend`` when their thing is not settled, so they return settled values and raise

@@ -67,6 +67,8 @@ class StartLine:
     workflow: str
     input: JsonValue
     build_id: str | None = None
+    attributes: JsonValue = None
+    """Search attributes (``{key: value}``) over those of the workflow's ``attributes=``."""
 
 
 T = TypeVar("T")
@@ -274,6 +276,7 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
         runtime_build_id=runtime.build_id,
         patches=runtime.patches,
         signals=runtime.signals.get(line.workflow),
+        attributes=runtime.start_attributes(line.workflow, value, line.attributes),
     )
     return NewRun(
         run_id=line.run_id,
@@ -286,7 +289,11 @@ def _new_run(engine: Engine, line: StartLine) -> NewRun:
 def _start_one(engine: Engine, line: StartLine) -> BulkResult:
     try:
         started = engine.start(
-            line.workflow, line.input, run_id=line.run_id, build_id=line.build_id
+            line.workflow,
+            line.input,
+            run_id=line.run_id,
+            build_id=line.build_id,
+            attributes=line.attributes,
         )
     except FlowError as exc:
         return BulkResult(line.run_id, Outcome.FAILED, str(exc))

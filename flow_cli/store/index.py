@@ -14,6 +14,8 @@ Two halves, both pure:
 The stores only carry these values out: ``store/sql.py`` renders them for SQLite and
 PostgreSQL, ``store/memory.py`` applies them to its dicts. A new column of the run index is
 planned in ``index_for``, resolved in ``row_changes`` and rendered in ``sql.run_sets``.
+Search attributes (``attributes_set``, and a new run's spec) go to the per-run table
+``run_attributes``: ``RowChanges.attributes`` and ``start_attributes``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from flow_cli.model.attributes import attribute_text
 from flow_cli.model.events import (
+    AttributesSet,
     BuildUpgraded,
     Event,
     HookCreated,
@@ -73,7 +78,11 @@ def index_for(
     """The index changes of appending ``events``, given the snapshot after them."""
     steps: dict[str, StepTask | None] = {}
     hooks: list[HookEntry] = []
+    attributes: dict[str, str] = {}
     for event in events:
+        if isinstance(event, AttributesSet):
+            attributes.update(texts(event.attributes))
+            continue
         step_id = getattr(event, "step_id", None)
         if isinstance(step_id, str) and step_id in after.steps:
             steps[step_id] = step_task(after.steps[step_id])
@@ -109,7 +118,19 @@ def index_for(
         waiting_on=waiting_on(after),
         build_id=after.spec.runtime_build_id if upgraded else KEEP,
         error=error,
+        attributes=attributes,
     )
+
+
+def texts(attributes: Mapping[str, Any] | None) -> dict[str, str]:
+    """Search attributes as the index keeps them: key → the value's JSON text."""
+    return {key: attribute_text(value) for key, value in (attributes or {}).items()}
+
+
+def start_attributes(run: NewRun) -> dict[str, str]:
+    """The search attributes a new run's row starts with (its spec's), as the index keeps
+    them; every store inserts these with the run."""
+    return texts(run.spec.attributes)
 
 
 def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
@@ -169,6 +190,8 @@ class RowChanges:
     drop_tasks: bool
     """Delete every step task of the run (it has finished)."""
     hooks: Sequence[HookEntry]
+    attributes: Mapping[str, str]
+    """Search attributes to upsert: key → JSON text (a finished run keeps its own)."""
 
     def failing_since(
         self, failing_before: str | None, since_before: datetime | None, now: datetime
@@ -195,6 +218,7 @@ def row_changes(index: RunIndex) -> RowChanges:
             tasks={},
             drop_tasks=True,
             hooks=index.hooks,
+            attributes=index.attributes,
         )
     return RowChanges(
         status=index.status,
@@ -206,6 +230,7 @@ def row_changes(index: RunIndex) -> RowChanges:
         tasks=index.steps,
         drop_tasks=False,
         hooks=index.hooks,
+        attributes=index.attributes,
     )
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
-from flow_cli.store.index import row_changes
+from flow_cli.store.index import row_changes, start_attributes
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -44,6 +46,8 @@ from flow_cli.store.protocol import (
     StreamWrite,
     TaskState,
     WorkerInfo,
+    attribute_grouping,
+    attribute_groups,
     waiting_needle,
     wanted_after,
     with_histories,
@@ -86,6 +90,12 @@ class _Run:
     error: str | None = None
     patches: tuple[str, ...] = ()
     events: list[_Event] = field(default_factory=list)
+    attribute_texts: dict[str, str] = field(default_factory=dict)
+    """Search attributes as the index keeps them: key → JSON text."""
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return {key: json.loads(text) for key, text in self.attribute_texts.items()}
 
     def record(self) -> RunRecord:
         kept = {name: getattr(self, name) for name in _RECORD_FIELDS}
@@ -230,6 +240,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
             patches=tuple(spec.patches),
             events=_encode([RunStarted(spec=spec, seed=run.seed)], at),
+            attribute_texts=start_attributes(run),
         )
 
     def _apply_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
@@ -253,6 +264,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
             run.error = None if changes.error is None else changes.error.text
         if changes.waiting_on is not KEEP:
             run.waiting_on = changes.waiting_on
+        run.attribute_texts.update(changes.attributes)
         if changes.drop_tasks:
             for key in [k for k in self._tasks if k[0] == run_id]:
                 del self._tasks[key]
@@ -348,6 +360,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
             and (idle is None or r.updated_at <= idle)
             and (not where.top_level or r.parent_run_id is None)
             and (where.error_type is None or r.error_type == where.error_type)
+            and all(r.attribute_texts.get(key) == text for key, text in where.attributes)
         ]
         runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
         return runs
@@ -369,6 +382,10 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
         with self._lock:
             runs = self._matching(where)
             groups: dict[str, int] = {}
+            key = None if by is None else attribute_grouping(by)
+            if key is not None:
+                found = Counter(run.attribute_texts.get(key) for run in runs)
+                return RunCount(total=len(runs), groups=attribute_groups(found.items()))
             if by is not None:
                 for run in runs:
                     value = getattr(run, by)

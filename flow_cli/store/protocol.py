@@ -90,6 +90,9 @@ class RunIndex:
     step tasks move to it, so only workers hosting that build lease them."""
     error: RunError | Keep | None = KEEP
     """Why the run failed (``run_failed``) or its decisions fail; ``None`` clears it."""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """Search attributes these events set (``attributes_set``): key → the value's JSON text
+    (``flow_cli.model.attributes.attribute_text``); each replaces the key's stored value."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +186,8 @@ class RunRecord:
     """The error type of a Failed run, or of its failing decision (see ``RunError``)."""
     error: str | None = None
     """``ErrorType: message`` of a Failed run, or of its failing decision."""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    """The run's search attributes (``--attr``), key → value."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,13 +300,44 @@ class RunFilter:
     """Only runs that are nobody's child."""
     error_type: str | None = None
     """Only runs that failed, or whose decisions fail, with this error type."""
+    attributes: tuple[tuple[str, str], ...] = ()
+    """Only runs with every one of these search attributes: (key, the value's JSON text as
+    ``attribute_text`` gives it); the match is typed (the number 5 is not the text "5")."""
     limit: int | None = None
     after: str | None = None
     """Cursor: only runs listed after this run id. Raises ``RunNotFound`` if it is unknown."""
 
 
 GROUPINGS = ("status", "workflow", "build_id", "error_type")
-"""The columns ``count_runs`` can group by."""
+"""The columns ``count_runs`` can group by; also ``attr:KEY`` (``attribute_grouping``)."""
+
+ATTRIBUTE_GROUPING = "attr:"
+"""``count_runs(by="attr:KEY")`` groups by the value of search attribute ``KEY``."""
+
+
+def attribute_grouping(by: str) -> str | None:
+    """The attribute key of ``by`` when it is ``attr:KEY``, else ``None``."""
+    if by.startswith(ATTRIBUTE_GROUPING) and len(by) > len(ATTRIBUTE_GROUPING):
+        return by[len(ATTRIBUTE_GROUPING) :]
+    return None
+
+
+def grouping_ok(by: str) -> bool:
+    """Whether ``count_runs`` can group by ``by``."""
+    return by in GROUPINGS or attribute_grouping(by) is not None
+
+
+def attribute_groups(rows: Iterable[tuple[str | None, int]]) -> dict[str, int]:
+    """``count --by attr:KEY`` groups from (stored JSON text or None, count) pairs: text values
+    by themselves, numbers and booleans by their JSON, runs without the key as ``(none)``."""
+    from flow_cli.model.attributes import attribute_label
+
+    groups: dict[str, int] = {}
+    for text, n in rows:
+        label = NO_GROUP if text is None else attribute_label(text)
+        groups[label] = groups.get(label, 0) + int(n)
+    return dict(sorted(groups.items()))
+
 
 NO_GROUP = "(none)"
 """The group of runs with no value in the grouping column (no error type)."""

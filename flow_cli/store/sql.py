@@ -7,7 +7,7 @@ type a parameter that may be NULL, how a time is sent); everything else is writt
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -125,7 +125,46 @@ def run_filter(where: RunFilter, dialect: Dialect) -> tuple[list[str], dict[str,
         params["needle"] = waiting_needle(where.waiting_on)
     if where.top_level:
         conditions.append("parent_run_id IS NULL")
+    for i, (key, value) in enumerate(where.attributes):
+        # Served by run_attributes_value (key, value, run_id): one probe per attribute.
+        conditions.append(
+            f"run_id IN (SELECT run_id FROM run_attributes WHERE key = {n(f'ak{i}')} "
+            f"AND value = {n(f'av{i}')})"
+        )
+        params[f"ak{i}"] = key
+        params[f"av{i}"] = value
     return conditions, params
+
+
+def attribute_upsert(dialect: Dialect) -> str:
+    """The statement that sets one search attribute of a run: (run_id, key, JSON text)."""
+    p = dialect.param
+    return (
+        f"INSERT INTO run_attributes (run_id, key, value) VALUES ({p}, {p}, {p}) "
+        "ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value"
+    )
+
+
+def attribute_rows(run_id: str, attributes: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The parameters of ``attribute_upsert`` for each attribute of a write."""
+    return [(run_id, key, text) for key, text in attributes.items()]
+
+
+def attribute_group(dialect: Dialect, runs: str = "runs") -> str:
+    """The expression ``count --by attr:KEY`` groups by: the run's value of the attribute
+    named by the parameter ``by_key`` (NULL when it has none)."""
+    return (
+        f"(SELECT a.value FROM run_attributes a WHERE a.run_id = {runs}.run_id "
+        f"AND a.key = {dialect.named('by_key')})"
+    )
+
+
+def attributes_of(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """Each run's attributes from ``SELECT run_id, key, value FROM run_attributes`` rows."""
+    found: dict[str, dict[str, Any]] = {}
+    for run_id, key, text in rows:
+        found.setdefault(run_id, {})[key] = json.loads(text)
+    return found
 
 
 def hook_listing(

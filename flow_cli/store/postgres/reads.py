@@ -15,6 +15,7 @@ from flow_cli.store.integrity import structural_problems
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
+from flow_cli.store.postgres.tables import POSTGRES
 from flow_cli.store.protocol import (
     GROUPINGS,
     NO_GROUP,
@@ -27,9 +28,11 @@ from flow_cli.store.protocol import (
     RunState,
     WorkerInfo,
     assemble_states,
+    attribute_grouping,
+    attribute_groups,
     build_usages,
 )
-from flow_cli.store.sql import hook_listing, worker_info
+from flow_cli.store.sql import attribute_group, hook_listing, worker_info
 
 READ_HISTORIES = (
     "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -183,7 +186,8 @@ class PostgresReads(PostgresConnections):
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""
         condition, params = tables.run_filter(where)
-        if by is not None and by not in GROUPINGS:
+        key = None if by is None else attribute_grouping(by)
+        if by is not None and key is None and by not in GROUPINGS:
             raise ValueError(f"cannot group runs by {by!r}")
         with self._transaction() as conn:
             if by is None:
@@ -191,6 +195,18 @@ class PostgresReads(PostgresConnections):
                     sql.SQL("SELECT count(*) FROM runs WHERE {}").format(condition), params
                 ).fetchone()
                 return RunCount(total=int(row[0]) if row else 0, groups={})
+            if key is not None:
+                params["by_key"] = key
+                found = conn.execute(
+                    sql.SQL("SELECT {}, count(*) FROM runs WHERE {} GROUP BY 1").format(
+                        sql.SQL(attribute_group(POSTGRES)), condition
+                    ),
+                    params,
+                ).fetchall()
+                return RunCount(
+                    total=sum(int(n) for _, n in found),
+                    groups=attribute_groups((text, int(n)) for text, n in found),
+                )
             rows = conn.execute(
                 sql.SQL(
                     "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "

@@ -253,6 +253,25 @@ def _v8_step_heartbeats(conn: Connection) -> None:
     )
 
 
+def _v9_run_attributes(conn: Connection) -> None:
+    # Search attributes (`flow runs --attr k=v`): one row per run and key, the value as its
+    # JSON text (what filters compare); run_attributes_value serves the filter. Runs recorded
+    # before had no way to set attributes: nothing to fill in.
+    conn.execute(
+        """
+        CREATE TABLE IF NOT EXISTS run_attributes (
+            run_id text NOT NULL,
+            key    text NOT NULL,
+            value  text NOT NULL,
+            PRIMARY KEY (run_id, key)
+        )
+        """
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS run_attributes_value ON run_attributes (key, value, run_id)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -262,6 +281,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "runs.error_type and runs.error", _v6_run_errors),
     Migration(7, "schedules", _v7_schedules),
     Migration(8, "step_heartbeats", _v8_step_heartbeats),
+    Migration(9, "run_attributes (search attributes)", _v9_run_attributes),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

@@ -16,7 +16,7 @@ from psycopg.types.json import Json
 from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
-from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
@@ -27,7 +27,7 @@ from flow_cli.store.protocol import (
     StepTask,
     StreamWrite,
 )
-from flow_cli.store.sql import Dialect, error_values, run_sets
+from flow_cli.store.sql import Dialect, attribute_rows, attribute_upsert, error_values, run_sets
 from flow_cli.store.sql import run_filter as shared_run_filter
 
 # Each runs inside the caller's transaction; ``PostgresStore`` decides where transactions begin
@@ -35,7 +35,9 @@ from flow_cli.store.sql import run_filter as shared_run_filter
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing, waiting_on, error_type, error"
+    "decide_at, failing, waiting_on, error_type, error, "
+    "(SELECT json_object_agg(a.key, a.value::json) FROM run_attributes a "
+    "WHERE a.run_id = runs.run_id)"
 )
 
 
@@ -215,7 +217,14 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
     ):
         return None
     (envelope,) = insert_events(conn, run.run_id, 0, [RunStarted(spec=spec, seed=run.seed)], now)
+    set_attributes(conn, run.run_id, start_attributes(run))
     return envelope
+
+
+def set_attributes(conn: Statements, run_id: str, attributes: Mapping[str, str]) -> None:
+    """Upsert search attributes of a run (key → JSON text) into ``run_attributes``."""
+    for row in attribute_rows(run_id, attributes):  # usually none, or one or two
+        conn.execute(attribute_upsert(POSTGRES), row)
 
 
 _INSERT_EVENTS = "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) VALUES "
@@ -310,6 +319,7 @@ def insert_decided_run(
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
     envelopes = insert_events(conn, run.run_id, 0, events, now, data)
+    set_attributes(conn, run.run_id, start_attributes(run))
     apply_index(conn, LockedRun(len(events), row.build_id), run.run_id, changes, now, row_done=True)
     return envelopes[1:]
 
@@ -397,6 +407,7 @@ def apply_index(
         _apply_steps(conn, run_id, run.build_id, changes.tasks)
     for hook in changes.hooks:
         _upsert_hook(conn, run_id, hook, now)
+    set_attributes(conn, run_id, changes.attributes)
 
 
 _UPSERT_TASK = (
@@ -485,6 +496,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         waiting_on=row[10] if len(row) > 10 else None,
         error_type=row[11] if len(row) > 11 else None,
         error=row[12] if len(row) > 12 else None,
+        attributes=(row[13] or {}) if len(row) > 13 else {},
     )
 
 

@@ -23,9 +23,11 @@ from flow_cli.store.protocol import (
     RunState,
     WorkerInfo,
     assemble_states,
+    attribute_grouping,
+    attribute_groups,
     build_usages,
 )
-from flow_cli.store.sql import hook_listing, run_filter, worker_info
+from flow_cli.store.sql import attribute_group, hook_listing, run_filter, worker_info
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
 from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, run_record
@@ -182,6 +184,14 @@ class SQLiteReads(SQLiteConnections):
         if by is None:
             total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
             return RunCount(total=total, groups={})
+        key = attribute_grouping(by)
+        if key is not None:
+            params["by_key"] = key
+            rows = conn.execute(
+                f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
+                params,
+            ).fetchall()
+            return RunCount(total=sum(n for _, n in rows), groups=attribute_groups(rows))
         if by not in GROUPINGS:
             raise ValueError(f"cannot group runs by {by!r}")
         # With a filter, grouped by an expression: grouping by the bare column would walk that

@@ -197,6 +197,20 @@ def _v7_step_heartbeats(db: Database) -> None:
     )
 
 
+def _v8_run_attributes(db: Database) -> None:
+    """Search attributes (``flow runs --attr k=v``): one row per run and key, the value as its
+    JSON text; ``run_attributes_value`` serves the filter (key and value to the run ids).
+    Runs recorded before this version had no way to set attributes: nothing to fill in."""
+    conn = db.conn
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS run_attributes (run_id TEXT NOT NULL, key TEXT NOT NULL, "
+        "value TEXT NOT NULL, PRIMARY KEY (run_id, key)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS run_attributes_value ON run_attributes (key, value, run_id)"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -205,5 +219,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (5, _v5_run_errors),
     (6, _v6_schedules),
     (7, _v7_step_heartbeats),
+    (8, _v8_run_attributes),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

@@ -8,7 +8,7 @@ import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
 from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
-from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -35,7 +35,7 @@ from flow_cli.store.protocol import (
     with_histories,
 )
 from flow_cli.store.schedules_sql import SQLSchedules
-from flow_cli.store.sql import error_values, run_sets
+from flow_cli.store.sql import attribute_rows, attribute_upsert, error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
@@ -105,6 +105,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
             lost_race(conn, run.run_id, 0)
         # The row was inserted at sequence 1 with its run_started: no read, no second write.
         insert_events(conn, run.run_id, 0, encode([RunStarted(spec=spec, seed=run.seed)]), stamp)
+        self._set_attributes(conn, run.run_id, start_attributes(run))
         return True
 
     def _create_decided(
@@ -147,6 +148,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         if not inserted:
             lost_race(conn, run.run_id, 0)
         insert_events(conn, run.run_id, 0, events, stamp)
+        self._set_attributes(conn, run.run_id, start_attributes(run))
         self._apply_index(conn, run.run_id, changes, stamp)
 
     def _apply_write(
@@ -172,10 +174,19 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         insert_events(conn, run_id, expected, rows, stamp)
         self._apply_index(conn, run_id, changes, stamp)
 
+    @staticmethod
+    def _set_attributes(
+        conn: sqlite3.Connection, run_id: str, attributes: Mapping[str, str]
+    ) -> None:
+        if attributes:
+            conn.executemany(attribute_upsert(SQLITE), attribute_rows(run_id, attributes))
+
     def _apply_index(
         self, conn: sqlite3.Connection, run_id: str, changes: RowChanges, stamp: str
     ) -> None:
-        """A write's step tasks and hooks (the run's row is written already)."""
+        """A write's step tasks, hooks and search attributes (the run's row is written
+        already)."""
+        self._set_attributes(conn, run_id, changes.attributes)
         if changes.build_id is not KEEP:
             conn.execute(
                 "UPDATE step_tasks SET build_id = ? WHERE run_id = ?", (changes.build_id, run_id)
