@@ -197,6 +197,14 @@ def _v7_step_heartbeats(db: Database) -> None:
     )
 
 
+def _v8_leases(db: Database) -> None:
+    """Named leases that keep a maintenance job (background retention) to one worker."""
+    db.conn.execute(
+        "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+        "held_until TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -205,5 +213,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (5, _v5_run_errors),
     (6, _v6_schedules),
     (7, _v7_step_heartbeats),
+    (8, _v8_leases),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""
