@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,8 +43,8 @@ log = logging.getLogger("flow.retention")
 
 PAGE = 500
 """Runs matching the filters read per query."""
-BATCH_RUNS = 100
-"""Runs deleted per transaction at most."""
+BATCH_RUNS = max(1, int(os.environ.get("FLOW_PRUNE_BATCH", "100") or 100))
+"""Runs deleted per transaction at most (``FLOW_PRUNE_BATCH``, default 100)."""
 BATCH_EVENTS = 4000
 """Events deleted per transaction at most (a batch holds at least one run)."""
 
@@ -246,7 +247,9 @@ class Pruner:
                     [(m.record.run_id, m.history) for m in batch]
                 )
             started = time.perf_counter()
-            deleted = self.store.delete_runs([m.record.run_id for m in batch])
+            ids = [m.record.run_id for m in batch]
+            gone = set(self.store.delete_runs(ids))
+            deleted = [i for i in ids if i in gone]
             took = (time.perf_counter() - started) * 1000
             report.longest_batch_ms = max(report.longest_batch_ms, took)
             report.batches += 1
