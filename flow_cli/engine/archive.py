@@ -99,30 +99,35 @@ class Archive:
         lines: list[str] = []
         written = 0
         made: set[Path] = set()
-        for run_id, history in runs:
-            data = archive_text(run_id, history)
-            relative = archive_path(run_id, history)
-            digest = hashlib.sha256(data).hexdigest()
-            target = self.directory / relative
-            known = self._entries.get(relative)
-            if known == digest and _same_file(target, digest):
-                continue  # written by a run of prune that stopped before its delete
-            day = target.parent
-            if not day.is_dir():
-                day.mkdir(exist_ok=True)
-                made.add(day)
-            self._partial.mkdir(exist_ok=True)
-            temporary = self._partial / target.name
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+        pending: list[tuple[int, Path, Path]] = []
+        try:
+            for run_id, history in runs:
+                data = archive_text(run_id, history)
+                relative = archive_path(run_id, history)
+                digest = hashlib.sha256(data).hexdigest()
+                target = self.directory / relative
+                if self._entries.get(relative) == digest and _same_file(target, digest):
+                    continue  # written by a prune that stopped before its delete
+                self._partial.mkdir(exist_ok=True)
+                temporary = self._partial / target.name
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                pending.append((fd, temporary, target))
+                _write_all(fd, data)
+                written += len(data)
+                lines.append(Entry(relative, run_id, digest, len(data), len(history)).line())
+                self._entries[relative] = digest
+            # Every file is written before the first is flushed: the file system then commits
+            # them together, and the later flushes find little or nothing left to do.
+            for fd, _, _ in pending:
+                os.fsync(fd)
+        finally:
+            for fd, _, _ in pending:
+                os.close(fd)
+        for _, temporary, target in pending:
+            if not target.parent.is_dir():
+                target.parent.mkdir(exist_ok=True)
             os.replace(temporary, target)
-            made.add(day)
-            written += len(data)
-            entry = Entry(relative, run_id, digest, len(data), len(history))
-            lines.append(entry.line())
-            self._entries[relative] = digest
+            made.add(target.parent)
         with contextlib.suppress(OSError):
             self._partial.rmdir()
         for day in made:
@@ -154,6 +159,12 @@ def check_writable(directory: Path) -> None:
     manifest = directory / MANIFEST
     if manifest.exists() and not os.access(manifest, os.W_OK):
         raise InputError(f"--archive {directory}: {MANIFEST} is not writable; nothing was pruned.")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _same_file(path: Path, digest: str) -> bool:
