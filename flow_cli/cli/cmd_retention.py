@@ -105,6 +105,7 @@ def _report(report: PruneReport, *, dry_run: bool, as_json: bool, archive: Path 
                 "archived": report.archived,
                 "kept": report.kept,
                 "batches": report.batches,
+                "longest_batch_ms": round(report.longest_batch_ms, 1),
                 "runs": report.pruned,
             }
         )

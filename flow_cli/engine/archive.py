@@ -7,8 +7,9 @@ line per file written: ``{"path", "run_id", "sha256", "bytes", "events"}`` (``pa
 to ``DIR``, with ``/``). A path written twice (a prune resumed after a crash) has several
 lines; the last one counts.
 
-Durability. Each file is written to ``DIR/.partial/`` first, flushed to disk (``fsync``) and
-renamed into its day directory, whose entry is flushed too; then the batch's manifest lines
+Durability. Each file is written to ``DIR/.partial/`` first, flushed to disk (a batch's files
+together: one ``syncfs`` on Linux, else an ``fsync`` each) and renamed into its day directory,
+whose entry is flushed too; then the batch's manifest lines
 are appended and flushed. Only then may the runs be deleted. A crash leaves at worst a file
 without its manifest line (or a torn last line, cut off when the archive is next opened) and
 its run still in the database: the next prune writes both again.
@@ -21,7 +22,8 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -37,9 +39,11 @@ PARTIAL = ".partial"
 
 def archive_text(run_id: str, history: Sequence[EventEnvelope]) -> bytes:
     """The archive file of an ended run: its ``flow export`` document (complete: a finished
-    run's export keeps its seed and tokens), as UTF-8 JSON."""
+    run's export keeps its seed and tokens), as one line of UTF-8 JSON."""
     document = export_document(run_id, history)
-    return (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+    # Compact: the same document as `flow export` writes, whose indentation would cost most of
+    # a prune's time (Python's JSON encoder indents in pure Python).
+    return (json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 def archive_path(run_id: str, history: Sequence[EventEnvelope]) -> str:
@@ -100,6 +104,7 @@ class Archive:
         written = 0
         made: set[Path] = set()
         pending: list[tuple[int, Path, Path]] = []
+        self._partial.mkdir(exist_ok=True)
         try:
             for run_id, history in runs:
                 data = archive_text(run_id, history)
@@ -108,7 +113,6 @@ class Archive:
                 target = self.directory / relative
                 if self._entries.get(relative) == digest and _same_file(target, digest):
                     continue  # written by a prune that stopped before its delete
-                self._partial.mkdir(exist_ok=True)
                 temporary = self._partial / target.name
                 fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 pending.append((fd, temporary, target))
@@ -116,18 +120,15 @@ class Archive:
                 written += len(data)
                 lines.append(Entry(relative, run_id, digest, len(data), len(history)).line())
                 self._entries[relative] = digest
-            # Every file is written before the first is flushed: the file system then commits
-            # them together, and the later flushes find little or nothing left to do.
-            for fd, _, _ in pending:
-                os.fsync(fd)
+            _flush([fd for fd, _, _ in pending])
         finally:
             for fd, _, _ in pending:
                 os.close(fd)
         for _, temporary, target in pending:
-            if not target.parent.is_dir():
+            if target.parent not in made:
                 target.parent.mkdir(exist_ok=True)
+                made.add(target.parent)
             os.replace(temporary, target)
-            made.add(target.parent)
         with contextlib.suppress(OSError):
             self._partial.rmdir()
         for day in made:
@@ -159,6 +160,35 @@ def check_writable(directory: Path) -> None:
     manifest = directory / MANIFEST
     if manifest.exists() and not os.access(manifest, os.W_OK):
         raise InputError(f"--archive {directory}: {MANIFEST} is not writable; nothing was pruned.")
+
+
+def _flush(fds: Sequence[int]) -> None:
+    """Put the files open as ``fds`` (all on one file system) on disk.
+
+    On Linux, one ``syncfs`` does it for them all: a batch's hundred files cost one journal
+    commit instead of a hundred. Elsewhere, or if it fails, one ``fsync`` each.
+    """
+    if not fds:
+        return
+    if _syncfs is not None and _syncfs(fds[0]) == 0:
+        return
+    for fd in fds:
+        os.fsync(fd)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        call: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    return call
+
+
+_syncfs = _load_syncfs()
 
 
 def _write_all(fd: int, data: bytes) -> None:
