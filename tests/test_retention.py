@@ -359,3 +359,54 @@ def test_background_retention_is_cheap_when_nothing_is_due(
     clock.advance(2 * DAY)
     assert keeper.prune_due() == 1  # the lease ran out: this worker takes it
     assert _ids(engine) == set()
+
+
+def test_the_config_file_sets_retention(tmp_path: Path) -> None:
+    from flow_cli.cli.config import read_config
+    from flow_cli.errors import ConfigError
+
+    path = tmp_path / "flow.toml"
+    path.write_text('[flow]\nretention = "30d"\nretention_archive = "archive"\n')
+    config = read_config(path, True)
+    assert (config.retention, config.retention_archive) == (30 * DAY, tmp_path / "archive")
+    assert config.unknown_keys == ()
+    for table, expected in (
+        ('retention = "soon"', "not a duration"),
+        ('retention = "0s"', "longer than 0s"),
+        ('retention_archive = "archive"', "needs retention"),
+    ):
+        path.write_text(f"[flow]\n{table}\n")
+        with pytest.raises(ConfigError, match=expected):
+            read_config(path, True)
+
+
+def test_a_worker_with_retention_prunes_in_the_background(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.worker import Worker
+
+    engine = _engine(store, clock)
+    engine.start("done", None, run_id="old")
+    engine.start("waiter", None, run_id="open")
+    engine.tick(until_idle=True)
+    clock.advance(30 * DAY)
+    policy = RetentionPolicy(keep=DAY, check_seconds=0.01)
+    worker = Worker(engine, concurrency=1, max_idle_sleep=0.01, retention=policy)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while "old" in _ids(engine) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert _ids(engine) == {"open"}
+    assert worker.retention is not None and worker.retention.pruned == 1
+
+
+def test_a_worker_refuses_a_retention_archive_it_cannot_write(tmp_path: Path) -> None:
+    project = FlowProject(tmp_path, CONFIG + 'retention = "30d"\nretention_archive = "gone"\n')
+    result = project.run("worker", timeout=30)
+    assert result.code == 2
+    assert "retention_archive" in result.error_line() and "no such directory" in result.stderr

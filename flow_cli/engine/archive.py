@@ -143,23 +143,24 @@ class Archive:
         return written
 
 
-def check_writable(directory: Path) -> None:
-    """Refuse (``InputError``) an archive directory that is missing or cannot be written."""
+def check_writable(directory: Path, what: str = "--archive") -> None:
+    """Refuse (``InputError``) an archive directory that is missing or cannot be written;
+    ``what`` names where it was given."""
     try:
         mode = directory.stat().st_mode
     except FileNotFoundError:
         raise InputError(
-            f"--archive {directory}: no such directory; create it first (mkdir -p {directory})."
+            f"{what} {directory}: no such directory; create it first (mkdir -p {directory})."
         ) from None
     except OSError as exc:
-        raise InputError(f"--archive {directory}: {exc.strerror or exc}.") from None
+        raise InputError(f"{what} {directory}: {exc.strerror or exc}.") from None
     if not stat.S_ISDIR(mode):
-        raise InputError(f"--archive {directory} is not a directory.")
+        raise InputError(f"{what} {directory} is not a directory.")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise InputError(f"--archive {directory} is not writable; nothing was pruned.")
+        raise InputError(f"{what} {directory} is not writable; nothing was pruned.")
     manifest = directory / MANIFEST
     if manifest.exists() and not os.access(manifest, os.W_OK):
-        raise InputError(f"--archive {directory}: {MANIFEST} is not writable; nothing was pruned.")
+        raise InputError(f"{what} {directory}: {MANIFEST} is not writable; nothing was pruned.")
 
 
 def _flush(fds: Sequence[int]) -> None:
