@@ -410,3 +410,44 @@ def test_a_worker_refuses_a_retention_archive_it_cannot_write(tmp_path: Path) ->
     result = project.run("worker", timeout=30)
     assert result.code == 2
     assert "retention_archive" in result.error_line() and "no such directory" in result.stderr
+
+
+def test_a_family_cut_by_a_crash_is_finished_by_the_next_prune(
+    store: EventStore, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flow_cli.engine.archive import verify
+
+    tmp_path = tmp_path / "archive"
+    tmp_path.mkdir()
+    engine = _engine(store, clock)
+    engine.start("family", {"child": "done"}, run_id="p")
+    engine.tick(until_idle=True)
+    assert engine.get_run("p").status is RunStatus.COMPLETED
+    clock.advance(30 * DAY)
+    real = store.delete_runs
+    calls: list[list[str]] = []
+
+    def crashing(ids: list[str]) -> list[str]:
+        calls.append(list(ids))
+        if len(calls) > 1:
+            raise KeyboardInterrupt  # the process dies between two batches of one family
+        return real(ids)
+
+    monkeypatch.setattr(store, "delete_runs", crashing)
+    # Only the parent is selected; the family spans two batches of one run each.
+    request = PruneRequest(
+        where=RunFilter(top_level=True),
+        ended_before=clock.now() - DAY,
+        archive=tmp_path,
+        batch_runs=1,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        engine.prune(request)
+    assert calls == [["p/kid"], ["p"]]  # the farthest member first: the parent still selects it
+    assert _ids(engine) == {"p"}
+    monkeypatch.setattr(store, "delete_runs", real)
+
+    assert engine.prune(request).pruned == ["p"]
+    assert _ids(engine) == set()
+    found = verify(tmp_path)
+    assert (found.files, found.runs, found.problems) == (2, 2, ())
