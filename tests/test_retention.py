@@ -451,3 +451,26 @@ def test_a_family_cut_by_a_crash_is_finished_by_the_next_prune(
     assert _ids(engine) == set()
     found = verify(tmp_path)
     assert (found.files, found.runs, found.problems) == (2, 2, ())
+
+
+def test_an_archive_that_cannot_be_written_deletes_nothing(
+    clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from flow_cli.engine import archive
+    from flow_cli.errors import ArchiveFailed
+    from flow_cli.store.memory import MemoryStore
+
+    engine = _engine(MemoryStore(), clock)
+    engine.start("done", None, run_id="a")
+    clock.advance(30 * DAY)
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(archive, "_write_all", full)
+    with pytest.raises(ArchiveFailed, match="No space left on device; the runs not archived"):
+        _prune(engine, clock, tmp_path)
+    assert _ids(engine) == {"a"}
+    assert not (tmp_path / "MANIFEST.jsonl").exists()

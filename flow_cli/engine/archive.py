@@ -7,7 +7,8 @@ line per file written: ``{"path", "run_id", "sha256", "bytes", "events"}`` (``pa
 to ``DIR``, with ``/``). A path written twice (a prune resumed after a crash) has several
 lines; the last one counts.
 
-Durability. Each file is written to ``DIR/.partial/`` first, flushed to disk (a batch's files
+Durability. Each file is written to ``DIR/.partial/`` first (named after the writing process,
+so that two prunes may share an archive), flushed to disk (a batch's files
 together: one ``syncfs`` on Linux, else an ``fsync`` each) and renamed into its day directory,
 whose entry is flushed too; then the batch's manifest lines
 are appended and flushed. Only then may the runs be deleted. A crash leaves at worst a file
@@ -29,7 +30,7 @@ from datetime import UTC
 from pathlib import Path
 
 from flow_cli.engine.export import export_document, export_file_name
-from flow_cli.errors import InputError
+from flow_cli.errors import ArchiveFailed, InputError
 from flow_cli.model.events import EventEnvelope
 
 MANIFEST = "MANIFEST.jsonl"
@@ -90,16 +91,23 @@ class Archive:
         self._partial = directory / PARTIAL
         if self._partial.is_dir():
             for left in self._partial.iterdir():  # a crashed prune's half-written files
-                with contextlib.suppress(OSError):
-                    left.unlink()
-            with contextlib.suppress(OSError):
-                self._partial.rmdir()
+                owner = left.name.partition(".")[0]
+                if owner.isdigit() and not _alive(int(owner)):
+                    with contextlib.suppress(OSError):
+                        left.unlink()
 
     def write(self, runs: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> int:
         """Write each run's history durably, then its manifest line; returns the bytes written.
 
-        When this returns, every file and line is on disk: the runs may be deleted.
+        When this returns, every file and line is on disk: the runs may be deleted. Raises
+        ``ArchiveFailed`` when a file cannot be written.
         """
+        try:
+            return self._write(runs)
+        except OSError as exc:
+            raise ArchiveFailed(str(self.directory), exc.strerror or str(exc)) from None
+
+    def _write(self, runs: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> int:
         lines: list[str] = []
         written = 0
         made: set[Path] = set()
@@ -113,7 +121,7 @@ class Archive:
                 target = self.directory / relative
                 if self._entries.get(relative) == digest and _same_file(target, digest):
                     continue  # written by a prune that stopped before its delete
-                temporary = self._partial / target.name
+                temporary = self._partial / f"{os.getpid()}.{target.name}"
                 fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 pending.append((fd, temporary, target))
                 _write_all(fd, data)
@@ -161,6 +169,17 @@ def check_writable(directory: Path, what: str = "--archive") -> None:
     manifest = directory / MANIFEST
     if manifest.exists() and not os.access(manifest, os.W_OK):
         raise InputError(f"{what} {directory}: {MANIFEST} is not writable; nothing was pruned.")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (its half-written files are not to be removed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _flush(fds: Sequence[int]) -> None:
