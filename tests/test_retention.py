@@ -474,3 +474,20 @@ def test_an_archive_that_cannot_be_written_deletes_nothing(
         _prune(engine, clock, tmp_path)
     assert _ids(engine) == {"a"}
     assert not (tmp_path / "MANIFEST.jsonl").exists()
+
+
+def test_a_prune_gives_the_space_back_on_sqlite(tmp_path: Path, clock: ManualClock) -> None:
+    from flow_cli.store.sqlite import SQLiteStore
+
+    path = tmp_path / "flow.db"
+    store = SQLiteStore(path)
+    engine = _engine(store, clock)
+    for n in range(200):
+        engine.start("done", {"n": n, "pad": "x" * 2000}, run_id=f"run-{n:03d}")
+    clock.advance(30 * DAY)
+    conn = store._conn()
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    assert len(_prune(engine, clock)) == 200
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("PRAGMA page_count").fetchone()[0] < pages / 4
+    engine.close()

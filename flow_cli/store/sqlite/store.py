@@ -54,9 +54,11 @@ from flow_cli.store.sqlite.rows import (
     ts_or_none,
 )
 
-_VACUUM_PAGES = 2000
-"""Pages one step of ``reclaim_space`` frees (8 MB of 4 KiB pages: a few milliseconds)."""
+_VACUUM_PAGES = 1000
+"""Pages one step of ``reclaim_space`` frees (4 MB of 4 KiB pages: a few milliseconds)."""
 _VACUUM_ROUNDS = 50
+_INCREMENTAL = 2
+"""``PRAGMA auto_vacuum`` of a database made with ``auto_vacuum = INCREMENTAL``."""
 
 DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, OverflowError)
 """What SQLite (or its binding) raises for a value it cannot take: a string that is not valid
@@ -591,12 +593,16 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
         incremental_vacuum``), each its own short write, so no step holds the write lock long.
         A database made before auto_vacuum was INCREMENTAL has none to give: SQLite reuses
         its free pages for new rows instead."""
+        if self._conn().execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            return
+        conn = self._conn()
         for _ in range(_VACUUM_ROUNDS):
-            with self._write(durable=False) as conn:
-                free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-                if not free:
-                    return
-                conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
+            if not conn.execute("PRAGMA freelist_count").fetchone()[0]:
+                return
+            with self._write_lock:
+                # Its own transaction, stepped to the end by executescript: executed as a
+                # statement, the pragma frees one page per call.
+                conn.executescript(f"PRAGMA incremental_vacuum({_VACUUM_PAGES});")
 
     # -- waiting and closing ----------------------------------------------------------------------
 
