@@ -82,7 +82,7 @@ def test_a_killed_prune_leaves_every_run_present_or_archived(url: str, tmp_path:
     archive.mkdir()
     prune = ("prune", "--ended-before", "0s", "--archive", str(archive), "--yes")
     chance = random.Random(7)
-    kills = 0
+    kills = interrupted = 0
     for _ in range(KILLS):
         process = project.popen(*prune)
         # Kill once this prune has archived something, a little later: while it writes files,
@@ -91,7 +91,7 @@ def test_a_killed_prune_leaves_every_run_present_or_archived(url: str, tmp_path:
         deadline = time.monotonic() + 30
         while _lines(archive) <= seen and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
-        time.sleep(chance.uniform(0, 0.03))
+        time.sleep(chance.uniform(0, 0.01))
         if process.poll() is None:
             process.kill()
             kills += 1
@@ -102,8 +102,8 @@ def test_a_killed_prune_leaves_every_run_present_or_archived(url: str, tmp_path:
         lost = every - present - set(archived)
         assert not lost, f"runs neither in the database nor archived: {sorted(lost)[:5]}"
         assert every - ended <= present  # open runs are never pruned
-    assert kills == KILLS, "a prune ended before its kill point"
-    assert len(present) > len(every) - len(ended), "the kills left nothing to finish"
+        interrupted += bool(present & ended)
+    assert kills and interrupted, "no prune was killed in the middle of its work"
     final = project.run(*prune)
     assert final.code == 0, final.stderr
     with Engine.open(url, [runtime]) as engine:
