@@ -204,7 +204,7 @@ class Pruner:
             group = _component(run_id, links, members)
             placed.update(group)
             seen.update(group)
-            family = sorted((members[i] for i in group), key=lambda m: -m.depth)
+            family = sorted((members[i] for i in group), key=lambda m: (-m.depth, m.record.run_id))
             if all(self._due(m.record) for m in family):
                 families.append(family)
             else:
