@@ -4,6 +4,7 @@ verify, bad input, and background retention on one worker at a time."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -491,3 +492,21 @@ def test_a_prune_gives_the_space_back_on_sqlite(tmp_path: Path, clock: ManualClo
     assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
     assert conn.execute("PRAGMA page_count").fetchone()[0] < pages / 4
     engine.close()
+
+
+def test_prune_asked_for_open_statuses_only_prunes_nothing(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    from flow_cli.store.memory import MemoryStore
+
+    engine = _engine(MemoryStore(), clock)
+    engine.start("done", None, run_id="ended")
+    clock.advance(30 * DAY)
+    where = RunFilter(statuses=(RunStatus.SUSPENDED,))
+    request = PruneRequest(where=where, ended_before=clock.now(), archive=tmp_path)
+    assert engine.prune(request).pruned == []
+    assert engine.prune(dataclasses.replace(request, where=RunFilter()), dry_run=True).pruned == [
+        "ended"
+    ]
+    assert _ids(engine) == {"ended"}
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing in the archive

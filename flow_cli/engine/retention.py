@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import EventEnvelope, RunContinuedAsNew, RunStarted
-from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.model.status import TERMINAL_STATUSES
 from flow_cli.store.protocol import RunFilter, RunRecord
 
 if TYPE_CHECKING:
@@ -123,10 +123,7 @@ class Pruner:
         self.kept = 0
         """Selected runs kept so far: a member of their family is open or ended too recently."""
         self._archive: Archive | None = None
-        if request.archive is not None:
-            from flow_cli.engine.archive import Archive
-
-            self._archive = Archive(request.archive)
+        """Opened by a prune that deletes (a dry run writes nothing, not even a repair)."""
 
     def families(self, *, dry_run: bool = False) -> Iterator[list[_Member]]:
         """The due families, each ordered farthest member first, and an empty list after each
@@ -237,6 +234,12 @@ class Pruner:
     def run(self, *, dry_run: bool = False) -> PruneReport:
         """Prune (or, ``dry_run``, list what would go); returns what was done."""
         report = PruneReport()
+        if self.request.where.statuses and not self.where.statuses:
+            return report  # only open statuses asked for: nothing of them is ever pruned
+        if self.request.archive is not None and not dry_run:
+            from flow_cli.engine.archive import Archive
+
+            self._archive = Archive(self.request.archive)
         for batch in self.batches(dry_run=dry_run):
             if dry_run:
                 report.pruned += [m.record.run_id for m in batch]
@@ -369,8 +372,3 @@ class RetentionKeeper:
                 "retention: pruned %d runs ended before %s", len(report.pruned), cutoff.isoformat()
             )
         return len(report.pruned)
-
-
-def statuses_for_prune(statuses: Sequence[RunStatus]) -> tuple[RunStatus, ...]:
-    """The ended ones of ``statuses`` (all ended statuses when none is given)."""
-    return tuple(s for s in (statuses or ENDED) if s.terminal)
