@@ -470,6 +470,17 @@ class RunStillOpen(FlowError):
     """A run's result was asked for (without waiting) before the run ended."""
 
 
+class ArchiveFailed(FlowError):
+    """An archive file or its manifest could not be written (a full disk, permissions): the
+    runs of that batch were not deleted."""
+
+    def __init__(self, directory: str, reason: str) -> None:
+        super().__init__(
+            f"cannot write the archive {directory}: {reason}; the runs not archived were not "
+            "deleted (free space or fix permissions, then run flow prune again)."
+        )
+
+
 class StoreError(FlowError):
     """The database is missing, locked, unreachable or not a Flow database."""
 

@@ -60,6 +60,7 @@ SCRATCH = "/srv/shop"
 _WORKER_ID = re.compile(r"\b[\w.-]+:(\d+):[0-9a-f]{6}\b")
 _VOLATILE = (
     (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?"), "<time>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\d/"), "<day>/"),  # an archive's day directory
     (re.compile(r"\b[0-9a-f]{32}\b"), "<token>"),
     (re.compile(r"-[0-9a-f]{12}\b"), "-<id>"),
     (re.compile(r"-fork-[0-9a-f]{6}\b"), "-fork-<id>"),

@@ -51,6 +51,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "count": (),
     "upgrade": ("--from", "cli-1", "--to", "cli-2"),
     "export": ("-o", "exported"),
+    "prune": ("--ended-before", "1d"),
     "result": ("a", "--wait"),
     "execute": ("two-step",),
     "doctor": (),

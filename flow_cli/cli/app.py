@@ -200,6 +200,8 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("upgrade", "cmd_upgrade", "upgrade"),
     ("export", "cmd_bulk", "export"),
     ("replay-check", "cmd_replay", "replay_check"),
+    ("prune", "cmd_retention", "prune"),
+    ("archive", "cmd_retention", "archive_app"),
     ("workers", "cmd_fleet", "workers"),
     ("doctor", "cmd_fleet", "doctor"),
     ("top", "cmd_top", "top"),

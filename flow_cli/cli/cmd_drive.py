@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.observe import Observer
+    from flow_cli.engine.retention import RetentionPolicy
     from flow_cli.engine.worker import TickReport, Worker, WorkerStats
 
 METRICS_EXTRA = "pip install 'flow-cli[metrics]'"
@@ -226,6 +227,7 @@ def worker(
     state = CliState.of(ctx)
     server: WSGIServer | None = None
     log_observer = LogObserver()
+    retention = _retention_policy(state)
     opened = _open_when_reachable(state, log_observer, "worker")
     if opened is None:
         logs.say("stopped before the database was reachable", "worker_stopped")
@@ -244,6 +246,7 @@ def worker(
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             on_store_error=reporter,
+            retention=retention,
         )
         if metrics is not None and metrics_port is not None:
             server = _serve_metrics(metrics, metrics_host, metrics_port, runner)
@@ -295,6 +298,20 @@ def _open_when_reachable(state: CliState, observer: Observer, command: str) -> E
     return open_when_reachable(
         lambda: state.open_engine(create=True, with_runtimes=True), observer, stopping
     )
+
+
+def _retention_policy(state: CliState) -> RetentionPolicy | None:
+    """``[flow] retention`` (and ``retention_archive``) as the worker's policy, or ``None``."""
+    config = state.config
+    if config.retention is None:
+        return None
+    from flow_cli.engine.archive import check_writable
+    from flow_cli.engine.retention import RetentionPolicy
+
+    if config.retention_archive is not None:
+        # Said at start, not at the first prune, maybe days later.
+        check_writable(config.retention_archive, f"{config.label}: [flow] retention_archive")
+    return RetentionPolicy(keep=config.retention, archive=config.retention_archive)
 
 
 def _check_metrics_extra() -> None:

@@ -16,18 +16,26 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_cli.cli.words import a
-from flow_cli.errors import ConfigError
+from flow_cli.errors import ConfigError, InputError
 from flow_cli.model.jsonval import MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
     from flow_cli.runtime import Runtime
 
 DEFAULT_CONFIG = Path("flow.toml")
-KNOWN_KEYS = ("database", "build_id", "runtimes", "max_payload_bytes")
+KNOWN_KEYS = (
+    "database",
+    "build_id",
+    "runtimes",
+    "max_payload_bytes",
+    "retention",
+    "retention_archive",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,11 @@ class FlowConfig:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     """Cap on the JSON text of one stored value: run input and result, step input and output,
     signal and hook payloads (DESIGN §2.6)."""
+    retention: timedelta | None = None
+    """``retention = "30d"``: workers prune runs that ended longer ago, in the background."""
+    retention_archive: Path | None = None
+    """``retention_archive = DIR``: where background retention archives histories first (a
+    relative path is taken relative to the config file)."""
 
     @property
     def label(self) -> str:
@@ -95,7 +108,35 @@ def read_config(path: Path, explicit: bool) -> FlowConfig:
         runtimes=_runtimes(table, path),
         unknown_keys=tuple(sorted(k for k in table if k not in KNOWN_KEYS)),
         max_payload_bytes=_payload_bytes(table, path),
+        retention=_retention(table, path),
+        retention_archive=_retention_archive(table, path),
     )
+
+
+def _retention(table: dict[str, Any], path: Path) -> timedelta | None:
+    from flow_cli.cli.filters import parse_duration
+
+    text = _optional_str(table, "retention", path)
+    if text is None:
+        return None
+    try:
+        keep = parse_duration(text, "retention")
+    except InputError as exc:
+        raise ConfigError(f"Config file {path}: [flow] {exc}") from None
+    if not keep:
+        raise ConfigError(f"Config file {path}: [flow] retention must be longer than 0s.")
+    return keep
+
+
+def _retention_archive(table: dict[str, Any], path: Path) -> Path | None:
+    text = _optional_str(table, "retention_archive", path)
+    if text is None:
+        return None
+    if "retention" not in table:
+        raise ConfigError(
+            f'Config file {path}: [flow] retention_archive needs retention (e.g. "30d").'
+        )
+    return path.parent / Path(text).expanduser()
 
 
 def _payload_bytes(table: dict[str, Any], path: Path) -> int:

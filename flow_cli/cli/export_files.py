@@ -16,34 +16,13 @@ such as ``/dev/null`` or a directory: that is refused (exit 2); ``-`` is stdout.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import tempfile
 from pathlib import Path
-from urllib.parse import quote
 
+from flow_cli.engine.export import export_file_name as export_file_name
 from flow_cli.errors import InputError
-
-NAME_MAX = 255
-"""The longest file name, in bytes, on Linux, macOS and Windows file systems."""
-SUFFIX = ".json"
-HASH_DIGITS = 32
-
-
-def export_file_name(run_id: str) -> str:
-    """The file name of ``run_id``'s export in ``-o DIR`` (see the module docstring)."""
-    encoded = quote(run_id, safe="").replace("~", "%7E")
-    if encoded.startswith("."):
-        encoded = "%2E" + encoded[1:]
-    if len(encoded) + len(SUFFIX) <= NAME_MAX:
-        return encoded + SUFFIX
-    digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:HASH_DIGITS]
-    prefix = encoded[: NAME_MAX - len(SUFFIX) - 1 - HASH_DIGITS]
-    cut = prefix.rfind("%", len(prefix) - 2)
-    if cut != -1:  # do not split a %XX escape
-        prefix = prefix[:cut]
-    return f"{prefix}~{digest}{SUFFIX}"
 
 
 def check_target(path: Path, shown: str) -> None:

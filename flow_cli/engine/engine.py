@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.resolve import Resolution, Resolved
+    from flow_cli.engine.retention import PruneReport, PruneRequest
     from flow_cli.engine.schedules import ScheduleService
     from flow_cli.engine.steps import StepExecutor
     from flow_cli.engine.talk import QueryResult, UpdateResult
@@ -209,6 +210,13 @@ class Engine:
                     self._schedules = ScheduleService(self)
                 schedules = self._schedules
         return schedules
+
+    def prune(self, request: PruneRequest, *, dry_run: bool = False) -> PruneReport:
+        """Delete ended runs with their families, archiving them first when asked (``flow
+        prune``; see ``engine.retention``); ``dry_run`` only says which would go."""
+        from flow_cli.engine.retention import Pruner
+
+        return Pruner(self, request).run(dry_run=dry_run)
 
     def close(self) -> None:
         if self._decider is not None:

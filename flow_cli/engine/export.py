@@ -18,11 +18,13 @@ run, export it with ``--include-secrets``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from flow_cli.engine.regular_file import read_regular_file
 from flow_cli.errors import InputError
@@ -45,6 +47,28 @@ REDACTED_TOKEN_PREFIX = "redacted:"
 """A redacted hook token is this prefix and the hook id."""
 SEED = "seed"
 TOKENS = "hook tokens"
+
+
+NAME_MAX = 255
+"""The longest file name, in bytes, on Linux, macOS and Windows file systems."""
+SUFFIX = ".json"
+HASH_DIGITS = 32
+
+
+def export_file_name(run_id: str) -> str:
+    """The file name of ``run_id``'s export in ``flow export -o DIR`` and in an archive
+    (``flow prune --archive``): see ``cli.export_files``."""
+    encoded = quote(run_id, safe="").replace("~", "%7E")
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) + len(SUFFIX) <= NAME_MAX:
+        return encoded + SUFFIX
+    digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:HASH_DIGITS]
+    prefix = encoded[: NAME_MAX - len(SUFFIX) - 1 - HASH_DIGITS]
+    cut = prefix.rfind("%", len(prefix) - 2)
+    if cut != -1:  # do not split a %XX escape
+        prefix = prefix[:cut]
+    return f"{prefix}~{digest}{SUFFIX}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from flow_cli.store.protocol import LeaseAsk, StepLease
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
+    from flow_cli.engine.retention import RetentionKeeper, RetentionPolicy
     from flow_cli.engine.steps import StepOutcome
 
 log = logging.getLogger("flow.worker")
@@ -214,6 +215,7 @@ class Worker:
         lease_seconds: float = 30.0,
         max_idle_sleep: float = 1.0,
         on_store_error: Callable[[StoreError], None] | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self.engine = engine
         self.concurrency = max(1, concurrency)
@@ -227,6 +229,12 @@ class Worker:
         self._step_done = threading.Event()
         self._quiet = False
         """The last pass took steps handed to an idle worker (``_idle`` lets them commit)."""
+        self.retention: RetentionKeeper | None = None
+        """Prunes ended runs in the background (``[flow] retention``), one worker at a time."""
+        if retention is not None:
+            from flow_cli.engine.retention import RetentionKeeper
+
+            self.retention = RetentionKeeper(engine, retention, self._stop)
         self.liveness = Liveness()
         """Beaten at every turn of the loop and before each wait it means to make: what the
         metrics port's ``/healthz`` reads."""
@@ -241,6 +249,8 @@ class Worker:
     def run(self) -> WorkerStats:
         """Work until stopped; returns what was done."""
         self._keeper.start()
+        if self.retention is not None:
+            self.retention.start()
         # The step threads' commits (an attempt's end with the run's next decision) are grouped.
         self.engine.streams.group = GroupCommitter(self.engine.store)
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flow-step")
@@ -279,6 +289,8 @@ class Worker:
             pool.shutdown(wait=True)  # finish the attempts in hand before exiting
             self._stop.set()
             self._keeper.stop()
+            if self.retention is not None:
+                self.retention.join(timeout=10)
             self.engine.streams.group = None
         return self.stats
 

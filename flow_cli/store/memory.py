@@ -52,6 +52,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.retention_memory import MemoryRetention
 from flow_cli.store.schedules_memory import MemorySchedules
 
 
@@ -118,11 +119,12 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(MemorySchedules, AppendViaCommit):
+class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
         MemorySchedules.__init__(self)
+        MemoryRetention.__init__(self)
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}

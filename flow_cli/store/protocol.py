@@ -720,6 +720,35 @@ class Schedules(Protocol):
         ...
 
 
+class Retention(Protocol):
+    """Deleting ended runs (``flow prune``, background retention) and the named leases that
+    keep a maintenance job to one worker at a time."""
+
+    def children_of(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs whose parent is one of ``run_ids``, served by the parent index."""
+        ...
+
+    def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete the ended runs among ``run_ids`` with every row that belongs to them (events,
+        the runs row, step tasks, hooks, heartbeats...) in one transaction. An open or unknown
+        run is left alone: the check is made inside the transaction. Returns the ids deleted."""
+        ...
+
+    def take_lease(self, name: str, owner: str, now: datetime, until: datetime) -> bool:
+        """Take (or renew) the lease ``name`` for ``owner`` until ``until``: True if it was
+        free, expired at ``now`` or ``owner``'s already; False while another owner holds it."""
+        ...
+
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give the lease back, if ``owner`` holds it."""
+        ...
+
+    def reclaim_space(self) -> None:
+        """Let the space that deletes freed be reused (SQLite: ``PRAGMA incremental_vacuum``);
+        a no-op where the database does it on its own."""
+        ...
+
+
 @runtime_checkable
 class HandOffs(Protocol):
     """Optional: a store that can hand a new run's first step to an idle worker in the start's
@@ -742,7 +771,7 @@ class HandOffs(Protocol):
         ...
 
 
-class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Protocol):
+class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Retention, Protocol):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""
 

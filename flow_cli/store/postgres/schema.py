@@ -272,6 +272,14 @@ def _v9_run_attributes(conn: Connection) -> None:
     )
 
 
+def _v10_leases(conn: Connection) -> None:
+    # Named leases that keep a maintenance job (background retention) to one worker.
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS leases (name text PRIMARY KEY, owner text NOT NULL, "
+        "held_until timestamptz NOT NULL)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -282,6 +290,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "schedules", _v7_schedules),
     Migration(8, "step_heartbeats", _v8_step_heartbeats),
     Migration(9, "run_attributes (search attributes)", _v9_run_attributes),
+    Migration(10, "leases", _v10_leases),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

@@ -53,6 +53,7 @@ from flow_cli.store.protocol import (
     AppendViaCommit,
     LeaseAsk,
     ReadAfter,
+    RunRecord,
     StepHeartbeat,
     StepLease,
     StoreStats,
@@ -60,6 +61,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 
 _Leased: TypeAlias = tuple[
@@ -72,7 +74,7 @@ _Leased: TypeAlias = tuple[
 and when runs and steps are next due (see ``DueHints``)."""
 
 
-class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
+class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -425,6 +427,10 @@ class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
 
     def _schedule_time(self, value: Any) -> datetime:
         return tables.utc(value)
+
+    def _run_records(self, conn: Connection, where: str, params: Sequence[Any]) -> list[RunRecord]:
+        rows = conn.execute(f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE {where}", params)
+        return [tables.run_record(row) for row in rows.fetchall()]
 
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False

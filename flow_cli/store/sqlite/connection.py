@@ -395,6 +395,10 @@ class SQLiteConnections:
                     "to upgrade it, then read it read-only."
                 )
             return
+        if found is None:
+            # A new file: pages that deletes free (``flow prune``) can be given back in small
+            # steps (``reclaim_space``). Only possible before the first table is created.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._enter_wal(conn)
         if found == latest:

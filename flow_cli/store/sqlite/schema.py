@@ -211,6 +211,14 @@ def _v8_run_attributes(db: Database) -> None:
     )
 
 
+def _v9_leases(db: Database) -> None:
+    """Named leases that keep a maintenance job (background retention) to one worker."""
+    db.conn.execute(
+        "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+        "held_until TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -220,5 +228,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (6, _v6_schedules),
     (7, _v7_step_heartbeats),
     (8, _v8_run_attributes),
+    (9, _v9_leases),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

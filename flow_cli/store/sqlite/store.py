@@ -26,6 +26,7 @@ from flow_cli.store.protocol import (
     LeaseAsk,
     NewRun,
     ReadAfter,
+    RunRecord,
     StepHeartbeat,
     StepLease,
     StreamWrite,
@@ -34,11 +35,13 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import attribute_rows, attribute_upsert, error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
+    RUN_SELECT,
     SQLITE,
     dt,
     encode,
@@ -46,16 +49,23 @@ from flow_cli.store.sqlite.rows import (
     envelopes,
     insert_events,
     lost_race,
+    run_record,
     ts,
     ts_or_none,
 )
+
+_VACUUM_PAGES = 1000
+"""Pages one step of ``reclaim_space`` frees (4 MB of 4 KiB pages: a few milliseconds)."""
+_VACUUM_ROUNDS = 50
+_INCREMENTAL = 2
+"""``PRAGMA auto_vacuum`` of a database made with ``auto_vacuum = INCREMENTAL``."""
 
 DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, OverflowError)
 """What SQLite (or its binding) raises for a value it cannot take: a string that is not valid
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -580,6 +590,30 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
 
     def _schedule_time(self, value: Any) -> datetime:
         return dt(str(value))
+
+    # -- retention (statements in ``store.retention_sql``) ---------------------------------------
+
+    def _run_records(
+        self, conn: sqlite3.Connection, where: str, params: Sequence[Any]
+    ) -> list[RunRecord]:
+        return [run_record(row) for row in conn.execute(f"{RUN_SELECT} WHERE {where}", params)]
+
+    @guarded
+    def reclaim_space(self) -> None:
+        """Give the free pages back to the file system in small steps (``PRAGMA
+        incremental_vacuum``), each its own short write, so no step holds the write lock long.
+        A database made before auto_vacuum was INCREMENTAL has none to give: SQLite reuses
+        its free pages for new rows instead."""
+        if self._conn().execute("PRAGMA auto_vacuum").fetchone()[0] != _INCREMENTAL:
+            return
+        conn = self._conn()
+        for _ in range(_VACUUM_ROUNDS):
+            if not conn.execute("PRAGMA freelist_count").fetchone()[0]:
+                return
+            with self._write_lock:
+                # Its own transaction, stepped to the end by executescript: executed as a
+                # statement, the pragma frees one page per call.
+                conn.executescript(f"PRAGMA incremental_vacuum({_VACUUM_PAGES});")
 
     # -- waiting and closing ----------------------------------------------------------------------
 
