@@ -1128,6 +1128,7 @@ def test_version_8_schema_gains_run_attributes(url: str, schema: str, store: Pos
     store.close()
     with admin(url, schema) as conn:  # what a version 8 Flow left: no run_attributes
         conn.execute("DROP TABLE run_attributes")
+        conn.execute("DROP TABLE leases")
         conn.execute("UPDATE flow_meta SET value = '8' WHERE key = 'schema_version'")
     upgraded = PostgresStore(url, schema=schema)
     try:
