@@ -102,13 +102,15 @@ def postgres_bytes(url: str, schema: str) -> int:
 
 
 def best_of(args: list[str], env: dict[str, str], cwd: Path, repeat: int) -> float:
+    """The shortest wall time of ``repeat`` runs of ``flow ARGS`` (exit 0, or 1 for doctor's
+    findings)."""
     flow = str(Path(sys.executable).parent / "flow")
     taken = []
     for _ in range(repeat):
         began = time.perf_counter()
         done = subprocess.run([flow, *args], env=env, cwd=cwd, capture_output=True, check=False)
         taken.append(time.perf_counter() - began)
-        if done.returncode not in (0, 1):  # doctor exits 1 when it finds something
+        if done.returncode != 0 and not (args[0] == "doctor" and done.returncode == 1):
             raise SystemExit(f"flow {' '.join(args)}: exit {done.returncode}: {done.stderr!r}")
     return min(taken)
 
@@ -143,6 +145,9 @@ def main() -> None:
                 for suffix in ("-wal", "-shm"):
                     Path(f"{partial}{suffix}").unlink(missing_ok=True)
                 partial.rename(path)
+            from flow_cli.store import open_store
+
+            open_store(url).close()  # a database cached by an older Flow: upgraded once here
         else:
             schema = f"flow_scale_{runs}"
             url = f"{options.pg}{'&' if '?' in options.pg else '?'}schema={schema}"
