@@ -24,6 +24,8 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
+from flow_cli.store.pauses import PauseKind, PauseTarget
+from flow_cli.store.pauses_sql import ANY_PAUSE
 from flow_cli.store.protocol import (
     CommitGroup,
     LeaseAsk,
@@ -452,8 +454,11 @@ def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:
 # -- indexed due work ----------------------------------------------------------------------------
 
 
-def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
+@pytest.mark.parametrize("paused", [False, True])
+def test_due_work_queries_use_the_due_time_indexes(db_path: Path, paused: bool) -> None:
     store = SQLiteStore(db_path)
+    if paused:  # the leases then leave held runs out: still by the indexes, with no sort
+        store.add_pauses([PauseTarget(kind=PauseKind.WORKFLOW, name="other")], None, NOW)
     store.create_run(new_run("r1"), NOW)
     task = StepTask(step_id="s", attempt=1, available_at=NOW)
     index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
@@ -465,13 +470,24 @@ def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
     store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     store.next_due([BUILD])
     store._conn().set_trace_callback(None)
-    selects = [s for s in statements if s.startswith("SELECT")]
+    probes = [s for s in statements if s == ANY_PAUSE]
+    selects = [s for s in statements if s.startswith("SELECT") and s != ANY_PAUSE]
     assert len(selects) == 6  # each lease looks before it locks
+    assert len(probes) == 5  # whether anything is paused: per look, lease and due times
     with sqlite3.connect(db_path) as conn:
         for sql in selects:
             plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
-            table = "runs" if " FROM runs " in sql else "step_tasks"
-            wanted = "runs_decide_at" if table == "runs" else "step_tasks_available_at"
+            assert ("pauses" in sql) is paused, sql
+            table = "runs" if sql.split(" WHERE ")[0].endswith(" FROM runs") else "step_tasks"
+            # The leases take by priority, then due time: the (priority, due time) indexes,
+            # read as one range per priority; when work is next due: the due-time indexes.
+            leasing = "priority IN" in sql
+            wanted = {
+                ("runs", True): "runs_priority_due",
+                ("runs", False): "runs_decide_at",
+                ("step_tasks", True): "step_tasks_priority_ready",
+                ("step_tasks", False): "step_tasks_available_at",
+            }[(table, leasing)]
             # Walking the due-time index (and no sort of the whole table) is what keeps the cost
             # proportional to the work that is due, not to every run that is waiting.
             assert f"USING INDEX {wanted}" in plan, (sql, plan)

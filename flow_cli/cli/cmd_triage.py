@@ -40,6 +40,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "waiting_on": record.waiting_on.split() if record.waiting_on else [],
         "error_type": record.error_type,
         "reason": record.error,
+        "priority": record.priority,
     }
 
 

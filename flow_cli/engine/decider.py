@@ -402,6 +402,7 @@ class Decider:
                     parent_child_id=event.child_id,
                     signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
                     traceparent=child_traceparent(snap.spec.traceparent, snap.run_id),
+                    priority=snap.spec.priority,
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,

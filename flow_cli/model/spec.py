@@ -9,6 +9,26 @@ from typing import Any
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.schedule import ScheduleRef
 
+DEFAULT_PRIORITY = 5
+"""A run's priority when none is given (``flow start --priority``): 1 is taken first, 9 last."""
+
+PRIORITIES = range(1, 10)
+"""The priorities a run may have: 1 (first) to 9 (last)."""
+
+
+def check_priority(priority: int | None) -> int:
+    """``priority``, or the default for ``None``; raises ``InputError`` outside 1..9."""
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+        from flow_cli.errors import InputError
+
+        raise InputError(
+            f"priority must be a whole number from 1 (taken first) to 9 (last), default "
+            f"{DEFAULT_PRIORITY}; got {priority!r}."
+        )
+    return priority
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowSpec:
@@ -46,6 +66,9 @@ class WorkflowSpec:
     traceparent: str | None = None
     """The W3C trace context the run's spans belong to (``flow start --traceparent``, or the
     parent run's); continuations keep it (``flow_cli.model.trace``)."""
+    priority: int = DEFAULT_PRIORITY
+    """1 (taken first) to 9 (last): workers take due runs and ready steps by priority, then by
+    age. Children inherit their parent's unless given one; continuations keep it."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -85,6 +108,8 @@ class WorkflowSpec:
             data["schedule"] = self.schedule.to_json()
         if self.traceparent is not None:
             data["traceparent"] = self.traceparent
+        if self.priority != DEFAULT_PRIORITY:
+            data["priority"] = self.priority
         return data
 
     @classmethod
@@ -103,6 +128,7 @@ class WorkflowSpec:
             signals=_names(data.get("signals")),
             schedule=ScheduleRef.from_json(data.get("schedule")),
             traceparent=data.get("traceparent"),
+            priority=int(data.get("priority", DEFAULT_PRIORITY)),
         )
 
 

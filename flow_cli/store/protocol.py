@@ -24,6 +24,7 @@ from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.schedule import Schedule
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
+from flow_cli.store.pauses import Pauses
 
 
 class Keep(Enum):
@@ -183,6 +184,8 @@ class RunRecord:
     """The error type of a Failed run, or of its failing decision (see ``RunError``)."""
     error: str | None = None
     """``ErrorType: message`` of a Failed run, or of its failing decision."""
+    priority: int = 5
+    """1 (taken first) to 9 (``WorkflowSpec.priority``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -706,7 +709,7 @@ class HandOffs(Protocol):
         ...
 
 
-class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Protocol):
+class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Pauses, Protocol):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""
 

@@ -253,6 +253,27 @@ def _v8_step_heartbeats(conn: Connection) -> None:
     )
 
 
+def _v9_priorities_pauses(conn: Connection) -> None:
+    # Run priorities (flow start --priority) on runs and their step tasks, leading the indexes
+    # the leases read (priority, then due time), and the pauses table (flow pause); see
+    # flow_cli.store.pauses_sql. Runs recorded before have the default, 5.
+    from flow_cli.store.pauses_sql import PAUSES_TABLE
+
+    conn.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5")
+    conn.execute(
+        "ALTER TABLE step_tasks ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs (priority, decide_at, created_order)"
+        " WHERE decide_at IS NOT NULL"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks"
+        " (priority, available_at, run_id, step_id)"
+    )
+    conn.execute(PAUSES_TABLE.format(time="timestamptz"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -262,6 +283,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "runs.error_type and runs.error", _v6_run_errors),
     Migration(7, "schedules", _v7_schedules),
     Migration(8, "step_heartbeats", _v8_step_heartbeats),
+    Migration(9, "runs.priority, step_tasks.priority, pauses", _v9_priorities_pauses),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

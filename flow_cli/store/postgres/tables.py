@@ -17,6 +17,7 @@ from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.pauses_sql import PRIORITY_IN, unpaused_or_not_held
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
@@ -35,9 +36,12 @@ from flow_cli.store.sql import run_filter as shared_run_filter
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing, waiting_on, error_type, error"
+    "decide_at, failing, waiting_on, error_type, error, priority"
 )
 
+
+_TASK_WORKFLOW = "(SELECT w.workflow FROM runs w WHERE w.run_id = t.run_id)"
+"""A step task's workflow, for ``not_held`` (step tasks do not store it)."""
 
 # The due-work queries. Each reads the index on due time in order and stops after ``limit``
 # rows, so its cost follows the number of runs due, not the number waiting; SKIP LOCKED lets
@@ -47,26 +51,33 @@ RUN_COLUMNS = (
 LEASE_RUNS = (
     "WITH due AS ("
     " SELECT run_id, decide_at, created_order FROM runs"
-    " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    f" WHERE {PRIORITY_IN} AND decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('runs')}"
+    " ORDER BY priority, decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
     " WHERE runs.run_id = due.run_id"
-    " RETURNING runs.run_id, due.decide_at, due.created_order"
+    " RETURNING runs.run_id, due.decide_at, due.created_order, runs.priority"
 )
-"""Lease due runs: rows of (run_id, old decide_at, created_order)."""
+"""Lease due runs: rows of (run_id, old decide_at, created_order, priority); runs a pause
+holds are left out (``pauses_sql``)."""
 
-ANY_DUE_RUN = "SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
+ANY_DUE_RUN = (
+    f"SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('runs')} LIMIT 1"
+)
 """Whether any run of these builds is due (read before leasing, without locking)."""
 
 ANY_READY_STEP = (
-    "SELECT 1 FROM step_tasks WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
+    "SELECT 1 FROM step_tasks t WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)} LIMIT 1"
 )
 """Whether any step task of these builds is ready (read before leasing, without locking)."""
 
 LOCK_READY = (
-    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks"
-    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s)"
+    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks t"
+    f" WHERE {PRIORITY_IN} AND available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    " ORDER BY priority, available_at, run_id, step_id LIMIT %(limit)s)"
     " SELECT run_id, last_sequence, build_id,"
     "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
     "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
@@ -96,11 +107,15 @@ leases nothing."""
 
 
 NEXT_DUE = (
-    "SELECT (SELECT min(decide_at) FROM runs"
-    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
-    "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s))"
+    "SELECT (SELECT decide_at FROM runs"
+    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)"
+    f"       AND {unpaused_or_not_held('runs')} ORDER BY decide_at LIMIT 1),"
+    "       (SELECT available_at FROM step_tasks t WHERE build_id = ANY(%(builds)s)"
+    f"       AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    "        ORDER BY available_at LIMIT 1)"
 )
-"""The earliest run and step due times of some builds: one row of two (maybe NULL) times."""
+"""The earliest run and step due times of some builds, of runs no pause holds (an idle worker
+would spin on a due run it may not lease): one row of two (maybe NULL) times."""
 
 
 @dataclass(slots=True)
@@ -180,8 +195,8 @@ def last_sequence(conn: Connection, run_id: str) -> int | None:
 
 _INSERT_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-    "updated_at, last_sequence, decide_at, patches) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s)"
+    "updated_at, last_sequence, decide_at, patches, priority) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s)"
 )
 
 
@@ -204,6 +219,7 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
         now,
         run.decide_at,
         json.dumps(list(spec.patches)),
+        spec.priority,
     )
     if isinstance(conn, Batch):
         conn.execute(_INSERT_RUN, params)
@@ -261,7 +277,8 @@ def insert_events(
 _INSERT_DECIDED_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
     "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
-    "error_type, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "error_type, error, priority) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -306,6 +323,7 @@ def insert_decided_run(
             row.failing_since(now),
             row.waiting_on,
             *error_values(row.error),
+            spec.priority,
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
@@ -418,8 +436,8 @@ def _apply_steps(
         # transaction's own UPDATE of it included).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) SELECT run_id, %s, build_id, %s, %s, %s FROM runs WHERE run_id = %s"
-            + _UPSERT_TASK
+            "lease_owner, priority) SELECT run_id, %s, build_id, %s, %s, %s, priority FROM runs "
+            "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks: list[tuple[Any, ...]] = [
             (step_id, task.attempt, task.available_at, task.owner, run_id)
@@ -427,12 +445,14 @@ def _apply_steps(
             if task is not None
         ]
     else:
+        # The task's priority is its run's (the row is there: this transaction wrote it).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) VALUES (%s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
+            "lease_owner, priority) SELECT %s, %s, %s, %s, %s, %s, priority FROM runs "
+            "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks = [
-            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner, run_id)
             for step_id, task in steps.items()
             if task is not None
         ]
@@ -485,6 +505,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         waiting_on=row[10] if len(row) > 10 else None,
         error_type=row[11] if len(row) > 11 else None,
         error=row[12] if len(row) > 12 else None,
+        priority=int(row[13]) if len(row) > 13 else 5,
     )
 
 

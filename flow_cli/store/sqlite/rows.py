@@ -108,7 +108,7 @@ def envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvel
 
 RUN_SELECT = (
     "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
-    "last_sequence, decide_at, failing, waiting_on, error_type, error FROM runs"
+    "last_sequence, decide_at, failing, waiting_on, error_type, error, priority FROM runs"
 )
 
 
@@ -128,6 +128,7 @@ def run_record(row: tuple[Any, ...]) -> RunRecord:
             waiting_on=row[10],
             error_type=row[11],
             error=row[12],
+            priority=row[13],
         )
     except (TypeError, ValueError) as exc:
         raise damage.Unreadable(

@@ -197,6 +197,22 @@ def _v7_step_heartbeats(db: Database) -> None:
     )
 
 
+def _v8_priorities_pauses(db: Database) -> None:
+    """Run priorities (``flow start --priority``) on runs and their step tasks, with the
+    indexes the leases read in (priority, then due time), and the pauses table (``flow
+    pause``; see ``flow_cli.store.pauses_sql``). Runs recorded before have the default, 5."""
+    from flow_cli.store.pauses_sql import PAUSES_TABLE
+
+    conn = db.conn
+    conn.execute("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
+    conn.execute("ALTER TABLE step_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
+    conn.execute(
+        "CREATE INDEX runs_priority_due ON runs (priority, decide_at) WHERE decide_at IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX step_tasks_priority_ready ON step_tasks (priority, available_at)")
+    conn.execute(PAUSES_TABLE.format(time="TEXT"))
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -205,5 +221,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (5, _v5_run_errors),
     (6, _v6_schedules),
     (7, _v7_step_heartbeats),
+    (8, _v8_priorities_pauses),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

@@ -17,6 +17,7 @@ from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.pauses_sql import ANY_PAUSE, PRIORITY_IN, SQLPauses, not_held
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -55,7 +56,7 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -84,8 +85,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         spec = run.spec
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?) "
-            "ON CONFLICT (run_id) DO NOTHING",
+            "updated_at, last_sequence, decide_at, patches, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
@@ -96,6 +97,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
                 stamp,
                 ts_or_none(run.decide_at),
                 json.dumps(list(spec.patches)),
+                spec.priority,
             ),
         ).rowcount
         if not inserted:
@@ -125,8 +127,9 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
             "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
-            "error_type, error) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "error_type, error, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
@@ -142,6 +145,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
                 None if row.failing is None else stamp,
                 row.waiting_on,
                 *error_values(row.error),
+                spec.priority,
             ),
         ).rowcount
         if not inserted:
@@ -189,10 +193,11 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
                     (run_id, step_id),
                 )
                 continue
-            # A task carries its run's build id (as re-pinned by the update above).
+            # A task carries its run's build id (as re-pinned by the update above) and priority.
             conn.execute(
                 "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                "lease_owner, priority) SELECT ?, ?, build_id, ?, ?, ?, priority FROM runs "
+                "WHERE run_id = ? "
                 "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
                 "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
                 (run_id, step_id, task.attempt, ts(task.available_at), task.owner, run_id),
@@ -347,15 +352,17 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
             return []
         marks = ", ".join("?" * len(build_ids))
         select = (
-            f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
-            "ORDER BY decide_at LIMIT ?"
+            f"SELECT run_id FROM runs WHERE {PRIORITY_IN} AND decide_at <= ? "
+            f"AND build_id IN ({marks}) {{held}}ORDER BY priority, decide_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not self._conn().execute(select, params).fetchone():
+        conn = self._conn()
+        if not conn.execute(_unheld(select, "runs", _paused(conn)), params).fetchone():
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
+            select = _unheld(select, "runs", _paused(conn))
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
@@ -378,19 +385,19 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         select = (
             "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
             "JOIN runs r ON r.run_id = t.run_id "
-            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) "
-            "ORDER BY t.available_at LIMIT ?"
+            f"WHERE t.{PRIORITY_IN} AND t.available_at <= ? AND t.build_id IN ({marks}) "
+            "{held}ORDER BY t.priority, t.available_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(select, params).fetchone():
+        if not conn.execute(_unheld(select, "r", _paused(conn)), params).fetchone():
             return []
         until = ts(lease_until)
         until_dt = dt(until)
         stamp = ts(now)
         with self._write(durable=False) as conn:
-            rows = conn.execute(select, params).fetchall()
+            rows = conn.execute(_unheld(select, "r", _paused(conn)), params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -488,20 +495,50 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
     def _due_times(
         self, conn: sqlite3.Connection, build_ids: Sequence[str]
     ) -> tuple[datetime | None, datetime | None]:
-        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds."""
+        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds,
+        of runs no pause holds."""
+        paused = _paused(conn)
         marks = ", ".join("?" * len(build_ids))
+        # A held run (``flow pause``) is not due: an idle worker would spin on it.
+        workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
         found = [
             conn.execute(sql, tuple(build_ids)).fetchone()
             for sql in (
-                "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
-                "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
+                _unheld(
+                    "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
+                    f"AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
+                    "runs",
+                    paused,
+                ),
+                _unheld(
+                    "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
+                    f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
+                    "step_tasks",
+                    paused,
+                    workflow=workflow,
+                ),
             )
         ]
         self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
         runs, steps = (None if row is None else dt(row[0]) for row in found)
         return runs, steps
+
+    # -- pauses (statements in ``store.pauses_sql``) ---------------------------------------------
+
+    _pause_dialect = SQLITE
+
+    def _pause_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._schedule_write()
+
+    def _pause_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._schedule_read()
+
+    def _pause_time(self, value: Any) -> datetime:
+        return dt(str(value))
+
+    def _pauses_changed(self) -> None:
+        self._due.forget()
+        self._doorbell.ring()  # a resumed run may be due: waiting workers look again
 
     # -- workers registry -------------------------------------------------------------------------
 
@@ -607,3 +644,14 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+
+def _paused(conn: sqlite3.Connection) -> bool:
+    """Whether anything is paused: one probe of the (usually empty) pauses table."""
+    return conn.execute(ANY_PAUSE).fetchone() is not None
+
+
+def _unheld(select: str, alias: str, paused: bool, *, workflow: str | None = None) -> str:
+    """``select`` with its ``{held}`` slot filled: when anything is ``paused``, a condition
+    leaving out the runs a pause holds (``pauses_sql``); nothing otherwise."""
+    return select.format(held=f"AND {not_held(alias, workflow=workflow)} " if paused else "")
