@@ -149,9 +149,14 @@ class WorkflowEnvironment:
         *,
         run_id: str | None = None,
         build_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
-        """Create a run and return its id (it runs at the next ``run_until_idle``)."""
-        return self.engine.start(workflow, input, run_id=run_id, build_id=build_id).run_id
+        """Create a run and return its id (it runs at the next ``run_until_idle``);
+        ``priority`` as for ``Engine.start`` (1 first, 9 last, default 5)."""
+        started = self.engine.start(
+            workflow, input, run_id=run_id, build_id=build_id, priority=priority
+        )
+        return started.run_id
 
     def signal(self, run_id: str, name: str, payload: JsonValue = None) -> None:
         """Send signal ``name`` to the run (or its live successor), then run until idle."""

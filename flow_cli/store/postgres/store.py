@@ -259,8 +259,9 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLPauses, AppendViaCommit):
         # A candidate's run always exists (its step tasks go with it); should one have
         # gone meanwhile, its tasks are not started without a row (they are leasable
         # again once this lease runs out).
-        rows = [row for row in leasing or () if row[0] in locked]
-        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        found = [row for row in leasing or () if row[0] in locked]
+        found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
+        rows = [row[:4] for row in found]
         for run_id, step_id, attempt, _ in rows:
             target = locked[run_id]
             started = StepStarted(

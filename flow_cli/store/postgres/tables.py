@@ -98,10 +98,12 @@ LEASE_READY = (
     "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
-    " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was"
+    " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was,"
+    " step_tasks.priority"
 )
 """Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
-have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at).
+have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at,
+priority).
 The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
 leases nothing."""
 
