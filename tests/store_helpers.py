@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from datetime import datetime
 
 from flow_cli.model.events import (
