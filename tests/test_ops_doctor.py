@@ -41,8 +41,8 @@ def cause(state: RunState, hosting: Hosting = HOSTED) -> str:
     return classify(state, hosting, NOW).cause
 
 
-def test_stuck_causes_are_the_first_six() -> None:
-    assert set(CAUSES[:6]) == STUCK
+def test_stuck_causes_follow_paused() -> None:
+    assert CAUSES[0] == "paused" and set(CAUSES[1:7]) == STUCK
 
 
 def test_precedence_when_several_apply() -> None:
