@@ -204,12 +204,16 @@ def _v8_priorities_pauses(db: Database) -> None:
     from flow_cli.store.pauses_sql import PAUSES_TABLE
 
     conn = db.conn
-    conn.execute("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
-    conn.execute("ALTER TABLE step_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
+    for table in ("runs", "step_tasks"):  # idempotent, as the later versions' tables are
+        if "priority" not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
     conn.execute(
-        "CREATE INDEX runs_priority_due ON runs (priority, decide_at) WHERE decide_at IS NOT NULL"
+        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs (priority, decide_at) "
+        "WHERE decide_at IS NOT NULL"
     )
-    conn.execute("CREATE INDEX step_tasks_priority_ready ON step_tasks (priority, available_at)")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks (priority, available_at)"
+    )
     conn.execute(PAUSES_TABLE.format(time="TEXT"))
 
 
