@@ -299,11 +299,10 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
         grid.add_row("priority", Text(str(snap["priority"])))
     paused = snap.get("paused")
     if paused:
-        why = f": {paused['reason']}" if paused.get("reason") else ""
+        why = f" ({paused['reason']})" if paused.get("reason") else ""
         held = f"{paused['kind']} {paused['target']}"
-        grid.add_row(
-            "paused", Text(f"by a pause of {held} since {paused['paused_at']}{why}", "yellow")
-        )
+        since = when(paused["paused_at"])
+        grid.add_row("paused", Text(f"{held} since {since}{why}: flow resume", "yellow"))
     grid.add_row("started", when(snap.get("started_at")))
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
         if snap.get(key):
