@@ -9,7 +9,9 @@ not lease it while the pause lasts.
 
 The gate reads the pauses table again once its copy is ``MAX_AGE`` old (a pause made in this
 process drops the copy at once): on PostgreSQL a read is a round trip, which a step's end
-should not pay each time. A pause made elsewhere therefore reaches a worker's step chains
+should not pay each time. On SQLite, where each lease looks whether anything is paused, a look
+younger than ``MAX_AGE`` that found nothing answers without a read (a step thread's first read
+would open a connection of its own). A pause made elsewhere therefore reaches a worker's step chains
 within ``MAX_AGE``; its leases at once.
 """
 
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 from flow_cli.errors import InputError, RunFinished
 from flow_cli.model.names import check_name
 from flow_cli.model.status import RunStatus
-from flow_cli.store.pauses import PauseKind, Pauses, PauseSet, PauseTarget
+from flow_cli.store.pauses import PauseKind, PauseProbes, Pauses, PauseSet, PauseTarget
 from flow_cli.store.protocol import RunFilter
 
 if TYPE_CHECKING:
@@ -49,11 +51,16 @@ class PauseGate:
             self._read_at = None
 
     def current(self) -> PauseSet:
-        """The pauses in force, read again if the copy is older than ``MAX_AGE``."""
+        """The pauses in force, read again if the copy is older than ``MAX_AGE`` (unless a
+        lease of this process found nothing paused more recently: ``PauseProbes``)."""
+        now = time.monotonic()
         with self._lock:
-            fresh = self._read_at is not None and time.monotonic() - self._read_at < MAX_AGE
+            fresh = self._read_at is not None and now - self._read_at < MAX_AGE
             if fresh:
                 return self._pauses
+        probe = self._store.last_pause_probe() if isinstance(self._store, PauseProbes) else None
+        if probe is not None and not probe[1] and now - probe[0] < MAX_AGE:
+            return PauseSet()
         found = PauseSet(self._store.list_pauses())
         with self._lock:
             self._pauses, self._read_at = found, time.monotonic()

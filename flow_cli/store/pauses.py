@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class PauseKind(Enum):
@@ -93,6 +93,17 @@ class Pauses(Protocol):
 
     def list_pauses(self) -> list[Pause]:
         """Every pause in force, by kind then target."""
+        ...
+
+
+@runtime_checkable
+class PauseProbes(Protocol):
+    """Optional: a store whose leases look whether anything is paused (SQLite), and tell the
+    last answer, so that a worker's step threads need not read the pauses table themselves
+    (a thread's first read opens a connection of its own)."""
+
+    def last_pause_probe(self) -> tuple[float, bool] | None:
+        """``(time.monotonic() of the look, whether anything was paused)``, or ``None``."""
         ...
 
 

@@ -212,7 +212,8 @@ def _v8_priorities_pauses(db: Database) -> None:
         "WHERE decide_at IS NOT NULL"
     )
     conn.execute(
-        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks (priority, available_at)"
+        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready "
+        "ON step_tasks (priority, available_at)"
     )
     conn.execute(PAUSES_TABLE.format(time="TEXT"))
 

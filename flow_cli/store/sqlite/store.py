@@ -358,11 +358,11 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
         conn = self._conn()
-        if not conn.execute(_unheld(select, "runs", _paused(conn)), params).fetchone():
+        if not conn.execute(_unheld(select, "runs", self._probe_pauses(conn)), params).fetchone():
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
-            select = _unheld(select, "runs", _paused(conn))
+            select = _unheld(select, "runs", self._probe_pauses(conn))
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
@@ -391,13 +391,13 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(_unheld(select, "r", _paused(conn)), params).fetchone():
+        if not conn.execute(_unheld(select, "r", self._probe_pauses(conn)), params).fetchone():
             return []
         until = ts(lease_until)
         until_dt = dt(until)
         stamp = ts(now)
         with self._write(durable=False) as conn:
-            rows = conn.execute(_unheld(select, "r", _paused(conn)), params).fetchall()
+            rows = conn.execute(_unheld(select, "r", self._probe_pauses(conn)), params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -497,7 +497,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
     ) -> tuple[datetime | None, datetime | None]:
         """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds,
         of runs no pause holds."""
-        paused = _paused(conn)
+        paused = self._probe_pauses(conn)
         marks = ", ".join("?" * len(build_ids))
         # A held run (``flow pause``) is not due: an idle worker would spin on it.
         workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
@@ -536,7 +536,22 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
     def _pause_time(self, value: Any) -> datetime:
         return dt(str(value))
 
+    _pause_probe: tuple[float, bool] | None = None
+
+    def _probe_pauses(self, conn: sqlite3.Connection) -> bool:
+        """Whether anything is paused: one probe of the (usually empty) pauses table, kept
+        for ``last_pause_probe``."""
+        found = conn.execute(ANY_PAUSE).fetchone() is not None
+        self._pause_probe = (time.monotonic(), found)
+        return found
+
+    def last_pause_probe(self) -> tuple[float, bool] | None:
+        """When (``time.monotonic()``) a lease of this process last looked whether anything is
+        paused, and what it found (``PauseProbes``)."""
+        return self._pause_probe
+
     def _pauses_changed(self) -> None:
+        self._pause_probe = None
         self._due.forget()
         self._doorbell.ring()  # a resumed run may be due: waiting workers look again
 
@@ -644,11 +659,6 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
-
-
-def _paused(conn: sqlite3.Connection) -> bool:
-    """Whether anything is paused: one probe of the (usually empty) pauses table."""
-    return conn.execute(ANY_PAUSE).fetchone() is not None
 
 
 def _unheld(select: str, alias: str, paused: bool, *, workflow: str | None = None) -> str:
