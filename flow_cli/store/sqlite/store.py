@@ -17,7 +17,7 @@ from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
-from flow_cli.store.pauses_sql import ANY_PAUSE, PRIORITY_IN, SQLPauses, not_held
+from flow_cli.store.pauses_sql import PRIORITY_IN
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -38,6 +38,7 @@ from flow_cli.store.protocol import (
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
+from flow_cli.store.sqlite.pauses import SQLitePauses, unheld
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
     SQLITE,
@@ -56,7 +57,7 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, SQLitePauses, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -357,12 +358,12 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         )
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
-        conn = self._conn()
-        if not conn.execute(_unheld(select, "runs", self._probe_pauses(conn)), params).fetchone():
+        # (Held runs count here: only the lease below asks whether anything is paused.)
+        if not self._conn().execute(unheld(select, "runs", False), params).fetchone():
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
-            select = _unheld(select, "runs", self._probe_pauses(conn))
+            select = unheld(select, "runs", self._probe_pauses(conn))
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
@@ -391,13 +392,15 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(_unheld(select, "r", self._probe_pauses(conn)), params).fetchone():
+        # (Held steps count here: only the lease below asks whether anything is paused.)
+        if not conn.execute(unheld(select, "r", False), params).fetchone():
             return []
         until = ts(lease_until)
         until_dt = dt(until)
         stamp = ts(now)
         with self._write(durable=False) as conn:
-            rows = conn.execute(_unheld(select, "r", self._probe_pauses(conn)), params).fetchall()
+            paused = self._probe_pauses(conn)
+            rows = conn.execute(unheld(select, "r", paused), params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -424,7 +427,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
                 [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
             # When work is next due, read with the lease: the worker's pass need not ask again.
-            runs_due, steps_due = self._due_times(conn, build_ids)
+            runs_due, steps_due = self._due_times(conn, build_ids, paused)
         self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
         self.stats.scheduler_rows_read += len(rows)
         leases = [
@@ -493,24 +496,25 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         return self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
 
     def _due_times(
-        self, conn: sqlite3.Connection, build_ids: Sequence[str]
+        self, conn: sqlite3.Connection, build_ids: Sequence[str], paused: bool | None = None
     ) -> tuple[datetime | None, datetime | None]:
         """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds,
-        of runs no pause holds."""
-        paused = self._probe_pauses(conn)
+        of runs no pause holds (``paused``: whether anything is, when the caller looked)."""
+        if paused is None:
+            paused = self._probe_pauses(conn)
         marks = ", ".join("?" * len(build_ids))
         # A held run (``flow pause``) is not due: an idle worker would spin on it.
         workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
         found = [
             conn.execute(sql, tuple(build_ids)).fetchone()
             for sql in (
-                _unheld(
+                unheld(
                     "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
                     f"AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
                     "runs",
                     paused,
                 ),
-                _unheld(
+                unheld(
                     "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
                     f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
                     "step_tasks",
@@ -522,38 +526,6 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
         self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
         runs, steps = (None if row is None else dt(row[0]) for row in found)
         return runs, steps
-
-    # -- pauses (statements in ``store.pauses_sql``) ---------------------------------------------
-
-    _pause_dialect = SQLITE
-
-    def _pause_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._schedule_write()
-
-    def _pause_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._schedule_read()
-
-    def _pause_time(self, value: Any) -> datetime:
-        return dt(str(value))
-
-    _pause_probe: tuple[float, bool] | None = None
-
-    def _probe_pauses(self, conn: sqlite3.Connection) -> bool:
-        """Whether anything is paused: one probe of the (usually empty) pauses table, kept
-        for ``last_pause_probe``."""
-        found = conn.execute(ANY_PAUSE).fetchone() is not None
-        self._pause_probe = (time.monotonic(), found)
-        return found
-
-    def last_pause_probe(self) -> tuple[float, bool] | None:
-        """When (``time.monotonic()``) a lease of this process last looked whether anything is
-        paused, and what it found (``PauseProbes``)."""
-        return self._pause_probe
-
-    def _pauses_changed(self) -> None:
-        self._pause_probe = None
-        self._due.forget()
-        self._doorbell.ring()  # a resumed run may be due: waiting workers look again
 
     # -- workers registry -------------------------------------------------------------------------
 
@@ -659,9 +631,3 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLPauses, AppendViaCommit):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
-
-
-def _unheld(select: str, alias: str, paused: bool, *, workflow: str | None = None) -> str:
-    """``select`` with its ``{held}`` slot filled: when anything is ``paused``, a condition
-    leaving out the runs a pause holds (``pauses_sql``); nothing otherwise."""
-    return select.format(held=f"AND {not_held(alias, workflow=workflow)} " if paused else "")
