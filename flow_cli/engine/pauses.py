@@ -36,11 +36,17 @@ MAX_AGE = 0.25
 """Seconds the gate trusts its copy of the pauses."""
 
 
+_NOTHING = PauseSet()
+"""Nothing is paused."""
+
+
 class PauseGate:
     """The pauses of one store, as an engine's unleased decisions ask about them."""
 
     def __init__(self, store: Pauses) -> None:
         self._store = store
+        self._probes = store if isinstance(store, PauseProbes) else None
+        """The store's last look at the pauses table, when it tells it (SQLite)."""
         self._lock = threading.Lock()
         self._pauses = PauseSet()
         self._read_at: float | None = None
@@ -58,9 +64,9 @@ class PauseGate:
             fresh = self._read_at is not None and now - self._read_at < MAX_AGE
             if fresh:
                 return self._pauses
-        probe = self._store.last_pause_probe() if isinstance(self._store, PauseProbes) else None
+        probe = self._probes.last_pause_probe() if self._probes is not None else None
         if probe is not None and not probe[1] and now - probe[0] < MAX_AGE:
-            return PauseSet()
+            return _NOTHING
         found = PauseSet(self._store.list_pauses())
         with self._lock:
             self._pauses, self._read_at = found, time.monotonic()
