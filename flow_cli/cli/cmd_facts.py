@@ -153,7 +153,7 @@ def start(
         check_run_id(run_id)
     from flow_cli.model.spec import check_priority
 
-    check_priority(priority)  # before anything is opened
+    check_priority(priority, "--priority")  # before anything is opened
     value = parse_json_arg(input, "--input")
     sent = None
     if signal is not None:

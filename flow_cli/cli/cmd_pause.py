@@ -89,7 +89,8 @@ def pause(
     workflow: Workflow = None,
     build_id: Build = None,
     reason: Annotated[
-        str | None, text_option("--reason", "T", "Why (shown by flow pauses and flow doctor).")
+        str | None,
+        text_option("--reason", "TEXT", "Why (shown by flow pauses, flow show and flow doctor)."),
     ] = None,
     json_output: JsonFlag = False,
 ) -> None:

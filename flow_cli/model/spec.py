@@ -16,15 +16,16 @@ PRIORITIES = range(1, 10)
 """The priorities a run may have: 1 (first) to 9 (last)."""
 
 
-def check_priority(priority: int | None) -> int:
-    """``priority``, or the default for ``None``; raises ``InputError`` outside 1..9."""
+def check_priority(priority: int | None, what: str = "priority") -> int:
+    """``priority``, or the default for ``None``; raises ``InputError`` outside 1..9 (``what``
+    names it in the message: ``--priority`` on the command line)."""
     if priority is None:
         return DEFAULT_PRIORITY
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
         from flow_cli.errors import InputError
 
         raise InputError(
-            f"priority must be a whole number from 1 (taken first) to 9 (last), default "
+            f"{what} must be a whole number from 1 (taken first) to 9 (last), default "
             f"{DEFAULT_PRIORITY}; got {priority!r}."
         )
     return priority
