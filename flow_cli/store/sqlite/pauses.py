@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from flow_cli.model.spec import PRIORITIES
 from flow_cli.store.pauses_sql import ANY_PAUSE, SQLPauses, not_held
 from flow_cli.store.sqlite.connection import SQLiteConnections
 from flow_cli.store.sqlite.rows import SQLITE, dt
@@ -62,3 +63,12 @@ def unheld(select: str, alias: str, paused: bool, *, workflow: str | None = None
     """``select`` with its ``{held}`` slot filled: when anything is ``paused``, a condition
     leaving out the runs a pause holds (``pauses_sql``); nothing otherwise."""
     return select.format(held=f"AND {not_held(alias, workflow=workflow)} " if paused else "")
+
+
+def earliest(select: str) -> str:
+    """The earliest of ``select``'s one-row answers for each priority (its ``@P``), in one
+    statement: the (priority, due time) indexes serve it as nine seeks, where a plain
+    ``ORDER BY`` over every priority would sort every waiting row (the due-time-only indexes
+    are gone, to keep a write's index upkeep as it was). Its parameters, once per priority."""
+    parts = " UNION ALL ".join(f"SELECT ({select.replace('@P', str(p))}) AS t" for p in PRIORITIES)
+    return f"SELECT min(t) FROM ({parts})"

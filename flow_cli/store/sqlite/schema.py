@@ -199,7 +199,8 @@ def _v7_step_heartbeats(db: Database) -> None:
 
 def _v8_priorities_pauses(db: Database) -> None:
     """Run priorities (``flow start --priority``) on runs and their step tasks, with the
-    indexes the leases read in (priority, then due time), and the pauses table (``flow
+    indexes the leases read in (priority, then due time) in place of the due-time ones, and
+    the pauses table (``flow
     pause``; see ``flow_cli.store.pauses_sql``). Runs recorded before have the default, 5."""
     from flow_cli.store.pauses_sql import PAUSES_TABLE
 
@@ -215,6 +216,10 @@ def _v8_priorities_pauses(db: Database) -> None:
         "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready "
         "ON step_tasks (priority, available_at)"
     )
+    # They serve when work is next due too (``store.sqlite.pauses.earliest``): an index on the
+    # due time alone would cost every write that moves one a second index entry to keep.
+    conn.execute("DROP INDEX IF EXISTS runs_decide_at")
+    conn.execute("DROP INDEX IF EXISTS step_tasks_available_at")
     conn.execute(PAUSES_TABLE.format(time="TEXT"))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
 from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
+from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
 from flow_cli.store.pauses_sql import PRIORITY_IN
@@ -38,7 +39,7 @@ from flow_cli.store.protocol import (
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
-from flow_cli.store.sqlite.pauses import SQLitePauses, unheld
+from flow_cli.store.sqlite.pauses import SQLitePauses, earliest, unheld
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
     SQLITE,
@@ -506,25 +507,29 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLitePauses, AppendViaCommit):
         # A held run (``flow pause``) is not due: an idle worker would spin on it.
         workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
         found = [
-            conn.execute(sql, tuple(build_ids)).fetchone()
+            conn.execute(sql, tuple(build_ids) * len(PRIORITIES)).fetchone()[0]
             for sql in (
-                unheld(
-                    "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
-                    f"AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
-                    "runs",
-                    paused,
+                earliest(
+                    unheld(
+                        "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
+                        f"NULL AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
+                        "runs",
+                        paused,
+                    )
                 ),
-                unheld(
-                    "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
-                    f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
-                    "step_tasks",
-                    paused,
-                    workflow=workflow,
+                earliest(
+                    unheld(
+                        "SELECT available_at FROM step_tasks WHERE priority = @P "
+                        f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
+                        "step_tasks",
+                        paused,
+                        workflow=workflow,
+                    )
                 ),
             )
         ]
-        self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
-        runs, steps = (None if row is None else dt(row[0]) for row in found)
+        self.stats.scheduler_rows_read += sum(1 for value in found if value is not None)
+        runs, steps = (None if value is None else dt(value) for value in found)
         return runs, steps
 
     # -- workers registry -------------------------------------------------------------------------
