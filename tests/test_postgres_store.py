@@ -895,12 +895,14 @@ def test_due_work_queries_use_the_due_time_indexes(
         conn.execute("ANALYZE step_tasks")
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
         conn.execute("ANALYZE pauses")
-        # Little is due: the planner reads the due rows by due time alone (either index).
+        # The (priority, due time) indexes serve every due-work query (there is no index on
+        # the due time alone); when work is next due is the earliest of each priority's first.
         for query, indexes in (
-            (postgres_tables.LEASE_RUNS, {"runs_decide_at", "runs_priority_due"}),
-            (postgres_tables.ANY_READY_STEP, {"step_tasks_available_at"}),
-            (postgres_tables.LOCK_READY, {"step_tasks_available_at", "step_tasks_priority_ready"}),
-            (postgres_tables.NEXT_DUE, {"runs_decide_at"}),
+            (postgres_tables.LEASE_RUNS, {"runs_priority_due"}),
+            (postgres_tables.ANY_READY_STEP, {"step_tasks_priority_ready"}),
+            (postgres_tables.LOCK_READY, {"step_tasks_priority_ready"}),
+            (postgres_tables.NEXT_DUE, {"runs_priority_due"}),
+            (postgres_tables.NEXT_DUE, {"step_tasks_priority_ready"}),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
             used = {node.get("Index Name") for node in _plan_nodes(plan)}

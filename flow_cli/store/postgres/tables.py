@@ -15,6 +15,7 @@ from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
+from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
 from flow_cli.store.pauses_sql import PRIORITY_IN, unpaused_or_not_held
@@ -62,14 +63,15 @@ LEASE_RUNS = (
 holds are left out (``pauses_sql``)."""
 
 ANY_DUE_RUN = (
-    f"SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    f" AND {unpaused_or_not_held('runs')} LIMIT 1"
+    f"SELECT 1 FROM runs WHERE {PRIORITY_IN} AND decide_at <= %(now)s"
+    f" AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('runs')} LIMIT 1"
 )
 """Whether any run of these builds is due (read before leasing, without locking)."""
 
 ANY_READY_STEP = (
-    "SELECT 1 FROM step_tasks t WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    f" AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)} LIMIT 1"
+    f"SELECT 1 FROM step_tasks t WHERE {PRIORITY_IN} AND available_at <= %(now)s"
+    f" AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    " LIMIT 1"
 )
 """Whether any step task of these builds is ready (read before leasing, without locking)."""
 
@@ -108,16 +110,22 @@ The settings are local to the transaction, so after a ``LOCK_READY`` that found 
 leases nothing."""
 
 
+_PRIORITIES = f"unnest(ARRAY[{', '.join(str(p) for p in PRIORITIES)}]) AS q(priority)"
+
 NEXT_DUE = (
-    "SELECT (SELECT decide_at FROM runs"
-    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)"
-    f"       AND {unpaused_or_not_held('runs')} ORDER BY decide_at LIMIT 1),"
-    "       (SELECT available_at FROM step_tasks t WHERE build_id = ANY(%(builds)s)"
+    "SELECT (SELECT min((SELECT decide_at FROM runs"
+    "        WHERE priority = q.priority AND decide_at IS NOT NULL"
+    f"       AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('runs')}"
+    f"       ORDER BY decide_at LIMIT 1)) FROM {_PRIORITIES}),"
+    "       (SELECT min((SELECT available_at FROM step_tasks t"
+    "        WHERE priority = q.priority AND build_id = ANY(%(builds)s)"
     f"       AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
-    "        ORDER BY available_at LIMIT 1)"
+    f"       ORDER BY available_at LIMIT 1)) FROM {_PRIORITIES})"
 )
 """The earliest run and step due times of some builds, of runs no pause holds (an idle worker
-would spin on a due run it may not lease): one row of two (maybe NULL) times."""
+would spin on a due run it may not lease): one row of two (maybe NULL) times. Each is the
+earliest of each priority's first, read from the (priority, due time) indexes (there is no
+index on the due time alone: a write keeps one index entry less)."""
 
 
 @dataclass(slots=True)
