@@ -150,11 +150,18 @@ class WorkflowEnvironment:
         run_id: str | None = None,
         build_id: str | None = None,
         attributes: Mapping[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
     ) -> str:
         """Create a run and return its id (it runs at the next ``run_until_idle``).
-        ``attributes``: search attributes it starts with, as ``flow start --attr``."""
+        ``attributes``: search attributes it starts with, as ``flow start --attr``;
+        ``priority`` as for ``Engine.start`` (1 first, 9 last, default 5)."""
         return self.engine.start(
-            workflow, input, run_id=run_id, build_id=build_id, attributes=attributes
+            workflow,
+            input,
+            run_id=run_id,
+            build_id=build_id,
+            attributes=attributes,
+            priority=priority,
         ).run_id
 
     def attributes(self, run_id: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from flow_cli.model.events import (
@@ -39,10 +40,11 @@ def new_run(
     workflow: str = "orders",
     build: str = BUILD,
     parent: str | None = None,
+    priority: int = 5,
 ) -> NewRun:
     return NewRun(
         run_id=run_id,
-        spec=make_spec(workflow, build, parent),
+        spec=dataclasses.replace(make_spec(workflow, build, parent), priority=priority),
         seed=f"seed-{run_id}",
         decide_at=decide_at,
     )

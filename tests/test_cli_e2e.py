@@ -222,6 +222,7 @@ def test_runs_lists_and_filters_with_a_failing_marker(project: FlowProject) -> N
         "run_id", "workflow", "status", "build_id", "parent_run_id", "created_at",
         "updated_at", "last_sequence", "failing", "waiting_on", "error_type", "reason",
         "attributes",
+        "priority",
     }  # fmt: skip
     assert all(set(r) == fields for r in data)
     assert data[0]["failing"] and "boom" in data[0]["failing"]

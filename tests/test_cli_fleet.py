@@ -127,6 +127,7 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
         "calm": "waiting-signal",
     }
     assert report["summary"] == {
+        "paused": 0,
         "decision-failing": 1,
         "step-unknown": 0,
         "build-unhosted": 1,

@@ -44,6 +44,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "tick": (),
     "worker": (),
     "signal": ("go",),
+    "start": ("two-step",),
     "cancel": (),
     "terminate": (),
     "retry": (),

@@ -41,8 +41,8 @@ def cause(state: RunState, hosting: Hosting = HOSTED) -> str:
     return classify(state, hosting, NOW).cause
 
 
-def test_stuck_causes_are_the_first_six() -> None:
-    assert set(CAUSES[:6]) == STUCK
+def test_stuck_causes_follow_paused() -> None:
+    assert CAUSES[0] == "paused" and set(CAUSES[1:7]) == STUCK
 
 
 def test_precedence_when_several_apply() -> None:
@@ -123,3 +123,20 @@ def test_hosting_rule() -> None:
     assert (
         found.detail == "no live worker hosts build 'b1' (last host seen 2026-12-01T08:59:00+00:00)"
     )
+
+
+def test_a_paused_run_is_paused_whatever_else_is_due_and_not_stuck() -> None:
+    from flow_cli.store.pauses import Pause, PauseKind, PauseSet, PauseTarget
+
+    held = PauseTarget(kind=PauseKind.WORKFLOW, name="w")
+    pauses = PauseSet([Pause(target=held, reason="deploy", paused_at=LATE)])
+    overdue = run(decide_at=LATE, failing="ValueError: x")
+    found = classify(overdue, HOSTED, NOW, pauses=pauses)
+    assert (found.cause, found.stuck, found.since) == ("paused", False, LATE)
+    assert found.detail == (
+        "paused (deploy): a pause holds its workflow 'w'; `flow resume --workflow w` lets it go on"
+    )
+    other = PauseSet(
+        [Pause(target=PauseTarget(kind=PauseKind.RUN, name="x"), reason=None, paused_at=LATE)]
+    )
+    assert classify(overdue, HOSTED, NOW, pauses=other).cause == "decision-failing"

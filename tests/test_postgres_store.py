@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from flow_cli.store.pauses import PauseKind, PauseTarget
 from flow_cli.store.protocol import LeaseAsk, RunFilter
 
 pytestmark = pytest.mark.postgres
@@ -871,9 +872,12 @@ def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
             yield from _plan_nodes(value)
 
 
+@pytest.mark.parametrize("paused", [False, True])
 def test_due_work_queries_use_the_due_time_indexes(
-    url: str, schema: str, store: PostgresStore
+    url: str, schema: str, store: PostgresStore, paused: bool
 ) -> None:
+    if paused:  # the leases leave held runs out: still by the indexes, with no sort
+        store.add_pauses([PauseTarget(kind=PauseKind.WORKFLOW, name="other")], None, NOW)
     with admin(url, schema) as conn:
         conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, created_at, updated_at, "
@@ -890,21 +894,45 @@ def test_due_work_queries_use_the_due_time_indexes(
         conn.execute("ANALYZE runs")
         conn.execute("ANALYZE step_tasks")
         params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
-        for query, index in (
-            (postgres_tables.LEASE_RUNS, "runs_decide_at"),
-            (postgres_tables.ANY_READY_STEP, "step_tasks_available_at"),
-            (postgres_tables.LOCK_READY, "step_tasks_available_at"),
-            (postgres_tables.NEXT_DUE, "runs_decide_at"),
+        conn.execute("ANALYZE pauses")
+        # The (priority, due time) indexes serve every due-work query (there is no index on
+        # the due time alone); when work is next due is the earliest of each priority's first.
+        for query, indexes in (
+            (postgres_tables.LEASE_RUNS, {"runs_priority_due"}),
+            (postgres_tables.ANY_READY_STEP, {"step_tasks_priority_ready"}),
+            (postgres_tables.LOCK_READY, {"step_tasks_priority_ready"}),
+            (postgres_tables.NEXT_DUE, {"runs_priority_due"}),
+            (postgres_tables.NEXT_DUE, {"step_tasks_priority_ready"}),
         ):
             (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
             used = {node.get("Index Name") for node in _plan_nodes(plan)}
-            assert index in used, f"{index} not used by:\n{query}\n{plan}"
+            assert indexes & used, f"{indexes} not used by:\n{query}\n{plan}"
     # The cost follows what is due: three due runs among 10,000 waiting read three rows.
     store.commit([], [new_run(f"due-{i}") for i in range(3)], NOW)
     before = store.stats.scheduler_rows_read
     leased = store.lease_runs(LeaseAsk("w", [BUILD], NOW, NOW + timedelta(seconds=30), 100))
     assert sorted(leased) == ["due-0", "due-1", "due-2"]
     assert store.stats.scheduler_rows_read - before == 3
+    # A backlog (many due): the leases take by priority, then due time, reading the
+    # (priority, due time) indexes as one range per priority, in order: no sort of the backlog.
+    with admin(url, schema) as conn:
+        conn.execute(
+            "UPDATE runs SET decide_at = %s - interval '1 second' WHERE run_id LIKE 'future-%%'",
+            (NOW,),
+        )
+        conn.execute("UPDATE step_tasks SET available_at = %s - interval '1 second'", (NOW,))
+        conn.execute("ANALYZE runs")
+        conn.execute("ANALYZE step_tasks")
+        for query, index in (
+            (postgres_tables.LEASE_RUNS, "runs_priority_due"),
+            (postgres_tables.LOCK_READY, "step_tasks_priority_ready"),
+        ):
+            (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+            nodes = list(_plan_nodes(plan))
+            assert index in {n.get("Index Name") for n in nodes}, f"{query}\n{plan}"
+            # (LOCK_READY then sorts the few runs it locks by run id, the order commits lock in.)
+            by_priority = [n for n in nodes if "priority" in str(n.get("Sort Key", ""))]
+            assert not by_priority, f"{query}\n{plan}"
 
 
 # -- storage fidelity ----------------------------------------------------------------------------

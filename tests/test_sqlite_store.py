@@ -24,6 +24,8 @@ from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
 from flow_cli.store import open_store
 from flow_cli.store.memory import MemoryStore
+from flow_cli.store.pauses import PauseKind, PauseTarget
+from flow_cli.store.pauses_sql import ANY_PAUSE
 from flow_cli.store.protocol import (
     CommitGroup,
     LeaseAsk,
@@ -125,7 +127,7 @@ def test_a_lease_that_fails_still_restores_the_durable_mode(
     store = SQLiteStore(db_path)
     _ready_step(store, "r1")
 
-    def broken(conn: sqlite3.Connection, build_ids: object) -> None:
+    def broken(conn: sqlite3.Connection, build_ids: object, paused: object = None) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(store, "_due_times", broken)
@@ -452,8 +454,11 @@ def test_an_undecodable_event_gives_store_error(db_path: Path) -> None:
 # -- indexed due work ----------------------------------------------------------------------------
 
 
-def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
+@pytest.mark.parametrize("paused", [False, True])
+def test_due_work_queries_use_the_due_time_indexes(db_path: Path, paused: bool) -> None:
     store = SQLiteStore(db_path)
+    if paused:  # the leases then leave held runs out: still by the indexes, with no sort
+        store.add_pauses([PauseTarget(kind=PauseKind.WORKFLOW, name="other")], None, NOW)
     store.create_run(new_run("r1"), NOW)
     task = StepTask(step_id="s", attempt=1, available_at=NOW)
     index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
@@ -465,13 +470,21 @@ def test_due_work_queries_use_the_due_time_indexes(db_path: Path) -> None:
     store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     store.next_due([BUILD])
     store._conn().set_trace_callback(None)
-    selects = [s for s in statements if s.startswith("SELECT")]
+    probes = [s for s in statements if s == ANY_PAUSE]
+    selects = [s for s in statements if s.startswith("SELECT") and s != ANY_PAUSE]
     assert len(selects) == 6  # each lease looks before it locks
+    assert len(probes) == 2  # whether anything is paused: once per lease, not per look
+    # The leases and the due times read with them leave held runs out (the looks before the
+    # leases count held ones too).
+    assert len([s for s in selects if "pauses" in s]) == (4 if paused else 0)
     with sqlite3.connect(db_path) as conn:
         for sql in selects:
             plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
-            table = "runs" if " FROM runs " in sql else "step_tasks"
-            wanted = "runs_decide_at" if table == "runs" else "step_tasks_available_at"
+            table = "runs" if sql.split(" WHERE ")[0].endswith(" FROM runs") else "step_tasks"
+            # The leases take by priority, then due time, and when work is next due is the
+            # earliest of each priority's first: the (priority, due time) indexes, read as one
+            # range per priority (the due-time-only indexes are gone: one index less to keep).
+            wanted = "runs_priority_due" if table == "runs" else "step_tasks_priority_ready"
             # Walking the due-time index (and no sort of the whole table) is what keeps the cost
             # proportional to the work that is due, not to every run that is waiting.
             assert f"USING INDEX {wanted}" in plan, (sql, plan)

@@ -123,6 +123,16 @@ def start(
             show_default=False,
         ),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            metavar="1..9",
+            help="Workers take due runs and ready steps by priority (1 first), then age; "
+            "recorded in the run, inherited by its children. Default: 5.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a run of WORKFLOW and print its run id.
 
@@ -143,6 +153,8 @@ def start(
             raise InputError("--signal starts one run; drop it or --from-jsonl.")
         if attributes:
             raise InputError("--attr sets one run's attributes; drop it or --from-jsonl.")
+        if priority is not None:
+            raise InputError("--priority starts one run; drop it or --from-jsonl.")
         if workflow is not None or run_id is not None or input is not None:
             raise InputError("--from-jsonl takes workflow, id and input from its lines; drop them.")
         from flow_cli.cli.jsonl_starts import start_from_jsonl
@@ -156,6 +168,9 @@ def start(
     check_name(workflow, "workflow name")
     if run_id is not None:
         check_run_id(run_id)
+    from flow_cli.model.spec import check_priority
+
+    check_priority(priority, "--priority")  # before anything is opened
     value = parse_json_arg(input, "--input")
     sent = None
     if signal is not None:
@@ -185,6 +200,7 @@ def start(
             signal_key=signal_key,
             traceparent=traceparent,
             attributes=attributes or None,
+            priority=priority,
         )
     if tracer is not None:
         tracer.shutdown()

@@ -74,6 +74,7 @@ def doctor(
     cheap enough for a cron job. The first cause that applies wins, in this order:
 
     \b
+    paused            a pause holds it (`flow pause`) until `flow resume`
     decision-failing  its last decision failed (code raised or diverged)       stuck
     step-unknown      a step's outcome is unknown: `flow step resolve`          stuck
     build-unhosted    no live worker hosts its build (see below)                stuck

@@ -77,6 +77,12 @@ def show_data(engine: Engine, run_id: str) -> tuple[dict[str, Any], RunRecord]:
     record = engine.get_run(run_id)
     data: dict[str, Any] = snap.to_json()
     data["failing"] = record.failing
+    data["priority"] = snap.spec.priority
+    from flow_cli.store.pauses import PauseSet
+
+    spec = snap.spec
+    pause = PauseSet(engine.list_pauses()).holding(run_id, spec.workflow, record.build_id)
+    data["paused"] = None if pause is None else pause.to_json()
     forked = snap.spec.forked_from
     data["forked_from"] = None if forked is None else {"run_id": forked[0], "sequence": forked[1]}
     # When the run was created here: a fork's history keeps its original's start time.

@@ -40,6 +40,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "error_type": record.error_type,
         "reason": record.error,
         "attributes": dict(record.attributes),
+        "priority": record.priority,
     }
 
 

@@ -295,6 +295,14 @@ def _header(snap: Mapping[str, Any], failing: str | None) -> RenderableType:
         build.append(f" (upgraded from {first['from']} at event {first['sequence']})", "dim")
     grid.add_row("build", build)
     grid.add_row("patches", Text(", ".join(snap["patches"]) or "-"))
+    if snap.get("priority", 5) != 5:
+        grid.add_row("priority", Text(str(snap["priority"])))
+    paused = snap.get("paused")
+    if paused:
+        why = f" ({paused['reason']})" if paused.get("reason") else ""
+        held = f"{paused['kind']} {paused['target']}"
+        since = when(paused["paused_at"])
+        grid.add_row("paused", Text(f"{held} since {since}{why}: flow resume", "yellow"))
     grid.add_row("started", when(snap.get("started_at")))
     for key, label in (("parent_run_id", "parent"), ("predecessor_run_id", "predecessor")):
         if snap.get(key):

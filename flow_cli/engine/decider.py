@@ -408,6 +408,7 @@ class Decider:
                     signals=self._declared_signals(snap.spec.runtime_build_id, event.workflow),
                     traceparent=child_traceparent(snap.spec.traceparent, snap.run_id),
                     attributes=self._child_attributes(snap, event),
+                    priority=snap.spec.priority,
                 ),
                 seed=secrets.token_hex(16),
                 decide_at=now,

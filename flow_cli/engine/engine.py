@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.inputs import json_input
 from flow_cli.engine.observe import Observer
+from flow_cli.engine.pauses import PauseGate
 from flow_cli.engine.streams import Pending, Streams, Write
 from flow_cli.errors import (
     BuildAmbiguous,
@@ -49,9 +50,10 @@ from flow_cli.model.events import (
 from flow_cli.model.jsonval import JsonValue, canonical
 from flow_cli.model.names import check_name, check_run_id
 from flow_cli.model.snapshot import WorkflowRunSnapshot
-from flow_cli.model.spec import WorkflowSpec
+from flow_cli.model.spec import WorkflowSpec, check_priority
 from flow_cli.model.status import RunStatus
 from flow_cli.model.trace import TraceParent
+from flow_cli.store.pauses import Pause, PauseTarget
 from flow_cli.store.protocol import (
     BuildUsage,
     EventStore,
@@ -70,6 +72,7 @@ from flow_cli.store.protocol import (
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
     from flow_cli.engine.metrics import MetricsObserver
+    from flow_cli.engine.pauses import PauseChange
     from flow_cli.engine.resolve import Resolution, Resolved
     from flow_cli.engine.retention import PruneReport, PruneRequest
     from flow_cli.engine.schedules import ScheduleService
@@ -134,6 +137,8 @@ class Engine:
             raise BuildNotHosted(default_build, list(self.runtimes))
         self.default_build = default_build
         self.streams = Streams(store)
+        self.pause_gate = PauseGate(store)
+        """Whether a pause holds a run, for decisions made without a lease (``engine.pauses``)."""
         # The decider and the step executor (and the workflow machinery they import) are made
         # on first use: an engine that only reads, as `flow show` does, never needs them.
         self._decider: Decider | None = None
@@ -194,7 +199,9 @@ class Engine:
                 if self._executor is None:
                     from flow_cli.engine.steps import StepExecutor
 
-                    self._executor = StepExecutor(self.streams, self.runtimes, self.clock, decider)
+                    self._executor = StepExecutor(
+                        self.streams, self.runtimes, self.clock, decider, self.pause_gate
+                    )
                 executor = self._executor
         return executor
 
@@ -277,11 +284,15 @@ class Engine:
         schedule: ScheduleRef | None = None,
         traceparent: str | None = None,
         attributes: Mapping[str, str | int | float | bool] | None = None,
+        priority: int | None = None,
     ) -> StartResult:
         """Create a run. The same id with the same spec is a no-op.
 
         ``attributes``: search attributes (strings, numbers or booleans) the run starts with,
         over those of the workflow's ``attributes=`` function (``flow runs --attr k=v``).
+        ``priority``: 1 (taken first) to 9 (last), default 5: workers take due runs and ready
+        steps by priority, then by age; recorded in its spec, inherited by its children
+        (raises ``InputError`` outside 1..9). A second start of the same run ignores it.
 
         ``schedule``: the schedule and fire time that start it (``ctx.scheduled_at``).
         ``traceparent``: the W3C trace context its spans join, recorded in its spec (raises
@@ -300,6 +311,7 @@ class Engine:
         after a deploy, pass the old ``build_id`` to repeat a start idempotently.
         """
         check_name(workflow, "workflow name")
+        priority = check_priority(priority)
         if run_id is not None:
             check_run_id(run_id)
         runtime = self.runtime_for(workflow, build_id)
@@ -315,6 +327,7 @@ class Engine:
             schedule=schedule,
             traceparent=None if traceparent is None else str(TraceParent.parse(traceparent)),
             attributes=runtime.start_attributes(workflow, value, attributes),
+            priority=priority,
         )
         import secrets  # imported here: it loads hashlib and hmac, which readers never need
 
@@ -353,7 +366,10 @@ class Engine:
     def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
         """Create ``run`` (with its first decisions when ``eager_start``); False if the id
         is taken."""
-        first = self.decider.first_decisions(run, runtime, now) if self.eager_start else None
+        spec = run.spec
+        held = self.pause_gate.holds(run.run_id, spec.workflow, spec.runtime_build_id)
+        eager = self.eager_start and not held  # a held run is only created (facts still are)
+        first = self.decider.first_decisions(run, runtime, now) if eager else None
         if first is not None:
             pending, effects = first
             created = self._hand_off(run, pending)
@@ -626,6 +642,48 @@ class Engine:
     def build_usage(self) -> list[BuildUsage]:
         """Every build id some run is pinned to, with its open runs."""
         return self.store.build_usage()
+
+    # -- pauses (``flow pause``; see ``flow_cli.engine.pauses``) ----------------------------------
+
+    def pause(self, targets: Sequence[PauseTarget], reason: str | None = None) -> list[PauseChange]:
+        """Hold the runs ``targets`` name (runs, or a workflow, or a build: one kind), fleet-wide
+        at once: they are not decided and their steps do not start (attempts in flight finish)
+        until ``resume``; facts (signals, hook callbacks, updates) are still recorded. A paused
+        workflow or build also holds the runs started after the pause.
+
+        Raises ``InputError`` (no target, two kinds), ``RunNotFound``, or ``RunFinished`` (a
+        run that has ended), writing nothing.
+        """
+        from flow_cli.engine import pauses
+
+        pauses.check_targets(self, targets, "pause")
+        before = {p.target for p in self.store.list_pauses()}
+        self.store.add_pauses(targets, reason, self.clock.now())
+        self.pause_gate.forget()
+        return [
+            pauses.PauseChange(
+                target=t, changed=t not in before, open_runs=pauses.open_runs(self, t)
+            )
+            for t in targets
+        ]
+
+    def resume(self, targets: Sequence[PauseTarget]) -> list[PauseChange]:
+        """Lift the pauses of ``targets``: their runs are due again at once. A target that was
+        not paused is reported unchanged. Raises ``InputError`` as ``pause`` does."""
+        from flow_cli.engine import pauses
+
+        pauses.check_targets(self, targets, "resume")
+        before = {p.target for p in self.store.list_pauses()}
+        self.store.remove_pauses(targets)
+        self.pause_gate.forget()
+        return [
+            pauses.PauseChange(target=t, changed=t in before, open_runs=pauses.open_runs(self, t))
+            for t in targets
+        ]
+
+    def list_pauses(self) -> list[Pause]:
+        """The pauses in force, by kind then target."""
+        return self.store.list_pauses()
 
     def list_workers(self) -> list[WorkerInfo]:
         """The workers registered in the database, live or gone."""

@@ -26,6 +26,7 @@ from flow_cli.engine.decider import Decider, DecideReport, Effects, start_schedu
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.engine.observe import RunRef, StepRef
+from flow_cli.engine.pauses import PauseGate
 from flow_cli.engine.streams import Pending, Streams
 from flow_cli.errors import (
     EventConflict,
@@ -112,11 +113,15 @@ class StepExecutor:
         runtimes: Mapping[str, Runtime],
         clock: Clock,
         decider: Decider,
+        pauses: PauseGate | None = None,
     ) -> None:
         self.streams = streams
         self.runtimes = runtimes
         self.clock = clock
         self.decider = decider
+        self.pauses = pauses
+        """Asked before a step's end is committed with the run's next decision: a run a pause
+        holds gets its step's end alone (``flow pause``: attempts in flight finish)."""
         self.conflicts = 0
 
     def execute(
@@ -533,13 +538,18 @@ class StepExecutor:
             pass  # the retry is due in the step index; nothing to decide
         elif isinstance(event, StepOutcomeUnknown):
             pass  # the run waits for an operator (flow step resolve)
-        elif deciding is None or not decide:
-            pending.decide_at = now  # a worker of the run's build decides it
+        elif deciding is None or not decide or self._held(current):
+            pending.decide_at = now  # a worker of the run's build decides it (once resumed)
         else:
             effects = self.decider.advance(pending, deciding, report, sticky=True)
             if not effects.more and lease_seconds is not None:
                 following = start_scheduled(pending, worker, lease_seconds)
         return pending, effects, following
+
+    def _held(self, run: WorkflowRunSnapshot) -> bool:
+        spec = run.spec
+        gate = self.pauses
+        return gate is not None and gate.holds(run.run_id, spec.workflow, spec.runtime_build_id)
 
     def _submit(
         self,

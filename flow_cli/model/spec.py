@@ -9,6 +9,27 @@ from typing import Any
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.schedule_ref import ScheduleRef
 
+DEFAULT_PRIORITY = 5
+"""A run's priority when none is given (``flow start --priority``): 1 is taken first, 9 last."""
+
+PRIORITIES = range(1, 10)
+"""The priorities a run may have: 1 (first) to 9 (last)."""
+
+
+def check_priority(priority: int | None, what: str = "priority") -> int:
+    """``priority``, or the default for ``None``; raises ``InputError`` outside 1..9 (``what``
+    names it in the message: ``--priority`` on the command line)."""
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+        from flow_cli.errors import InputError
+
+        raise InputError(
+            f"{what} must be a whole number from 1 (taken first) to 9 (last), default "
+            f"{DEFAULT_PRIORITY}; got {priority!r}."
+        )
+    return priority
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowSpec:
@@ -49,6 +70,9 @@ class WorkflowSpec:
     attributes: JsonValue = None
     """Search attributes set at start (``@runtime.workflow(..., attributes=)``, ``flow start
     --attr``): ``{key: value}``, or ``None`` when there are none. Continuations keep them."""
+    priority: int = DEFAULT_PRIORITY
+    """1 (taken first) to 9 (last): workers take due runs and ready steps by priority, then by
+    age. Children inherit their parent's unless given one; continuations keep it."""
 
     def successor(
         self, input: JsonValue, predecessor_run_id: str, predecessor_started_at: datetime
@@ -90,6 +114,8 @@ class WorkflowSpec:
             data["traceparent"] = self.traceparent
         if self.attributes:
             data["attributes"] = dict(self.attributes)
+        if self.priority != DEFAULT_PRIORITY:
+            data["priority"] = self.priority
         return data
 
     @classmethod
@@ -109,6 +135,7 @@ class WorkflowSpec:
             schedule=ScheduleRef.from_json(data.get("schedule")),
             traceparent=data.get("traceparent"),
             attributes=data.get("attributes") or None,
+            priority=int(data.get("priority", DEFAULT_PRIORITY)),
         )
 
 

@@ -6,6 +6,9 @@ history, so it stays cheap enough for a cron job over a hundred thousand open ru
 
 The rule lives in ``classify``; the first cause that applies wins, in this order:
 
+0. ``paused``: a pause (``flow pause``) names the run, its workflow or its build: it is not
+   decided and its steps do not start until ``flow resume`` (whatever else is due or failing
+   waits for that). Not stuck: an operator asked for it.
 1. ``decision-failing``: the run's last decision failed (its code raised, or diverged from
    history); it is retried with a back-off until fixed code is deployed.
 2. ``step-unknown``: an ``on_lost="unknown"`` step's attempt vanished or timed out; nobody
@@ -33,7 +36,7 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
 11. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
    shown rather than hidden).
 
-The first six are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
+Causes 1 to 6 are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ from typing import Protocol
 from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
+from flow_cli.store.pauses import Pause, PauseSet
 from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
 
 CAUSES = (
+    "paused",
     "decision-failing",
     "step-unknown",
     "build-unhosted",
@@ -67,7 +72,7 @@ CAUSES = (
 )
 """Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
 
-STUCK = frozenset(CAUSES[:6])
+STUCK = frozenset(CAUSES[1:7])
 """Causes that need an operator: a run with one of these will not move by itself."""
 
 OVERDUE_AFTER = timedelta(seconds=30)
@@ -174,6 +179,8 @@ class FleetReads(Protocol):
 
     def run_states(self, where: RunFilter) -> list[RunState]: ...
 
+    def list_pauses(self) -> list[Pause]: ...
+
 
 def diagnose(
     store: FleetReads,
@@ -189,7 +196,8 @@ def diagnose(
     hosting = Hosting.of(workers, now)
     states = store.run_states(replace(where, statuses=statuses)) if statuses else []
     order = {cause: n for n, cause in enumerate(CAUSES)}
-    found = [classify(state, hosting, now, overdue_after) for state in states]
+    pauses = PauseSet(store.list_pauses())
+    found = [classify(state, hosting, now, overdue_after, pauses) for state in states]
     if _schedules_wanted(where):
         live = sum(1 for w in workers if w.live(now))
         found += [
@@ -240,10 +248,25 @@ def schedule_late(
 
 
 def classify(
-    run: RunState, hosting: Hosting, now: datetime, overdue_after: timedelta = OVERDUE_AFTER
+    run: RunState,
+    hosting: Hosting,
+    now: datetime,
+    overdue_after: timedelta = OVERDUE_AFTER,
+    pauses: PauseSet | None = None,
 ) -> Diagnosis:
-    """Why ``run`` (open) is where it is: the first cause that applies (module docstring)."""
+    """Why ``run`` (open) is where it is: the first cause that applies (module docstring);
+    ``pauses``: the pauses in force."""
     found = functools.partial(_found, run)
+    pause = pauses.holding(run.run_id, run.workflow, run.build_id) if pauses else None
+    if pause is not None:
+        target = pause.target
+        named = "it" if target.kind.value == "run" else f"its {target.kind.value} {target.name!r}"
+        why = f" ({pause.reason})" if pause.reason else ""
+        resume = {"run": run.run_id, "workflow": f"--workflow {target.name}"}.get(
+            target.kind.value, f"--build-id {target.name}"
+        )
+        detail = f"paused{why}: a pause holds {named}; `flow resume {resume}` lets it go on"
+        return found("paused", detail, max(pause.paused_at, run.created_at))
     if run.failing is not None:
         return found("decision-failing", run.failing, run.failing_since or run.updated_at)
 

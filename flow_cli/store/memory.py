@@ -22,6 +22,7 @@ from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFoun
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import row_changes, start_attributes
+from flow_cli.store.pauses import MemoryPauses
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -90,6 +91,8 @@ class _Run:
     error_type: str | None = None
     error: str | None = None
     patches: tuple[str, ...] = ()
+    priority: int = 5
+    """1 (first) to 9: the order, before age, in which its decisions and steps are taken."""
     events: list[_Event] = field(default_factory=list)
     attribute_texts: dict[str, str] = field(default_factory=dict)
     """Search attributes as the index keeps them: key → JSON text."""
@@ -119,12 +122,13 @@ def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
+class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
         MemorySchedules.__init__(self)
         MemoryRetention.__init__(self)
+        MemoryPauses.__init__(self)
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}
@@ -241,6 +245,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
             updated_at=at,
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
             patches=tuple(spec.patches),
+            priority=spec.priority,
             events=_encode([RunStarted(spec=spec, seed=run.seed)], at),
             attribute_texts=start_attributes(run),
         )
@@ -290,6 +295,17 @@ class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
                 created_at=at if known is None else known.created_at,
                 metadata=json.loads(json.dumps(hook.metadata)) if known is None else known.metadata,
             )
+
+    def _held(self, run_id: str) -> bool:
+        """Whether a pause holds the run (``flow pause``): its work is not leased."""
+        if not self._pauses:
+            return False
+        run = self._runs[run_id]
+        return self._pause_set().holding(run_id, run.workflow, run.build_id) is not None
+
+    def _pauses_changed(self) -> None:
+        with self._lock:
+            self._touched(durable=False)
 
     def _touched(self, *, durable: bool = True) -> None:
         self._version += 1
@@ -467,14 +483,18 @@ class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
         worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
+        paused = self._pause_set()
         with self._lock:
             due = [
-                (r.decide_at, r.order, r)
+                (r.priority, r.decide_at, r.order, r)
                 for r in self._runs.values()
-                if r.build_id in builds and r.decide_at is not None and r.decide_at <= now
+                if r.build_id in builds
+                and r.decide_at is not None
+                and r.decide_at <= now
+                and not (paused and paused.holding(r.run_id, r.workflow, r.build_id))
             ]
-            due.sort(key=lambda item: item[:2])
-            leased = [r for _, _, r in due[: max(limit, 0)]]
+            due.sort(key=lambda item: item[:3])
+            leased = [r for _, _, _, r in due[: max(limit, 0)]]
             for run in leased:
                 run.decide_at, run.lease_owner = until, worker
             if leased:
@@ -490,13 +510,15 @@ class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
         with self._lock:
             ready = sorted(
                 (
-                    (task.available_at, key)
+                    (self._runs[key[0]].priority, task.available_at, key)
                     for key, task in self._tasks.items()
-                    if task.build_id in builds and task.available_at <= now
+                    if task.build_id in builds
+                    and task.available_at <= now
+                    and not self._held(key[0])
                 ),
             )[: max(limit, 0)]
             leases = []
-            for _, (run_id, step_id) in ready:
+            for _, _, (run_id, step_id) in ready:
                 task = self._tasks[(run_id, step_id)]
                 task.available_at, task.lease_owner = until, worker
                 run = self._runs[run_id]
@@ -556,9 +578,13 @@ class MemoryStore(MemorySchedules, MemoryRetention, AppendViaCommit):
                     [
                         r.decide_at
                         for r in self._runs.values()
-                        if r.build_id in builds and r.decide_at
+                        if r.build_id in builds and r.decide_at and not self._held(r.run_id)
                     ],
-                    [t.available_at for t in self._tasks.values() if t.build_id in builds],
+                    [
+                        t.available_at
+                        for (run_id, _), t in self._tasks.items()
+                        if t.build_id in builds and not self._held(run_id)
+                    ],
                 )
                 if times
             ]

@@ -24,6 +24,7 @@ from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.schedule import Schedule
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
+from flow_cli.store.pauses import Pauses
 
 
 class Keep(Enum):
@@ -188,6 +189,8 @@ class RunRecord:
     """``ErrorType: message`` of a Failed run, or of its failing decision."""
     attributes: Mapping[str, Any] = field(default_factory=dict)
     """The run's search attributes (``--attr``), key → value."""
+    priority: int = 5
+    """1 (taken first) to 9 (``WorkflowSpec.priority``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -771,7 +774,9 @@ class HandOffs(Protocol):
         ...
 
 
-class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Retention, Protocol):
+class EventStore(
+    EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Retention, Pauses, Protocol
+):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""
 

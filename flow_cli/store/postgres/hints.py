@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.events import StepStarted
+from flow_cli.store.pauses_sql import unpaused_or_not_held
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Batch
 from flow_cli.store.protocol import KEEP, CommitGroup
@@ -127,11 +128,12 @@ def usable(hints: Iterable[Hint], build_ids: Sequence[str], limit: int) -> list[
 _RUN_GUARD = (
     "WITH moved AS (UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE"
     " WHEN status = 'Cancelling' THEN status ELSE 'Running' END"
-    " WHERE run_id = %s AND last_sequence = %s AND build_id = ANY(%s) RETURNING 1)"
+    " WHERE run_id = %s AND last_sequence = %s AND build_id = ANY(%s)"
+    f" AND {unpaused_or_not_held('runs')} RETURNING 1)"
     " SELECT 1 / count(*) FROM moved"
 )
-"""Move a hinted run's row past its step_started events, if it is still at the hinted sequence
-and of a hosted build: else a division by zero fails the whole batch."""
+"""Move a hinted run's row past its step_started events, if it is still at the hinted sequence,
+of a hosted build and held by no pause: else a division by zero fails the whole batch."""
 
 _STEP_GUARD = (
     "WITH leased AS (UPDATE step_tasks SET available_at = %s, lease_owner = %s"

@@ -280,6 +280,31 @@ def _v10_leases(conn: Connection) -> None:
     )
 
 
+def _v11_priorities_pauses(conn: Connection) -> None:
+    # Run priorities (flow start --priority) on runs and their step tasks, leading the indexes
+    # the leases read (priority, then due time), and the pauses table (flow pause); see
+    # flow_cli.store.pauses_sql. Runs recorded before have the default, 5.
+    from flow_cli.store.pauses_sql import PAUSES_TABLE
+
+    conn.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5")
+    conn.execute(
+        "ALTER TABLE step_tasks ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs (priority, decide_at, created_order)"
+        " WHERE decide_at IS NOT NULL"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks"
+        " (priority, available_at, run_id, step_id)"
+    )
+    # They serve when work is next due too: an index on the due time alone would cost every
+    # write that moves one a second index entry to keep.
+    conn.execute("DROP INDEX IF EXISTS runs_decide_at")
+    conn.execute("DROP INDEX IF EXISTS step_tasks_available_at")
+    conn.execute(PAUSES_TABLE.format(time="timestamptz"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -291,6 +316,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "step_heartbeats", _v8_step_heartbeats),
     Migration(9, "run_attributes (search attributes)", _v9_run_attributes),
     Migration(10, "leases", _v10_leases),
+    Migration(11, "runs.priority, step_tasks.priority, pauses", _v11_priorities_pauses),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

@@ -37,11 +37,13 @@ from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
 from flow_cli.model.events import StepStarted
+from flow_cli.store.pauses_sql import SQLPauses
 from flow_cli.store.postgres import handoffs, hints, tables
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.commits import PostgresCommits
 from flow_cli.store.postgres.connection import (
     NOTHING,
+    NOTIFY,
     NOTIFY_CHANNEL,
     WORK,
     close_quietly,
@@ -74,7 +76,7 @@ _Leased: TypeAlias = tuple[
 and when runs and steps are next due (see ``DueHints``)."""
 
 
-class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, AppendViaCommit):
+class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -120,7 +122,8 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, AppendViaCommit
         rows = cursor.fetchall()
         self._runs_expected = bool(rows)
         self._count_rows(len(rows))
-        rows.sort(key=lambda row: (row[1], row[2]))  # RETURNING does not keep the CTE's order
+        # RETURNING does not keep the CTE's order: by priority, then due time.
+        rows.sort(key=lambda row: (row[3], row[1], row[2]))
         return [row[0] for row in rows]
 
     def park_run(self, run_id: str, expected_sequence: int, decide_at: datetime | None) -> bool:
@@ -258,8 +261,9 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, AppendViaCommit
         # A candidate's run always exists (its step tasks go with it); should one have
         # gone meanwhile, its tasks are not started without a row (they are leasable
         # again once this lease runs out).
-        rows = [row for row in leasing or () if row[0] in locked]
-        rows.sort(key=lambda row: (row[3], row[0], row[1]))
+        found = [row for row in leasing or () if row[0] in locked]
+        found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
+        rows = [row[:4] for row in found]
         for run_id, step_id, attempt, _ in rows:
             target = locked[run_id]
             started = StepStarted(
@@ -413,6 +417,24 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, AppendViaCommit
                 "UPDATE workers SET heartbeat_at = %s, stopped_at = %s WHERE worker_id = %s",
                 (now, now, worker_id),
             )
+
+    # -- pauses (statements in ``store.pauses_sql``) ---------------------------------------------
+
+    _pause_dialect = tables.POSTGRES
+
+    def _pause_write(self) -> AbstractContextManager[Connection]:
+        return self._transaction()
+
+    def _pause_read(self) -> AbstractContextManager[Connection]:
+        return self._reading()
+
+    def _pause_time(self, value: Any) -> datetime:
+        return tables.utc(value)
+
+    def _pauses_changed(self) -> None:
+        self._due.forget()
+        with self._transaction() as conn:  # a resumed run may be due: wake the workers
+            conn.execute(NOTIFY, (NOTIFY_CHANNEL, self.schema))
 
     # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
 

@@ -15,8 +15,10 @@ from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
+from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
+from flow_cli.store.pauses_sql import PRIORITY_IN, unpaused_or_not_held
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
@@ -35,11 +37,14 @@ from flow_cli.store.sql import run_filter as shared_run_filter
 
 RUN_COLUMNS = (
     "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, last_sequence, "
-    "decide_at, failing, waiting_on, error_type, error, "
+    "decide_at, failing, waiting_on, error_type, error, priority, "
     "(SELECT json_object_agg(a.key, a.value::json) FROM run_attributes a "
     "WHERE a.run_id = runs.run_id)"
 )
 
+
+_TASK_WORKFLOW = "(SELECT w.workflow FROM runs w WHERE w.run_id = t.run_id)"
+"""A step task's workflow, for ``not_held`` (step tasks do not store it)."""
 
 # The due-work queries. Each reads the index on due time in order and stops after ``limit``
 # rows, so its cost follows the number of runs due, not the number waiting; SKIP LOCKED lets
@@ -49,26 +54,34 @@ RUN_COLUMNS = (
 LEASE_RUNS = (
     "WITH due AS ("
     " SELECT run_id, decide_at, created_order FROM runs"
-    " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+    f" WHERE {PRIORITY_IN} AND decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('runs')}"
+    " ORDER BY priority, decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
     " WHERE runs.run_id = due.run_id"
-    " RETURNING runs.run_id, due.decide_at, due.created_order"
+    " RETURNING runs.run_id, due.decide_at, due.created_order, runs.priority"
 )
-"""Lease due runs: rows of (run_id, old decide_at, created_order)."""
+"""Lease due runs: rows of (run_id, old decide_at, created_order, priority); runs a pause
+holds are left out (``pauses_sql``)."""
 
-ANY_DUE_RUN = "SELECT 1 FROM runs WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
+ANY_DUE_RUN = (
+    f"SELECT 1 FROM runs WHERE {PRIORITY_IN} AND decide_at <= %(now)s"
+    f" AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('runs')} LIMIT 1"
+)
 """Whether any run of these builds is due (read before leasing, without locking)."""
 
 ANY_READY_STEP = (
-    "SELECT 1 FROM step_tasks WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s) LIMIT 1"
+    f"SELECT 1 FROM step_tasks t WHERE {PRIORITY_IN} AND available_at <= %(now)s"
+    f" AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    " LIMIT 1"
 )
 """Whether any step task of these builds is ready (read before leasing, without locking)."""
 
 LOCK_READY = (
-    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks"
-    " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    " ORDER BY available_at, run_id, step_id LIMIT %(limit)s)"
+    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks t"
+    f" WHERE {PRIORITY_IN} AND available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    f" AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    " ORDER BY priority, available_at, run_id, step_id LIMIT %(limit)s)"
     " SELECT run_id, last_sequence, build_id,"
     "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
     "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
@@ -89,20 +102,32 @@ LEASE_READY = (
     "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
-    " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was"
+    " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was,"
+    " step_tasks.priority"
 )
 """Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
-have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at).
+have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at,
+priority).
 The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
 leases nothing."""
 
 
+_PRIORITIES = f"unnest(ARRAY[{', '.join(str(p) for p in PRIORITIES)}]) AS q(priority)"
+
 NEXT_DUE = (
-    "SELECT (SELECT min(decide_at) FROM runs"
-    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
-    "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s))"
+    "SELECT (SELECT min((SELECT decide_at FROM runs"
+    "        WHERE priority = q.priority AND decide_at IS NOT NULL"
+    f"       AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('runs')}"
+    f"       ORDER BY decide_at LIMIT 1)) FROM {_PRIORITIES}),"
+    "       (SELECT min((SELECT available_at FROM step_tasks t"
+    "        WHERE priority = q.priority AND build_id = ANY(%(builds)s)"
+    f"       AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    f"       ORDER BY available_at LIMIT 1)) FROM {_PRIORITIES})"
 )
-"""The earliest run and step due times of some builds: one row of two (maybe NULL) times."""
+"""The earliest run and step due times of some builds, of runs no pause holds (an idle worker
+would spin on a due run it may not lease): one row of two (maybe NULL) times. Each is the
+earliest of each priority's first, read from the (priority, due time) indexes (there is no
+index on the due time alone: a write keeps one index entry less)."""
 
 
 @dataclass(slots=True)
@@ -182,8 +207,8 @@ def last_sequence(conn: Connection, run_id: str) -> int | None:
 
 _INSERT_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-    "updated_at, last_sequence, decide_at, patches) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s)"
+    "updated_at, last_sequence, decide_at, patches, priority) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s)"
 )
 
 
@@ -206,6 +231,7 @@ def insert_run(conn: Statements, run: NewRun, now: datetime) -> EventEnvelope | 
         now,
         run.decide_at,
         json.dumps(list(spec.patches)),
+        spec.priority,
     )
     if isinstance(conn, Batch):
         conn.execute(_INSERT_RUN, params)
@@ -270,7 +296,8 @@ def insert_events(
 _INSERT_DECIDED_RUN = (
     "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
     "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
-    "error_type, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "error_type, error, priority) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -315,6 +342,7 @@ def insert_decided_run(
             row.failing_since(now),
             row.waiting_on,
             *error_values(row.error),
+            spec.priority,
         ),
     )
     data = None if write.data is None else [event_json(events[0]), *write.data]
@@ -429,8 +457,8 @@ def _apply_steps(
         # transaction's own UPDATE of it included).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) SELECT run_id, %s, build_id, %s, %s, %s FROM runs WHERE run_id = %s"
-            + _UPSERT_TASK
+            "lease_owner, priority) SELECT run_id, %s, build_id, %s, %s, %s, priority FROM runs "
+            "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks: list[tuple[Any, ...]] = [
             (step_id, task.attempt, task.available_at, task.owner, run_id)
@@ -438,12 +466,14 @@ def _apply_steps(
             if task is not None
         ]
     else:
+        # The task's priority is its run's (the row is there: this transaction wrote it).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) VALUES (%s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
+            "lease_owner, priority) SELECT %s, %s, %s, %s, %s, %s, priority FROM runs "
+            "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks = [
-            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner, run_id)
             for step_id, task in steps.items()
             if task is not None
         ]
@@ -496,7 +526,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         waiting_on=row[10] if len(row) > 10 else None,
         error_type=row[11] if len(row) > 11 else None,
         error=row[12] if len(row) > 12 else None,
-        attributes=(row[13] or {}) if len(row) > 13 else {},
+        priority=int(row[13]) if len(row) > 13 else 5,
+        attributes=(row[14] or {}) if len(row) > 14 else {},
     )
 
 

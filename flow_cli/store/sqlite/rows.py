@@ -109,7 +109,7 @@ def envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvel
 
 RUN_SELECT = (
     "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
-    "last_sequence, decide_at, failing, waiting_on, error_type, error, "
+    "last_sequence, decide_at, failing, waiting_on, error_type, error, priority, "
     "(SELECT json_group_object(a.key, json(a.value)) FROM run_attributes a "
     "WHERE a.run_id = runs.run_id) FROM runs"
 )
@@ -131,7 +131,8 @@ def run_record(row: tuple[Any, ...]) -> RunRecord:
             waiting_on=row[10],
             error_type=row[11],
             error=row[12],
-            attributes=json.loads(row[13]) if row[13] else {},
+            priority=row[13],
+            attributes=json.loads(row[14]) if row[14] else {},
         )
     except (TypeError, ValueError) as exc:
         raise damage.Unreadable(

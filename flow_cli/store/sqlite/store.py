@@ -15,8 +15,10 @@ from typing import Any
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse
 from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
+from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
+from flow_cli.store.pauses_sql import PRIORITY_IN
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -39,6 +41,7 @@ from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import attribute_rows, attribute_upsert, error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
+from flow_cli.store.sqlite.pauses import SQLitePauses, earliest, unheld
 from flow_cli.store.sqlite.reads import SQLiteReads
 from flow_cli.store.sqlite.rows import (
     RUN_SELECT,
@@ -65,7 +68,7 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -94,8 +97,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
         spec = run.spec
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
-            "updated_at, last_sequence, decide_at, patches) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?) "
-            "ON CONFLICT (run_id) DO NOTHING",
+            "updated_at, last_sequence, decide_at, patches, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
@@ -106,6 +109,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
                 stamp,
                 ts_or_none(run.decide_at),
                 json.dumps(list(spec.patches)),
+                spec.priority,
             ),
         ).rowcount
         if not inserted:
@@ -136,8 +140,9 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
         inserted = conn.execute(
             "INSERT INTO runs (run_id, workflow, status, build_id, parent_run_id, created_at, "
             "updated_at, last_sequence, decide_at, patches, failing, failing_since, waiting_on, "
-            "error_type, error) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            "error_type, error, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
             (
                 run.run_id,
                 spec.workflow,
@@ -153,6 +158,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
                 None if row.failing is None else stamp,
                 row.waiting_on,
                 *error_values(row.error),
+                spec.priority,
             ),
         ).rowcount
         if not inserted:
@@ -210,10 +216,11 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
                     (run_id, step_id),
                 )
                 continue
-            # A task carries its run's build id (as re-pinned by the update above).
+            # A task carries its run's build id (as re-pinned by the update above) and priority.
             conn.execute(
                 "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
+                "lease_owner, priority) SELECT ?, ?, build_id, ?, ?, ?, priority FROM runs "
+                "WHERE run_id = ? "
                 "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
                 "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
                 (run_id, step_id, task.attempt, ts(task.available_at), task.owner, run_id),
@@ -368,15 +375,17 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
             return []
         marks = ", ".join("?" * len(build_ids))
         select = (
-            f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
-            "ORDER BY decide_at LIMIT ?"
+            f"SELECT run_id FROM runs WHERE {PRIORITY_IN} AND decide_at <= ? "
+            f"AND build_id IN ({marks}) {{held}}ORDER BY priority, decide_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not self._conn().execute(select, params).fetchone():
+        # (Held runs count here: only the lease below asks whether anything is paused.)
+        if not self._conn().execute(unheld(select, "runs", False), params).fetchone():
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
+            select = unheld(select, "runs", self._probe_pauses(conn))
             run_ids = [row[0] for row in conn.execute(select, params)]
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
@@ -399,19 +408,21 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
         select = (
             "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
             "JOIN runs r ON r.run_id = t.run_id "
-            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) "
-            "ORDER BY t.available_at LIMIT ?"
+            f"WHERE t.{PRIORITY_IN} AND t.available_at <= ? AND t.build_id IN ({marks}) "
+            "{held}ORDER BY t.priority, t.available_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(select, params).fetchone():
+        # (Held steps count here: only the lease below asks whether anything is paused.)
+        if not conn.execute(unheld(select, "r", False), params).fetchone():
             return []
         until = ts(lease_until)
         until_dt = dt(until)
         stamp = ts(now)
         with self._write(durable=False) as conn:
-            rows = conn.execute(select, params).fetchall()
+            paused = self._probe_pauses(conn)
+            rows = conn.execute(unheld(select, "r", paused), params).fetchall()
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -438,7 +449,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
                 [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
             # When work is next due, read with the lease: the worker's pass need not ask again.
-            runs_due, steps_due = self._due_times(conn, build_ids)
+            runs_due, steps_due = self._due_times(conn, build_ids, paused)
         self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
         self.stats.scheduler_rows_read += len(rows)
         leases = [
@@ -507,21 +518,39 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, AppendViaCommit):
         return self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
 
     def _due_times(
-        self, conn: sqlite3.Connection, build_ids: Sequence[str]
+        self, conn: sqlite3.Connection, build_ids: Sequence[str], paused: bool | None = None
     ) -> tuple[datetime | None, datetime | None]:
-        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds."""
+        """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds,
+        of runs no pause holds (``paused``: whether anything is, when the caller looked)."""
+        if paused is None:
+            paused = self._probe_pauses(conn)
         marks = ", ".join("?" * len(build_ids))
+        # A held run (``flow pause``) is not due: an idle worker would spin on it.
+        workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
         found = [
-            conn.execute(sql, tuple(build_ids)).fetchone()
+            conn.execute(sql, tuple(build_ids) * len(PRIORITIES)).fetchone()[0]
             for sql in (
-                "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
-                "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
+                earliest(
+                    unheld(
+                        "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
+                        f"NULL AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
+                        "runs",
+                        paused,
+                    )
+                ),
+                earliest(
+                    unheld(
+                        "SELECT available_at FROM step_tasks WHERE priority = @P "
+                        f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
+                        "step_tasks",
+                        paused,
+                        workflow=workflow,
+                    )
+                ),
             )
         ]
-        self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)
-        runs, steps = (None if row is None else dt(row[0]) for row in found)
+        self.stats.scheduler_rows_read += sum(1 for value in found if value is not None)
+        runs, steps = (None if value is None else dt(value) for value in found)
         return runs, steps
 
     # -- workers registry -------------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""``PauseGate``: whether a pause holds a run, for the decisions an engine makes without a lease.
+
+The leases leave held runs out in the database (``flow_cli.store.pauses``), so a paused run is
+neither decided by a worker that leases it nor are its steps started. Two paths decide a run
+without a lease: a start that decides the new run at once (``Engine(eager_start=True)``), and
+a step's end committed with the run's next decision. Each asks the gate first; a held run is
+then only created, or only has the step's end recorded, and stays due for a worker, which will
+not lease it while the pause lasts.
+
+The gate reads the pauses table again once its copy is ``MAX_AGE`` old (a pause made in this
+process drops the copy at once): on PostgreSQL a read is a round trip, which a step's end
+should not pay each time. On SQLite, where each lease looks whether anything is paused, a look
+younger than ``MAX_AGE`` that found nothing answers without a read (a step thread's first read
+would open a connection of its own). A pause made elsewhere therefore reaches a worker's step chains
+within ``MAX_AGE``; its leases at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flow_cli.errors import InputError, RunFinished
+from flow_cli.model.names import check_name
+from flow_cli.model.status import RunStatus
+from flow_cli.store.pauses import PauseKind, PauseProbes, Pauses, PauseSet, PauseTarget
+from flow_cli.store.protocol import RunFilter
+
+if TYPE_CHECKING:
+    from flow_cli.engine.engine import Engine
+
+MAX_AGE = 0.25
+"""Seconds the gate trusts its copy of the pauses."""
+
+
+_NOTHING = PauseSet()
+"""Nothing is paused."""
+
+
+class PauseGate:
+    """The pauses of one store, as an engine's unleased decisions ask about them."""
+
+    def __init__(self, store: Pauses) -> None:
+        self._store = store
+        self._probes = store if isinstance(store, PauseProbes) else None
+        """The store's last look at the pauses table, when it tells it (SQLite)."""
+        self._lock = threading.Lock()
+        self._pauses = PauseSet()
+        self._read_at: float | None = None
+
+    def forget(self) -> None:
+        """Read the pauses again at the next question (this process changed them)."""
+        with self._lock:
+            self._read_at = None
+
+    def current(self) -> PauseSet:
+        """The pauses in force, read again if the copy is older than ``MAX_AGE`` (unless a
+        lease of this process found nothing paused more recently: ``PauseProbes``)."""
+        now = time.monotonic()
+        with self._lock:
+            fresh = self._read_at is not None and now - self._read_at < MAX_AGE
+            if fresh:
+                return self._pauses
+        probe = self._probes.last_pause_probe() if self._probes is not None else None
+        if probe is not None and not probe[1] and now - probe[0] < MAX_AGE:
+            return _NOTHING
+        found = PauseSet(self._store.list_pauses())
+        with self._lock:
+            self._pauses, self._read_at = found, time.monotonic()
+        return found
+
+    def holds(self, run_id: str, workflow: str, build_id: str) -> bool:
+        """Whether a pause holds this run."""
+        pauses = self.current()
+        return bool(pauses) and pauses.holding(run_id, workflow, build_id) is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PauseChange:
+    """What ``Engine.pause`` or ``Engine.resume`` did to each target."""
+
+    target: PauseTarget
+    changed: bool
+    """Paused (resumed) now; ``False``: it was paused (not paused) already."""
+    open_runs: int
+    """The open runs the target names (for a run: 1)."""
+
+
+def check_targets(engine: Engine, targets: Sequence[PauseTarget], action: str) -> None:
+    """Raise before anything is written: no target, targets of two kinds, an empty or
+    unprintable name, or (to pause) a run that does not exist (``RunNotFound``) or has ended
+    (``RunFinished``)."""
+    if not targets:
+        raise InputError(
+            f"Nothing to {action}: name runs (flow {action} RUN...), or --workflow W, "
+            "or --build-id B."
+        )
+    if len({t.kind for t in targets}) > 1:
+        raise InputError(
+            f"flow {action} takes one kind of target: runs, or --workflow W, or --build-id B."
+        )
+    for target in targets:
+        what = "workflow name" if target.kind is PauseKind.WORKFLOW else f"{target.kind.value} id"
+        check_name(target.name, what)
+        if target.kind is PauseKind.RUN and action == "pause":
+            record = engine.get_run(target.name)  # RunNotFound
+            if record.status.terminal:
+                raise RunFinished(target.name, record.status.value, "pause it")
+
+
+def open_runs(engine: Engine, target: PauseTarget) -> int:
+    """How many open runs ``target`` names."""
+    if target.kind is PauseKind.RUN:
+        record = engine.find_run(target.name)
+        return 0 if record is None or record.status.terminal else 1
+    where = RunFilter(
+        statuses=tuple(s for s in RunStatus if not s.terminal),
+        workflow=target.name if target.kind is PauseKind.WORKFLOW else None,
+        build_id=target.name if target.kind is PauseKind.BUILD else None,
+    )
+    return engine.store.count_runs(where).total

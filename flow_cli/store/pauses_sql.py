@@ -1,0 +1,130 @@
+"""Priorities and pauses on SQL (SQLite and PostgreSQL): the ``pauses`` table, the ``Pauses``
+role, and the pieces of SQL the lease queries add.
+
+Priority: ``runs.priority`` and ``step_tasks.priority`` (copied from the run) lead the indexes
+the leases read (``(priority, due time)``). A lease asks for ``priority IN (1, ..., 9)`` and a
+due time at most now, ordered by priority then due time: both backends read that index as nine
+ranges, one per priority, in order, and stop after ``limit`` rows: no sort, and the cost
+follows the number of due rows, not the number of waiting ones.
+
+Pause: a row per target (``kind``, ``name``). A run is held while a row names it, its workflow
+or its build (``HELD``, three primary key probes per candidate row). SQLite adds the test only
+when the table has a row (one probe of an empty table before); PostgreSQL always adds it (an
+empty table costs little, and asking first would be a round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any
+
+from flow_cli.model.spec import PRIORITIES
+from flow_cli.store.pauses import Pause, PauseKind, PauseTarget, sorted_pauses
+from flow_cli.store.sql import Dialect
+
+PAUSES_TABLE = (
+    "CREATE TABLE IF NOT EXISTS pauses (kind TEXT NOT NULL, name TEXT NOT NULL, "
+    "reason TEXT, paused_at {time} NOT NULL, PRIMARY KEY (kind, name))"
+)
+"""The pauses table; ``{time}`` is the backend's time column type."""
+
+PRIORITY_IN = f"priority IN ({', '.join(str(p) for p in PRIORITIES)})"
+"""The lease's condition on the leading column of its index: read as one range per priority."""
+
+ANY_PAUSE = "SELECT 1 FROM pauses LIMIT 1"
+"""Whether anything is paused (SQLite asks before adding ``held`` to a lease)."""
+
+
+def held(alias: str, *, workflow: str | None = None) -> str:
+    """A condition true when a pause holds the run of row ``alias`` (a ``runs`` row, or a row
+    with ``run_id`` and ``build_id`` whose workflow is the SQL ``workflow``)."""
+    flow = workflow or f"{alias}.workflow"
+    return (
+        "EXISTS (SELECT 1 FROM pauses p WHERE "
+        f"(p.kind = 'run' AND p.name = {alias}.run_id) "
+        f"OR (p.kind = 'workflow' AND p.name = {flow}) "
+        f"OR (p.kind = 'build' AND p.name = {alias}.build_id))"
+    )
+
+
+def not_held(alias: str, *, workflow: str | None = None) -> str:
+    """``held`` negated: the run of row ``alias`` may be leased."""
+    return f"NOT {held(alias, workflow=workflow)}"
+
+
+def unpaused_or_not_held(alias: str, *, workflow: str | None = None) -> str:
+    """``not_held`` for a statement that always carries it (PostgreSQL): true at once when
+    nothing is paused (an InitPlan read once per statement). Under ``OR`` the correlated test
+    stays a per-row filter and is never turned into an anti-join, whose row estimates would
+    lure the planner off the due-time indexes."""
+    return f"(NOT EXISTS (SELECT 1 FROM pauses) OR {not_held(alias, workflow=workflow)})"
+
+
+class SQLPauses:
+    """``Pauses`` for a store that provides ``_pause_write`` (one transaction), ``_pause_read``
+    (one read) and ``_pause_time`` (decodes a stored time) and names its ``_pause_dialect``;
+    ``_pauses_changed`` (after a commit) wakes waiting workers."""
+
+    _pause_dialect: Dialect
+
+    def _pause_write(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _pause_read(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _pause_time(self, value: Any) -> datetime:
+        raise NotImplementedError
+
+    def _pauses_changed(self) -> None:
+        """Called after a pause was added or lifted."""
+
+    def add_pauses(self, targets: Sequence[PauseTarget], reason: str | None, now: datetime) -> int:
+        """Pause these targets; returns how many were not paused before."""
+        p = self._pause_dialect.param
+        added = 0
+        with self._pause_write() as conn:
+            for target in targets:
+                row = conn.execute(
+                    f"UPDATE pauses SET reason = {p} WHERE kind = {p} AND name = {p}",
+                    (reason, target.kind.value, target.name),
+                )
+                if row.rowcount:
+                    continue
+                conn.execute(
+                    "INSERT INTO pauses (kind, name, reason, paused_at) "
+                    f"VALUES ({p}, {p}, {p}, {p})",
+                    (target.kind.value, target.name, reason, self._pause_dialect.time(now)),
+                )
+                added += 1
+        self._pauses_changed()
+        return added
+
+    def remove_pauses(self, targets: Sequence[PauseTarget]) -> int:
+        """Lift these targets' pauses; returns how many there were."""
+        p = self._pause_dialect.param
+        removed = 0
+        with self._pause_write() as conn:
+            for target in targets:
+                removed += conn.execute(
+                    f"DELETE FROM pauses WHERE kind = {p} AND name = {p}",
+                    (target.kind.value, target.name),
+                ).rowcount
+        self._pauses_changed()
+        return removed
+
+    def list_pauses(self) -> list[Pause]:
+        """Every pause in force, by kind then target."""
+        with self._pause_read() as conn:
+            rows = conn.execute("SELECT kind, name, reason, paused_at FROM pauses").fetchall()
+        return sorted_pauses(_pause(row, self._pause_time) for row in rows)
+
+
+def _pause(row: Sequence[Any], when: Callable[[Any], datetime]) -> Pause:
+    return Pause(
+        target=PauseTarget(kind=PauseKind(row[0]), name=row[1]),
+        reason=row[2],
+        paused_at=when(row[3]).astimezone(UTC),
+    )
