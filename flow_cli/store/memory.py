@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 
@@ -48,6 +48,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.limits_memory import LimitedTask, MemoryLimits
 from flow_cli.store.schedules_memory import MemorySchedules
 
 
@@ -102,17 +103,19 @@ class _Task:
     attempt: int
     available_at: datetime
     lease_owner: str | None = None
+    name: str | None = None
 
 
 def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(MemorySchedules, AppendViaCommit):
+class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
         MemorySchedules.__init__(self)
+        MemoryLimits.__init__(self)
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}
@@ -261,7 +264,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
-                    run.build_id, task.attempt, _utc(task.available_at), task.owner
+                    run.build_id, task.attempt, _utc(task.available_at), task.owner, task.name
                 )
         for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
@@ -469,13 +472,18 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
         worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
+            limited = self.limited_steps()
             ready = sorted(
                 (
                     (task.available_at, key)
                     for key, task in self._tasks.items()
-                    if task.build_id in builds and task.available_at <= now
+                    if task.build_id in builds
+                    and task.available_at <= now
+                    and task.name not in limited
                 ),
             )[: max(limit, 0)]
+            # Steps under a limit: leased as their limits leave slots (``limits_memory``).
+            ready += [(now, key) for key, _ in self._lease_limited(builds, now, limit - len(ready))]
             leases = []
             for _, (run_id, step_id) in ready:
                 task = self._tasks[(run_id, step_id)]
@@ -530,6 +538,7 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         builds = set(build_ids)
         with self._lock:
+            limited = self.limited_steps()
             # One candidate per table, as the database stores read one row from each index.
             found = [
                 min(times)
@@ -539,12 +548,19 @@ class MemoryStore(MemorySchedules, AppendViaCommit):
                         for r in self._runs.values()
                         if r.build_id in builds and r.decide_at
                     ],
-                    [t.available_at for t in self._tasks.values() if t.build_id in builds],
+                    [
+                        t.available_at
+                        for t in self._tasks.values()
+                        if t.build_id in builds and t.name not in limited
+                    ],
                 )
                 if times
             ]
             self.stats.scheduler_rows_read += len(found)
-            return min(found) if found else None
+            return self._throttled_due(min(found) if found else None)
+
+    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
+        return list(self._tasks.items())
 
     # -- waiting and closing ----------------------------------------------------------------------
 

@@ -45,6 +45,8 @@ class StepTask:
     """Ready time; for a started attempt, the end of its lease (expired lease = re-run)."""
     owner: str | None = None
     """The worker holding a started attempt (so it can renew the lease); stored as lease_owner."""
+    name: str | None = None
+    """The step's name (``step:NAME`` limits are enforced by it); stored as step_name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

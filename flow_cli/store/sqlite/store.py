@@ -34,6 +34,7 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
+from flow_cli.store.limits_sql import SQLLimits, unlimited_step
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
@@ -55,7 +56,7 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
+class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -192,10 +193,19 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
             # A task carries its run's build id (as re-pinned by the update above).
             conn.execute(
                 "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner) SELECT ?, ?, build_id, ?, ?, ? FROM runs WHERE run_id = ? "
-                "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
-                "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
-                (run_id, step_id, task.attempt, ts(task.available_at), task.owner, run_id),
+                "lease_owner, step_name) SELECT ?, ?, build_id, ?, ?, ?, ? FROM runs "
+                "WHERE run_id = ? ON CONFLICT (run_id, step_id) DO UPDATE SET "
+                "attempt = excluded.attempt, available_at = excluded.available_at, "
+                "lease_owner = excluded.lease_owner, step_name = excluded.step_name",
+                (
+                    run_id,
+                    step_id,
+                    task.attempt,
+                    ts(task.available_at),
+                    task.owner,
+                    task.name,
+                    run_id,
+                ),
             )
         for hook in changes.hooks:
             owner = conn.execute(
@@ -378,19 +388,28 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
         select = (
             "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
             "JOIN runs r ON r.run_id = t.run_id "
-            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) "
+            f"WHERE t.available_at <= ? AND t.build_id IN ({marks}) AND {unlimited_step('t')} "
             "ORDER BY t.available_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(select, params).fetchone():
+        if not conn.execute(select, params).fetchone() and not self._step_limits_present(conn):
+            self._throttled_until = None
             return []
         until = ts(lease_until)
         until_dt = dt(until)
         stamp = ts(now)
         with self._write(durable=False) as conn:
             rows = conn.execute(select, params).fetchall()
+            # Steps under a limit: leased as their limits leave slots (``limits_sql``).
+            for run_id, step_id, attempt in self._lease_limited(
+                conn, worker, build_ids, now, lease_until, limit - len(rows)
+            ):
+                (sequence,) = conn.execute(
+                    "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                rows.append((run_id, step_id, attempt, sequence))
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -483,7 +502,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
     @guarded
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        return self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
+        due = self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
+        return self._throttled_due(due)
 
     def _due_times(
         self, conn: sqlite3.Connection, build_ids: Sequence[str]
@@ -496,7 +516,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, AppendViaCommit):
                 "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
                 f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
                 "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY available_at LIMIT 1",
+                f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
+                "ORDER BY available_at LIMIT 1",
             )
         ]
         self.stats.scheduler_rows_read += sum(1 for row in found if row is not None)

@@ -1,0 +1,302 @@
+"""The ``Limits`` role on SQL (``DESIGN.md`` §6.4): the ``limits`` table (what code declared,
+what an operator overrode, and the limit in effect), the ``limit_starts`` log a rate counts,
+and the lease of step attempts a limit holds back, enforced in the lease's transaction.
+
+The ordinary step lease passes limited steps by (``UNLIMITED_STEP``, one primary-key probe per
+candidate); they are leased here instead, one limit at a time: the limit's row is locked first
+(PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` serializes every writer anyway), then
+the attempts in flight (leased, lease not lapsed) and the starts in the rate's window are
+counted, and only the free slots are leased. A worker that dies holding a slot frees it when
+its lease lapses: an attempt counts only while ``available_at`` (its lease's end) is ahead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any
+
+from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
+from flow_cli.store.sql import Dialect
+
+UNLIMITED_STEP = (
+    "NOT EXISTS (SELECT 1 FROM limits l WHERE l.kind = 'step' AND l.name = {table}.step_name"
+    " AND l.limited = 1)"
+)
+"""The condition the ordinary step lease adds: the task's step has no limit in effect (a task
+indexed before limits existed has no ``step_name`` and none)."""
+
+LIMITS_LOOK_SECONDS = 0.5
+"""How long a store trusts what it last saw of whether any step limit is in effect, before it
+looks again (a limit set elsewhere is enforced at once; its steps are leased at most this much
+later)."""
+
+THROTTLE_POLL = timedelta(milliseconds=50)
+"""While a limit holds ready attempts back, how soon the worker looks again (``next_due``):
+a slot frees when an attempt ends or its lease lapses, or when a rate's window moves on."""
+
+
+def unlimited_step(table: str) -> str:
+    """``UNLIMITED_STEP`` for the step tasks table as the query names it."""
+    return UNLIMITED_STEP.format(table=table)
+
+
+def _rate_text(rate: Rate | None) -> str | None:
+    return None if rate is None else str(rate)
+
+
+def _rate_of(count: Any, seconds: Any) -> Rate | None:
+    return None if count is None else Rate(int(count), int(seconds))
+
+
+class SQLLimits:
+    """``Limits`` for a store that provides ``_schedule_write`` / ``_schedule_read`` (one
+    transaction, one read), ``_schedule_dialect`` and ``_schedule_time``; ``_limit_lock`` is
+    what locks a limit's row in a SELECT."""
+
+    _schedule_dialect: Dialect
+    _limit_lock: str = ""
+    _limits_seen: tuple[float, bool] = (0.0, False)
+    _throttled_until: datetime | None = None
+
+    def _schedule_write(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _schedule_read(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _schedule_time(self, value: Any) -> datetime:
+        raise NotImplementedError
+
+    # -- declared and overridden limits -----------------------------------------------------------
+
+    def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
+        """Record what code declares (source ``code``); an override in place stays in effect."""
+        p = self._schedule_dialect.param
+        with self._schedule_write() as conn:
+            for limit in limits:
+                kind, name = parse_target(limit.target)
+                rate = limit.rate
+                values = (
+                    limit.concurrency,
+                    _rate_text(rate),
+                    None if rate is None else rate.count,
+                    None if rate is None else rate.seconds,
+                    limit.key,
+                )
+                conn.execute(
+                    "INSERT INTO limits (kind, name, code_concurrency, code_rate, code_rate_count, "
+                    "code_rate_seconds, code_key, overridden, concurrency, rate_count, "
+                    f"rate_seconds, limited) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, 0, "
+                    f"{p}, {p}, {p}, {p}) ON CONFLICT (kind, name) DO UPDATE SET "
+                    "code_concurrency = EXCLUDED.code_concurrency, code_rate = EXCLUDED.code_rate, "
+                    "code_rate_count = EXCLUDED.code_rate_count, "
+                    "code_rate_seconds = EXCLUDED.code_rate_seconds, code_key = EXCLUDED.code_key",
+                    (kind, name, *values, values[0], values[2], values[3], int(limit.limited)),
+                )
+                conn.execute(
+                    "UPDATE limits SET concurrency = code_concurrency, rate_count = "
+                    "code_rate_count, rate_seconds = code_rate_seconds, limited = CASE WHEN "
+                    "code_concurrency IS NULL AND code_rate_count IS NULL THEN 0 ELSE 1 END "
+                    f"WHERE kind = {p} AND name = {p} AND overridden = 0",
+                    (kind, name),
+                )
+        self._limits_seen = (0.0, False)
+
+    def override_limit(self, target: str, concurrency: int | None, rate: Rate | None) -> bool:
+        """Put ``concurrency`` and/or ``rate`` in effect for a known target fleet-wide (source
+        ``override``; a value not given stays as it is). False, writing nothing, when no
+        worker ever declared the target."""
+        kind, name = parse_target(target)
+        p = self._schedule_dialect.param
+        with self._schedule_write() as conn:
+            row = conn.execute(
+                "SELECT concurrency, rate_count, rate_seconds FROM limits "
+                f"WHERE kind = {p} AND name = {p} {self._limit_lock}",
+                (kind, name),
+            ).fetchone()
+            if row is None:
+                return False
+            new_concurrency = row[0] if concurrency is None else concurrency
+            new_rate = _rate_of(row[1], row[2]) if rate is None else rate
+            conn.execute(
+                f"UPDATE limits SET overridden = 1, concurrency = {p}, rate_count = {p}, "
+                f"rate_seconds = {p}, limited = {p} WHERE kind = {p} AND name = {p}",
+                (
+                    new_concurrency,
+                    None if new_rate is None else new_rate.count,
+                    None if new_rate is None else new_rate.seconds,
+                    int(new_concurrency is not None or new_rate is not None),
+                    kind,
+                    name,
+                ),
+            )
+        self._limits_seen = (0.0, False)
+        return True
+
+    def clear_override(self, target: str) -> bool:
+        """Put the code's values back in effect (source ``code``); False when the target is
+        unknown."""
+        kind, name = parse_target(target)
+        p = self._schedule_dialect.param
+        with self._schedule_write() as conn:
+            cur = conn.execute(
+                "UPDATE limits SET overridden = 0, concurrency = code_concurrency, "
+                "rate_count = code_rate_count, rate_seconds = code_rate_seconds, limited = CASE "
+                "WHEN code_concurrency IS NULL AND code_rate_count IS NULL THEN 0 ELSE 1 END "
+                f"WHERE kind = {p} AND name = {p}",
+                (kind, name),
+            )
+            return bool(cur.rowcount)
+
+    def known_limit(self, target: str) -> bool:
+        """Whether some worker declared ``target`` (a workflow or step of its code)."""
+        kind, name = parse_target(target)
+        p = self._schedule_dialect.param
+        with self._schedule_read() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM limits WHERE kind = {p} AND name = {p}", (kind, name)
+            ).fetchone()
+        return row is not None
+
+    def limit_states(self, now: datetime) -> list[LimitState]:
+        """Every limit in effect, by target, with its use at ``now``."""
+        d = self._schedule_dialect
+        p = d.param
+        with self._schedule_read() as conn:
+            rows = conn.execute(
+                "SELECT kind, name, concurrency, rate_count, rate_seconds, overridden FROM limits "
+                "WHERE limited = 1 ORDER BY kind, name"
+            ).fetchall()
+            found = []
+            for kind, name, concurrency, count, seconds, overridden in rows:
+                in_use = waiting = 0
+                if kind == "step":
+                    in_use, waiting = conn.execute(
+                        "SELECT coalesce(sum(CASE WHEN lease_owner IS NOT NULL AND available_at > "
+                        f"{p} THEN 1 ELSE 0 END), 0), coalesce(sum(CASE WHEN available_at <= {p} "
+                        f"THEN 1 ELSE 0 END), 0) FROM step_tasks WHERE step_name = {p}",
+                        (d.time(now), d.time(now), name),
+                    ).fetchone()
+                found.append(
+                    LimitState(
+                        target=f"{kind}:{name}",
+                        concurrency=None if concurrency is None else int(concurrency),
+                        rate=_rate_of(count, seconds),
+                        in_use=int(in_use),
+                        waiting=int(waiting),
+                        source="override" if overridden else "code",
+                    )
+                )
+        return found
+
+    def limited_steps(self) -> frozenset[str]:
+        """The names of the steps a limit is in effect for."""
+        with self._schedule_read() as conn:
+            rows = conn.execute(
+                "SELECT name FROM limits WHERE kind = 'step' AND limited = 1"
+            ).fetchall()
+        return frozenset(row[0] for row in rows)
+
+    # -- the lease of limited steps ---------------------------------------------------------------
+
+    def _step_limits_present(self, conn: Any) -> bool:
+        """Whether any step limit is in effect, as last looked up (see ``LIMITS_LOOK_SECONDS``)."""
+        looked, present = self._limits_seen
+        if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
+            return present
+        row = conn.execute(
+            "SELECT 1 FROM limits WHERE kind = 'step' AND limited = 1 LIMIT 1"
+        ).fetchone()
+        present = row is not None
+        self._limits_seen = (time.monotonic(), present)
+        return present
+
+    def _lease_limited(
+        self,
+        conn: Any,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        lease_until: datetime,
+        room: int,
+        lock_runs: Callable[[Any, list[str]], None] | None = None,
+    ) -> list[tuple[str, str, int]]:
+        """In the caller's write transaction on ``conn``: lease up to ``room`` ready attempts
+        of limited steps of these builds, as their limits leave slots free, oldest first per
+        step, and log their starts for the rates. Rows of (run_id, step_id, attempt); the caller
+        records their ``step_started``. ``lock_runs`` locks the runs' rows first (PostgreSQL:
+        in the order a commit locks them)."""
+        self._throttled_until = None
+        if room <= 0 or not build_ids or not self._step_limits_present(conn):
+            return []
+        d = self._schedule_dialect
+        p = d.param
+        marks = ", ".join([p] * len(build_ids))
+        limits = conn.execute(
+            "SELECT name, concurrency, rate_count, rate_seconds FROM limits "
+            f"WHERE kind = 'step' AND limited = 1 ORDER BY name {self._limit_lock}"
+        ).fetchall()
+        leased: list[tuple[str, str, int]] = []
+        for name, concurrency, count, seconds in limits:
+            if len(leased) >= room:
+                break
+            ready = conn.execute(
+                f"SELECT run_id, step_id, attempt FROM step_tasks WHERE step_name = {p} "
+                f"AND available_at <= {p} AND build_id IN ({marks}) "
+                f"ORDER BY available_at, run_id, step_id LIMIT {p}",
+                (name, d.time(now), *build_ids, room - len(leased)),
+            ).fetchall()
+            if not ready:
+                continue
+            rate = _rate_of(count, seconds)
+            (in_flight,) = conn.execute(
+                "SELECT count(*) FROM step_tasks WHERE step_name = "
+                f"{p} AND lease_owner IS NOT NULL AND available_at > {p}",
+                (name, d.time(now)),
+            ).fetchone()
+            started = 0
+            if rate is not None:
+                window = now - timedelta(seconds=rate.seconds)
+                conn.execute(
+                    f"DELETE FROM limit_starts WHERE name = {p} AND started_at <= {p}",
+                    (name, d.time(window)),
+                )
+                (started,) = conn.execute(
+                    f"SELECT count(*) FROM limit_starts WHERE name = {p}", (name,)
+                ).fetchone()
+            free = free_slots(
+                None if concurrency is None else int(concurrency), rate, int(in_flight), started
+            )
+            take = list(ready) if free is None else list(ready)[:free]
+            if len(take) < len(ready):
+                self._throttled_until = now + THROTTLE_POLL
+            if not take:
+                continue
+            if lock_runs is not None:
+                lock_runs(conn, sorted({row[0] for row in take}))
+            for run_id, step_id, attempt in take:
+                moved = conn.execute(
+                    f"UPDATE step_tasks SET available_at = {p}, lease_owner = {p} "
+                    f"WHERE run_id = {p} AND step_id = {p} AND attempt = {p} "
+                    f"AND available_at <= {p}",
+                    (d.time(lease_until), worker, run_id, step_id, attempt, d.time(now)),
+                ).rowcount
+                if moved:
+                    leased.append((run_id, step_id, int(attempt)))
+                    if rate is not None:
+                        conn.execute(
+                            f"INSERT INTO limit_starts (name, started_at) VALUES ({p}, {p})",
+                            (name, d.time(now)),
+                        )
+        return leased
+
+    def _throttled_due(self, due: datetime | None) -> datetime | None:
+        """``due``, or sooner when the last lease left attempts ready that a limit held back
+        (the worker then looks again in ``THROTTLE_POLL``)."""
+        held = self._throttled_until
+        if held is None:
+            return due
+        return held if due is None or held < due else due
