@@ -69,6 +69,7 @@ from flow_cli.store.protocol import (
 
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
+    from flow_cli.engine.limits import LimitService
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.resolve import Resolution, Resolved
     from flow_cli.engine.schedules import ScheduleService
@@ -178,8 +179,10 @@ class Engine:
             with self._making:
                 if self._decider is None:
                     from flow_cli.engine.decider import Decider
+                    from flow_cli.engine.limits import StepGate
 
                     self._decider = Decider(self.streams, self.runtimes, self.clock)
+                    self._decider.gate = StepGate(self.store, self.runtimes.values())
                 decider = self._decider
         return decider
 
@@ -196,6 +199,13 @@ class Engine:
                     self._executor = StepExecutor(self.streams, self.runtimes, self.clock, decider)
                 executor = self._executor
         return executor
+
+    @property
+    def limits(self) -> LimitService:
+        """Flow-control limits: the code's, declared to the database, and overrides."""
+        from flow_cli.engine.limits import LimitService
+
+        return LimitService(self)
 
     @property
     def schedules(self) -> ScheduleService:
@@ -362,7 +372,7 @@ class Engine:
         lease of its own (``EventStore.offer_worker``)."""
         from flow_cli.engine.decider import startable_step
 
-        step_id = startable_step(pending)
+        step_id = startable_step(pending, self.decider.gate)
         return run if step_id is None else dataclasses.replace(run, hand_off=step_id)
 
     # -- facts from outside --------------------------------------------------------------------

@@ -152,7 +152,7 @@ class MemoryLimits:
         return taken
 
     def _throttled_due(self, due: datetime | None) -> datetime | None:
-        held = self._throttled_until
+        held, self._throttled_until = self._throttled_until, None  # said once per lease
         if held is None:
             return due
         return held if due is None or held < due else due

@@ -240,14 +240,15 @@ class SQLLimits:
             f"WHERE kind = 'step' AND limited = 1 ORDER BY name {self._limit_lock}"
         ).fetchall()
         leased: list[tuple[str, str, int]] = []
+        chosen: list[tuple[str, bool, str, str, int]] = []
         for name, concurrency, count, seconds in limits:
-            if len(leased) >= room:
+            if len(chosen) >= room:
                 break
             ready = conn.execute(
                 f"SELECT run_id, step_id, attempt FROM step_tasks WHERE step_name = {p} "
                 f"AND available_at <= {p} AND build_id IN ({marks}) "
                 f"ORDER BY available_at, run_id, step_id LIMIT {p}",
-                (name, d.time(now), *build_ids, room - len(leased)),
+                (name, d.time(now), *build_ids, room - len(chosen)),
             ).fetchall()
             if not ready:
                 continue
@@ -273,30 +274,31 @@ class SQLLimits:
             take = list(ready) if free is None else list(ready)[:free]
             if len(take) < len(ready):
                 self._throttled_until = now + THROTTLE_POLL
-            if not take:
-                continue
-            if lock_runs is not None:
-                lock_runs(conn, sorted({row[0] for row in take}))
-            for run_id, step_id, attempt in take:
-                moved = conn.execute(
-                    f"UPDATE step_tasks SET available_at = {p}, lease_owner = {p} "
-                    f"WHERE run_id = {p} AND step_id = {p} AND attempt = {p} "
-                    f"AND available_at <= {p}",
-                    (d.time(lease_until), worker, run_id, step_id, attempt, d.time(now)),
-                ).rowcount
-                if moved:
-                    leased.append((run_id, step_id, int(attempt)))
-                    if rate is not None:
-                        conn.execute(
-                            f"INSERT INTO limit_starts (name, started_at) VALUES ({p}, {p})",
-                            (name, d.time(now)),
-                        )
+            chosen.extend((name, rate is not None, *row) for row in take)
+        if not chosen:
+            return []
+        if lock_runs is not None:  # all of them at once, in run id order (as commits lock)
+            lock_runs(conn, sorted({row[2] for row in chosen}))
+        for name, rated, run_id, step_id, attempt in chosen:
+            moved = conn.execute(
+                f"UPDATE step_tasks SET available_at = {p}, lease_owner = {p} "
+                f"WHERE run_id = {p} AND step_id = {p} AND attempt = {p} "
+                f"AND available_at <= {p}",
+                (d.time(lease_until), worker, run_id, step_id, attempt, d.time(now)),
+            ).rowcount
+            if moved:
+                leased.append((run_id, step_id, int(attempt)))
+                if rated:
+                    conn.execute(
+                        f"INSERT INTO limit_starts (name, started_at) VALUES ({p}, {p})",
+                        (name, d.time(now)),
+                    )
         return leased
 
     def _throttled_due(self, due: datetime | None) -> datetime | None:
         """``due``, or sooner when the last lease left attempts ready that a limit held back
         (the worker then looks again in ``THROTTLE_POLL``)."""
-        held = self._throttled_until
+        held, self._throttled_until = self._throttled_until, None  # said once per lease
         if held is None:
             return due
         return held if due is None or held < due else due

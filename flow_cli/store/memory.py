@@ -20,6 +20,7 @@ from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFoun
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import row_changes
+from flow_cli.store.limits_memory import LimitedTask, MemoryLimits
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -48,7 +49,6 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
-from flow_cli.store.limits_memory import LimitedTask, MemoryLimits
 from flow_cli.store.schedules_memory import MemorySchedules
 
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.limits import DeclaredLimit, LimitState, Rate
 from flow_cli.model.schedule import Schedule
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
@@ -686,6 +687,38 @@ class Schedules(Protocol):
         ...
 
 
+class Limits(Protocol):
+    """Flow-control limits (``DESIGN.md`` §6.4), kept and enforced in the database: what code
+    declared per ``step:NAME`` / ``workflow:NAME``, operators' overrides, and the limit in
+    effect. ``lease_steps`` leases an attempt of a limited step only while its concurrency (in
+    flight: leased, lease not lapsed) and its rate (started in the window) leave a slot."""
+
+    def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
+        """Record what code declares (source ``code``); an override in place stays."""
+        ...
+
+    def override_limit(self, target: str, concurrency: int | None, rate: Rate | None) -> bool:
+        """Put the given values in effect fleet-wide (source ``override``; a value not given
+        stays as it is); False, writing nothing, when no worker declared the target."""
+        ...
+
+    def clear_override(self, target: str) -> bool:
+        """Put the code's values back in effect; False when the target is unknown."""
+        ...
+
+    def known_limit(self, target: str) -> bool:
+        """Whether some worker declared the target."""
+        ...
+
+    def limit_states(self, now: datetime) -> list[LimitState]:
+        """Every limit in effect, by target, with its use at ``now``."""
+        ...
+
+    def limited_steps(self) -> frozenset[str]:
+        """The names of the steps a limit is in effect for."""
+        ...
+
+
 @runtime_checkable
 class HandOffs(Protocol):
     """Optional: a store that can hand a new run's first step to an idle worker in the start's
@@ -708,7 +741,7 @@ class HandOffs(Protocol):
         ...
 
 
-class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Protocol):
+class EventStore(EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Limits, Protocol):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""
 

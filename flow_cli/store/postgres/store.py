@@ -37,6 +37,7 @@ from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
 from flow_cli.model.events import StepStarted
+from flow_cli.store.limits_sql import SQLLimits
 from flow_cli.store.postgres import handoffs, hints, tables
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.commits import PostgresCommits
@@ -72,7 +73,7 @@ _Leased: TypeAlias = tuple[
 and when runs and steps are next due (see ``DueHints``)."""
 
 
-class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
+class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -228,9 +229,55 @@ class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
         ]
-        if history_rows is None:
+        if history_rows is not None:
+            leases = with_histories(leases, self._histories(history_rows, after))
+        return leases + self._lease_limited_steps(ask, limit - len(leases), read_after)
+
+    def _lease_limited_steps(
+        self, ask: LeaseAsk, room: int, read_after: ReadAfter | None
+    ) -> list[StepLease]:
+        """Steps under a limit, leased in a transaction of their own as their limits leave
+        slots (``limits_sql``), their ``step_started`` recorded in it."""
+        worker, build_ids, now, lease_until, _ = ask
+        with self._reading() as conn:
+            if room <= 0 or not self._step_limits_present(conn):
+                self._throttled_until = None
+                return []
+        sequences: dict[str, int] = {}
+
+        def lock_runs(conn: Connection, run_ids: list[str]) -> None:
+            for run_id, sequence in conn.execute(
+                "SELECT run_id, last_sequence FROM runs WHERE run_id = ANY(%s) "
+                "ORDER BY run_id FOR UPDATE",
+                (run_ids,),
+            ):
+                sequences[run_id] = sequence
+
+        with self._transaction() as conn:
+            rows = self._lease_limited(
+                conn, worker, build_ids, now, lease_until, room, lock_runs=lock_runs
+            )
+            for run_id, step_id, attempt in rows:
+                started = StepStarted(
+                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                )
+                tables.insert_events(conn, run_id, sequences[run_id], [started], now)
+                sequences[run_id] += 1
+            for run_id in {row[0] for row in rows}:
+                conn.execute(
+                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                    "WHERE run_id = %s",
+                    (sequences[run_id], now, run_id),
+                )
+        leases = [
+            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
+            for run_id, step_id, attempt in rows
+        ]
+        if read_after is None or not leases:
             return leases
-        return with_histories(leases, self._histories(history_rows, after))
+        after = wanted_after((lease.run_id for lease in leases), read_after)
+        return with_histories(leases, self.read_histories(after))
 
     def _lease_ready(
         self,
@@ -361,7 +408,9 @@ class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        return self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+        return self._throttled_due(
+            self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+        )
 
     def _due_times(self, build_ids: Sequence[str]) -> list[datetime]:
         with self._reading() as conn:
@@ -416,6 +465,7 @@ class PostgresStore(PostgresCommits, SQLSchedules, AppendViaCommit):
 
     _schedule_dialect = tables.POSTGRES
     _schedule_lock_rows = "FOR UPDATE SKIP LOCKED"
+    _limit_lock = "FOR UPDATE"
 
     def _schedule_write(self) -> AbstractContextManager[Connection]:
         return self._transaction()

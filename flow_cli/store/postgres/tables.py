@@ -17,6 +17,7 @@ from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.limits_sql import unlimited_step
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
@@ -66,6 +67,7 @@ ANY_READY_STEP = (
 LOCK_READY = (
     "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks"
     " WHERE available_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " AND " + unlimited_step("step_tasks") + ""
     " ORDER BY available_at, run_id, step_id LIMIT %(limit)s)"
     " SELECT run_id, last_sequence, build_id,"
     "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
@@ -98,7 +100,8 @@ leases nothing."""
 NEXT_DUE = (
     "SELECT (SELECT min(decide_at) FROM runs"
     "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
-    "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s))"
+    "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s)"
+    "        AND " + unlimited_step("step_tasks") + ")"
 )
 """The earliest run and step due times of some builds: one row of two (maybe NULL) times."""
 
@@ -401,7 +404,8 @@ def apply_index(
 
 _UPSERT_TASK = (
     " ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = EXCLUDED.attempt,"
-    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner"
+    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner,"
+    " step_name = EXCLUDED.step_name"
 )
 
 
@@ -418,21 +422,21 @@ def _apply_steps(
         # transaction's own UPDATE of it included).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) SELECT run_id, %s, build_id, %s, %s, %s FROM runs WHERE run_id = %s"
-            + _UPSERT_TASK
+            "lease_owner, step_name) SELECT run_id, %s, build_id, %s, %s, %s, %s FROM runs "
+            "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks: list[tuple[Any, ...]] = [
-            (step_id, task.attempt, task.available_at, task.owner, run_id)
+            (step_id, task.attempt, task.available_at, task.owner, task.name, run_id)
             for step_id, task in steps.items()
             if task is not None
         ]
     else:
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner) VALUES (%s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
+            "lease_owner, step_name) VALUES (%s, %s, %s, %s, %s, %s, %s)" + _UPSERT_TASK
         )
         tasks = [
-            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner)
+            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner, task.name)
             for step_id, task in steps.items()
             if task is not None
         ]

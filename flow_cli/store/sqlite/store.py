@@ -17,6 +17,7 @@ from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
+from flow_cli.store.limits_sql import SQLLimits, unlimited_step
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -34,7 +35,6 @@ from flow_cli.store.protocol import (
     wanted_after,
     with_histories,
 )
-from flow_cli.store.limits_sql import SQLLimits, unlimited_step
 from flow_cli.store.schedules_sql import SQLSchedules
 from flow_cli.store.sql import error_values, run_sets
 from flow_cli.store.sqlite.connection import FALLBACK_POLL_SECONDS, POLL_SECONDS, guarded
