@@ -67,7 +67,6 @@ class Registration:
 
     def __enter__(self) -> Registration:
         self.engine.store.register_worker(self.info())
-        self.engine.limits.declare()  # the code's limits, enforced by the database
         self._thread = threading.Thread(target=self._beat, name="flow-heartbeat", daemon=True)
         self._thread.start()
         return self

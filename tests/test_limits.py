@@ -1,0 +1,160 @@
+"""Flow-control limits (DESIGN §6.4), on every store: a step's concurrency and rate hold in
+the lease, a step over its limit waits ready (no attempt used), a slot held by a worker that
+vanished comes back when its lease lapses, and operators' overrides take effect at once."""
+
+from __future__ import annotations
+
+import pytest
+from limit_workflows import runtime
+
+from flow_cli.engine.engine import Engine
+from flow_cli.errors import LimitInvalid
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.limits import DeclaredLimit, Rate, parse_rate
+from flow_cli.model.status import StepStatus
+from flow_cli.store.protocol import EventStore
+
+
+def _engine(store: EventStore, clock: ManualClock, name: str = "w1") -> Engine:
+    return Engine(store, [runtime], clock=clock, worker_id=name)
+
+
+def _start(engine: Engine, workflow: str, count: int) -> list[str]:
+    return [engine.start(workflow, i, run_id=f"{workflow}-{i}").run_id for i in range(count)]
+
+
+def test_a_step_concurrency_holds_in_the_lease_and_waits_ready(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    runs = _start(engine, "pay", 5)
+    first = engine.work.lease_steps(30, 10)
+    assert len(first) == 3
+    assert engine.work.lease_steps(30, 10) == []
+    other = _engine(store, clock, "w2")
+    assert other.work.lease_steps(30, 10) == []  # fleet-wide, not per worker
+    held = {lease.run_id for lease in first}
+    for run_id in set(runs) - held:
+        step = engine.snapshot(run_id).steps["charge"]
+        assert step.status is StepStatus.SCHEDULED and step.attempts == 0  # no attempt used
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.concurrency, state.in_use, state.waiting, state.source) == (3, 3, 2, "code")
+    # One attempt ends: one slot frees, and one waiting attempt is leased.
+    engine.work.execute_step(first[0], 30)
+    assert len(other.work.lease_steps(30, 10)) == 1
+
+
+def test_a_slot_held_by_a_vanished_worker_comes_back_when_its_lease_lapses(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "pay", 4)
+    assert len(engine.work.lease_steps(30, 10)) == 3  # w1 then vanishes with them
+    other = _engine(store, clock, "w2")
+    clock.advance(29)
+    assert other.work.lease_steps(30, 10) == []
+    clock.advance(2)  # the leases lapsed: their slots are free again
+    assert len(other.work.lease_steps(30, 10)) == 3
+
+
+def test_a_step_rate_holds_per_window(store: EventStore, clock: ManualClock) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "poll", 25)
+    leased = engine.work.lease_steps(30, 100)
+    assert len(leased) == 20
+    for lease in leased:
+        engine.work.execute_step(lease, 30)
+    clock.advance(0.9)
+    assert engine.work.lease_steps(30, 100) == []  # ended attempts still count for the rate
+    clock.advance(0.2)
+    assert len(engine.work.lease_steps(30, 100)) == 5
+
+
+def test_an_unlimited_step_is_not_held(store: EventStore, clock: ManualClock) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "simple", 6)
+    assert len(engine.work.lease_steps(30, 10)) == 6
+
+
+def test_overrides_take_effect_fleet_wide_at_once_and_unset_restores_the_code(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    engine.limits.set("step:charge", concurrency=1)
+    engine.limits.set("step:plain", rate="2/1h")
+    states = {s.target: s.to_json() for s in engine.limits.list()}
+    assert states["step:charge"] == {
+        "target": "step:charge",
+        "concurrency": 1,
+        "rate": None,
+        "in_use": 0,
+        "waiting": 0,
+        "source": "override",
+    }
+    assert states["step:plain"]["rate"] == "2/1h"
+    _start(engine, "pay", 3)
+    _start(engine, "simple", 3)
+    leased = engine.work.lease_steps(30, 10)
+    assert sorted(lease.step_id for lease in leased) == ["charge", "plain", "plain"]
+    engine.limits.unset("step:charge")
+    assert {s.target: s.source for s in engine.limits.list()}["step:charge"] == "code"
+    assert len(engine.work.lease_steps(30, 10)) == 2  # concurrency 3 again
+
+
+def test_a_redeclared_code_limit_keeps_the_override(store: EventStore) -> None:
+    store.declare_limits([DeclaredLimit(target="step:x", concurrency=5)])
+    assert store.override_limit("step:x", 2, None)
+    store.declare_limits([DeclaredLimit(target="step:x", concurrency=7)])
+    (state,) = store.limit_states(ManualClock().now())
+    assert (state.concurrency, state.source) == (2, "override")
+    assert store.clear_override("step:x")
+    (state,) = store.limit_states(ManualClock().now())
+    assert (state.concurrency, state.source) == (7, "code")
+    assert store.limited_steps() == frozenset({"x"})
+    assert not store.override_limit("step:nobody", 1, None)
+    assert not store.clear_override("workflow:nobody")
+    assert store.known_limit("step:x") and not store.known_limit("step:y")
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [
+        ("20/1s", Rate(20, 1)),
+        ("100/1m", Rate(100, 60)),
+        ("1000/1h", Rate(1000, 3600)),
+        ("5/m", Rate(5, 60)),
+        ("3/10s", Rate(3, 10)),
+    ],
+)
+def test_rates_parse(text: str, rate: Rate) -> None:
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize("text", ["", "20", "20/1d", "0/1s", "x/1s", "20/0s", "-1/1s"])
+def test_a_bad_rate_says_what_is_right(text: str) -> None:
+    with pytest.raises(LimitInvalid, match=r"e\.g\. --rate 100/1m"):
+        parse_rate(text)
+
+
+def test_bad_overrides_write_nothing(clock: ManualClock) -> None:
+    from flow_cli.store.memory import MemoryStore
+
+    store = MemoryStore()
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    for target, kwargs in [
+        ("charge", {"concurrency": 2}),
+        ("step:nobody", {"concurrency": 2}),
+        ("queue:charge", {"concurrency": 2}),
+        ("step:charge", {"concurrency": 0}),
+        ("step:charge", {"rate": "fast"}),
+        ("step:charge", {}),
+        ("workflow:pay", {"rate": "1/1s"}),
+    ]:
+        with pytest.raises(LimitInvalid):
+            engine.limits.set(target, **kwargs)  # type: ignore[arg-type]
+    assert [(s.target, s.concurrency, s.source) for s in engine.limits.list()] == [
+        ("step:charge", 3, "code"),
+        ("step:ping", None, "code"),
+    ]
