@@ -31,6 +31,7 @@ from flow_cli.cli import (
     cmd_fleet,
     cmd_fork,
     cmd_init,
+    cmd_limits,
     cmd_read,
     cmd_replay,
     cmd_schedule,
@@ -239,6 +240,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., None]] | typer.Typer, ...] = (
     ("builds", cmd_fleet.builds),
     ("check", cmd_check.check),
     cmd_schedule.schedule_app,
+    cmd_limits.limits_app,
     cmd_completion.completion_app,
 )
 cmd_facts.hook_app.command("list")(cmd_triage.hook_list)
