@@ -46,3 +46,13 @@ def poll(ctx: WorkflowContext) -> RuntimeCommand:
 @runtime.workflow("simple")
 def simple(ctx: WorkflowContext) -> RuntimeCommand:
     return ctx.complete(ctx.step("plain", plain, ctx.input))
+
+
+@runtime.workflow("sync", concurrency=1, concurrency_key="customer")
+def sync(ctx: WorkflowContext) -> RuntimeCommand:
+    return ctx.complete(ctx.receive("done", "done"))  # waiting holds the slot too
+
+
+@runtime.workflow("batch", concurrency=2)
+def batch(ctx: WorkflowContext) -> RuntimeCommand:
+    return ctx.complete(ctx.receive("done", "done"))

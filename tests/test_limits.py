@@ -111,7 +111,7 @@ def test_a_redeclared_code_limit_keeps_the_override(store: EventStore) -> None:
     assert store.clear_override("step:x")
     (state,) = store.limit_states(ManualClock().now())
     assert (state.concurrency, state.source) == (7, "code")
-    assert store.limited_steps() == frozenset({"x"})
+    assert store.limited_targets() == frozenset({"step:x"})
     assert not store.override_limit("step:nobody", 1, None)
     assert not store.clear_override("workflow:nobody")
     assert store.known_limit("step:x") and not store.known_limit("step:y")
@@ -157,4 +157,53 @@ def test_bad_overrides_write_nothing(clock: ManualClock) -> None:
     assert [(s.target, s.concurrency, s.source) for s in engine.limits.list()] == [
         ("step:charge", 3, "code"),
         ("step:ping", None, "code"),
+        ("workflow:batch", 2, "code"),
+        ("workflow:sync", 1, "code"),
     ]
+
+
+def _statuses(engine: Engine, run_ids: list[str]) -> list[str]:
+    return [engine.get_run(run_id).status.value for run_id in run_ids]
+
+
+def test_a_keyed_run_limit_of_1_runs_each_customers_runs_one_at_a_time_in_start_order(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    order = ["a", "b", "a", "c", "a", "b"]
+    run_ids = []
+    for i, customer in enumerate(order):
+        run_ids.append(engine.start("sync", {"customer": customer}, run_id=f"s{i}").run_id)
+        clock.advance(1)
+    assert _statuses(engine, run_ids) == ["Pending"] * 6  # not decided at start: admitted later
+    rounds = []
+    while True:
+        engine.tick(until_idle=True)
+        in_progress = [r for r, s in zip(run_ids, _statuses(engine, run_ids)) if s == "Suspended"]
+        if not in_progress:
+            break
+        rounds.append(in_progress)
+        state = {s.target: s for s in engine.limits.list()}["workflow:sync"]
+        assert state.in_use == len(in_progress)
+        for run_id in in_progress:  # their ends free the slots
+            engine.signal(run_id, "done", run_id)
+    # One run per customer at a time, in start order; the other customers proceed meanwhile.
+    assert rounds == [["s0", "s1", "s3"], ["s2", "s5"], ["s4"]]
+    assert _statuses(engine, run_ids) == ["Completed"] * 6
+
+
+def test_an_unkeyed_run_limit_admits_that_many_runs_and_waiting_counts(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    run_ids = [engine.start("batch", i, run_id=f"b{i}").run_id for i in range(5)]
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Suspended"] * 2 + ["Pending"] * 3
+    engine.signal("b0", "done", 1)  # an end frees a slot
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 2 + ["Pending"] * 2
+    state = {s.target: s for s in engine.limits.list()}["workflow:batch"]
+    assert (state.in_use, state.waiting) == (2, 2)
+    engine.limits.set("workflow:batch", concurrency=3)  # at once
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 3 + ["Pending"]

@@ -522,6 +522,8 @@ class Decider:
 class Gate(Protocol):
     def holds(self, name: str) -> bool: ...
 
+    def holds_run(self, workflow: str) -> bool: ...
+
 
 def startable_step(pending: Pending, gate: Gate | None = None) -> str | None:
     """The first step the decisions in ``pending`` just scheduled that can start now (one

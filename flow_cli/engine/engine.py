@@ -350,7 +350,8 @@ class Engine:
     def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
         """Create ``run`` (with its first decisions when ``eager_start``); False if the id
         is taken."""
-        first = self.decider.first_decisions(run, runtime, now) if self.eager_start else None
+        eager = self.eager_start and not self._held(run.spec.workflow)
+        first = self.decider.first_decisions(run, runtime, now) if eager else None
         if first is not None:
             pending, effects = first
             created = self._hand_off(run, pending)
@@ -365,6 +366,11 @@ class Engine:
                 # the decision made: a worker decides the run then (and records a refusal).
                 pass
         return self.store.create_run(run, now) is not None
+
+    def _held(self, workflow: str) -> bool:
+        """Whether runs of ``workflow`` wait for a slot of its limit (not decided at start)."""
+        gate = self.decider.gate
+        return gate is not None and gate.holds_run(workflow)
 
     def _hand_off(self, run: NewRun, pending: Pending) -> NewRun:
         """``run``, naming the step its first decisions in ``pending`` made ready, which the

@@ -40,16 +40,13 @@ def declared_limits(runtimes: Iterable[Runtime]) -> list[DeclaredLimit]:
 
 
 class StepGate:
-    """Which steps are under a limit, as this process knows it: the code's declarations at
-    once, the database's (overrides) as looked up at most ``LIMITS_LOOK_SECONDS`` ago."""
+    """Which steps and workflows are under a limit, as this process knows it: the code's
+    declarations at once, the database's (overrides) as looked up at most
+    ``LIMITS_LOOK_SECONDS`` ago."""
 
     def __init__(self, store: EventStore, runtimes: Iterable[Runtime]) -> None:
         self._store = store
-        self._code = frozenset(
-            limit.target.partition(":")[2]
-            for limit in declared_limits(runtimes)
-            if limit.limited and limit.target.startswith("step:")
-        )
+        self._code = frozenset(limit.target for limit in declared_limits(runtimes) if limit.limited)
         self._stored: frozenset[str] = frozenset()
         self._looked = float("-inf")
         self._lock = threading.Lock()
@@ -57,15 +54,23 @@ class StepGate:
     def holds(self, name: str) -> bool:
         """Whether step ``name`` must be leased under its limit (never started in a commit
         that did not count it)."""
-        if name in self._code:
+        return self._limited(f"step:{name}")
+
+    def holds_run(self, workflow: str) -> bool:
+        """Whether a new run of ``workflow`` waits to be admitted under its limit (never
+        decided in the commit that creates it)."""
+        return self._limited(f"workflow:{workflow}")
+
+    def _limited(self, target: str) -> bool:
+        if target in self._code:
             return True
         now = time.monotonic()
         if now - self._looked >= LIMITS_LOOK_SECONDS:
             with self._lock:
                 if now - self._looked >= LIMITS_LOOK_SECONDS:
-                    self._stored = self._store.limited_steps()
+                    self._stored = self._store.limited_targets()
                     self._looked = now
-        return name in self._stored
+        return target in self._stored
 
 
 class LimitService:

@@ -9,7 +9,29 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
-from flow_cli.store.limits_sql import THROTTLE_POLL
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store.limits_sql import THROTTLE_POLL, limit_key
+
+OPEN = {s.value for s in RunStatus if s not in TERMINAL_STATUSES}
+
+
+class LimitedRun(Protocol):
+    """What the memory store's run shows a limit."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    build_id: str
+    created_at: datetime
+    decide_at: datetime | None
+
+    @property
+    def events(self) -> Sequence[LimitedEvent]: ...
+
+
+class LimitedEvent(Protocol):
+    @property
+    def data(self) -> str: ...
 
 
 class LimitedTask(Protocol):
@@ -42,9 +64,14 @@ class MemoryLimits:
     def __init__(self) -> None:
         self._limits: dict[tuple[str, str], _Limit] = {}
         self._starts: dict[str, list[datetime]] = {}
+        self._slots: dict[str, str] = {}
+        """Run id → the key of the slot its admission took (kept after it ends: not counted)."""
         self._throttled_until: datetime | None = None
 
     def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
+        raise NotImplementedError
+
+    def _limit_runs(self) -> Iterable[LimitedRun]:
         raise NotImplementedError
 
     def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
@@ -97,17 +124,34 @@ class MemoryLimits:
                 if not held.limited:
                     continue
                 mine = [t for t in tasks if kind == "step" and t.name == name]
+                in_use = sum(1 for t in mine if t.lease_owner and t.available_at > now)
+                waiting = sum(1 for t in mine if t.available_at <= now)
+                if kind == "workflow":
+                    runs = [r for r in self._limit_runs() if r.workflow == name]
+                    in_use = sum(
+                        1 for r in runs if r.run_id in self._slots and r.status.value in OPEN
+                    )
+                    waiting = sum(
+                        1
+                        for r in runs
+                        if r.status is RunStatus.PENDING and r.run_id not in self._slots
+                    )
                 found.append(
                     LimitState(
                         target=f"{kind}:{name}",
                         concurrency=held.concurrency,
                         rate=held.rate,
-                        in_use=sum(1 for t in mine if t.lease_owner and t.available_at > now),
-                        waiting=sum(1 for t in mine if t.available_at <= now),
+                        in_use=in_use,
+                        waiting=waiting,
                         source="override" if held.overridden else "code",
                     )
                 )
             return found
+
+    def limited_targets(self) -> frozenset[str]:
+        """The targets (``step:NAME``, ``workflow:NAME``) a limit is in effect for."""
+        with self._lock:
+            return frozenset(f"{k}:{n}" for (k, n), held in self._limits.items() if held.limited)
 
     def limited_steps(self) -> frozenset[str]:
         """The names of the steps a limit is in effect for."""
@@ -115,6 +159,49 @@ class MemoryLimits:
             return frozenset(
                 n for (k, n), held in self._limits.items() if k == "step" and held.limited
             )
+
+    def limited_workflows(self) -> frozenset[str]:
+        """The names of the workflows a limit is in effect for."""
+        with self._lock:
+            return frozenset(
+                n for (k, n), held in self._limits.items() if k == "workflow" and held.limited
+            )
+
+    def _lease_limited_runs(
+        self, runs: Iterable[LimitedRun], builds: set[str], now: datetime, room: int
+    ) -> list[LimitedRun]:
+        """``Pending`` runs of limited workflows to lease for their first decision, as their
+        limits leave slots, in start order per key (``limits_sql._lease_limited_runs``); each
+        one admitted holds its slot until it ends."""
+        chosen: list[LimitedRun] = []
+        by_workflow: dict[str, list[LimitedRun]] = {}
+        for run in runs:
+            by_workflow.setdefault(run.workflow, []).append(run)
+        for name in sorted(self.limited_workflows()):
+            held = self._limits[("workflow", name)]
+            mine = sorted(by_workflow.get(name, []), key=lambda r: (r.created_at, r.run_id))
+            used: dict[str, int] = {}
+            for run in mine:
+                key = self._slots.get(run.run_id)
+                if key is not None and run.status.value in OPEN:
+                    used[key] = used.get(key, 0) + 1
+            for run in mine:
+                if len(chosen) >= room or run.status is not RunStatus.PENDING:
+                    continue
+                due = run.decide_at is not None and run.decide_at <= now
+                if run.run_id in self._slots:
+                    if due and run.build_id in builds:
+                        chosen.append(run)
+                    continue
+                key = limit_key(run.events[0].data, held.code.key)
+                if used.get(key, 0) >= (held.concurrency or 0):
+                    self._throttled_until = now + THROTTLE_POLL
+                    continue
+                if due and run.build_id in builds:
+                    used[key] = used.get(key, 0) + 1
+                    self._slots[run.run_id] = key
+                    chosen.append(run)
+        return chosen
 
     def _lease_limited(
         self, builds: set[str], now: datetime, room: int

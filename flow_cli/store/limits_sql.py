@@ -12,6 +12,7 @@ its lease lapses: an attempt counts only while ``available_at`` (its lease's end
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -19,7 +20,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.sql import Dialect
+
+OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if s not in TERMINAL_STATUSES)
+TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in TERMINAL_STATUSES)
+
+UNLIMITED_RUN = (
+    "NOT ({table}.status = 'Pending' AND EXISTS (SELECT 1 FROM limits l WHERE"
+    " l.kind = 'workflow' AND l.name = {table}.workflow AND l.limited = 1))"
+)
+"""The condition the ordinary run lease adds: the run is not one whose first decision waits
+for a slot of its workflow's limit (those are admitted by ``_lease_limited_runs``)."""
 
 UNLIMITED_STEP = (
     "NOT EXISTS (SELECT 1 FROM limits l WHERE l.kind = 'step' AND l.name = {table}.step_name"
@@ -43,6 +55,25 @@ def unlimited_step(table: str) -> str:
     return UNLIMITED_STEP.format(table=table)
 
 
+def unlimited_run(table: str) -> str:
+    """``UNLIMITED_RUN`` for the runs table as the query names it."""
+    return UNLIMITED_RUN.format(table=table)
+
+
+def limit_key(input_json: Any, field: str | None) -> str:
+    """The value of a run's input field ``field`` that a keyed limit counts by, as text (a
+    run whose input has no such field shares the key ``""``)."""
+    if field is None:
+        return ""
+    data = json.loads(input_json) if isinstance(input_json, str) else input_json
+    spec = data.get("spec", {}) if isinstance(data, dict) else {}
+    value = spec.get("input") if isinstance(spec, dict) else None
+    found = value.get(field) if isinstance(value, dict) else None
+    if found is None:
+        return ""
+    return found if isinstance(found, str) else json.dumps(found, sort_keys=True)
+
+
 def _rate_text(rate: Rate | None) -> str | None:
     return None if rate is None else str(rate)
 
@@ -59,6 +90,7 @@ class SQLLimits:
     _schedule_dialect: Dialect
     _limit_lock: str = ""
     _limits_seen: tuple[float, bool] = (0.0, False)
+    _run_limits_seen: tuple[float, bool] = (0.0, False)
     _throttled_until: datetime | None = None
 
     def _schedule_write(self) -> AbstractContextManager[Any]:
@@ -103,7 +135,7 @@ class SQLLimits:
                     f"WHERE kind = {p} AND name = {p} AND overridden = 0",
                     (kind, name),
                 )
-        self._limits_seen = (0.0, False)
+        self._limits_seen = self._run_limits_seen = (0.0, False)
 
     def override_limit(self, target: str, concurrency: int | None, rate: Rate | None) -> bool:
         """Put ``concurrency`` and/or ``rate`` in effect for a known target fleet-wide (source
@@ -133,7 +165,7 @@ class SQLLimits:
                     name,
                 ),
             )
-        self._limits_seen = (0.0, False)
+        self._limits_seen = self._run_limits_seen = (0.0, False)
         return True
 
     def clear_override(self, target: str) -> bool:
@@ -149,7 +181,8 @@ class SQLLimits:
                 f"WHERE kind = {p} AND name = {p}",
                 (kind, name),
             )
-            return bool(cur.rowcount)
+        self._limits_seen = self._run_limits_seen = (0.0, False)
+        return bool(cur.rowcount)
 
     def known_limit(self, target: str) -> bool:
         """Whether some worker declared ``target`` (a workflow or step of its code)."""
@@ -173,6 +206,15 @@ class SQLLimits:
             found = []
             for kind, name, concurrency, count, seconds, overridden in rows:
                 in_use = waiting = 0
+                if kind == "workflow":
+                    in_use, waiting = conn.execute(
+                        "SELECT (SELECT count(*) FROM run_slots s JOIN runs r ON r.run_id = "
+                        f"s.run_id WHERE s.workflow = {p} AND s.admitted = 1 AND r.status IN "
+                        f"({OPEN_LIST})), (SELECT count(*) FROM runs r WHERE r.workflow = {p} "
+                        "AND r.status = 'Pending' AND NOT EXISTS (SELECT 1 FROM run_slots s "
+                        "WHERE s.run_id = r.run_id AND s.admitted = 1))",
+                        (name, name),
+                    ).fetchone()
                 if kind == "step":
                     in_use, waiting = conn.execute(
                         "SELECT coalesce(sum(CASE WHEN lease_owner IS NOT NULL AND available_at > "
@@ -192,13 +234,11 @@ class SQLLimits:
                 )
         return found
 
-    def limited_steps(self) -> frozenset[str]:
-        """The names of the steps a limit is in effect for."""
+    def limited_targets(self) -> frozenset[str]:
+        """The targets (``step:NAME``, ``workflow:NAME``) a limit is in effect for."""
         with self._schedule_read() as conn:
-            rows = conn.execute(
-                "SELECT name FROM limits WHERE kind = 'step' AND limited = 1"
-            ).fetchall()
-        return frozenset(row[0] for row in rows)
+            rows = conn.execute("SELECT kind, name FROM limits WHERE limited = 1").fetchall()
+        return frozenset(f"{kind}:{name}" for kind, name in rows)
 
     # -- the lease of limited steps ---------------------------------------------------------------
 
@@ -293,6 +333,104 @@ class SQLLimits:
                         f"INSERT INTO limit_starts (name, started_at) VALUES ({p}, {p})",
                         (name, d.time(now)),
                     )
+        return leased
+
+    def _run_limits_present(self, conn: Any) -> bool:
+        """Whether any workflow limit is in effect, as last looked up."""
+        looked, present = self._run_limits_seen
+        if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
+            return present
+        row = conn.execute(
+            "SELECT 1 FROM limits WHERE kind = 'workflow' AND limited = 1 LIMIT 1"
+        ).fetchone()
+        present = row is not None
+        self._run_limits_seen = (time.monotonic(), present)
+        return present
+
+    def _lease_limited_runs(
+        self,
+        conn: Any,
+        worker: str,
+        build_ids: Sequence[str],
+        now: datetime,
+        until: datetime,
+        room: int,
+    ) -> list[str]:
+        """In the caller's write transaction on ``conn``: lease up to ``room`` runs of limited
+        workflows for their first decision, as their limits leave slots, in start order per
+        key (``created_at``, then run id), each admitted run holding its slot until it ends.
+        A run admitted before (its lease lapsed) is leased again without another slot."""
+        if room <= 0 or not build_ids or not self._run_limits_present(conn):
+            return []
+        d = self._schedule_dialect
+        p = d.param
+        hosted = set(build_ids)
+        limits = conn.execute(
+            "SELECT name, concurrency, code_key FROM limits WHERE kind = 'workflow' "
+            f"AND limited = 1 ORDER BY name {self._limit_lock}"
+        ).fetchall()
+        chosen: list[tuple[str, bool]] = []
+        for name, concurrency, field in limits:
+            if len(chosen) >= room:
+                break
+            conn.execute(
+                f"DELETE FROM run_slots WHERE workflow = {p} AND EXISTS (SELECT 1 FROM runs r "
+                f"WHERE r.run_id = run_slots.run_id AND (r.status IN ({TERMINAL_LIST}) OR "
+                "(run_slots.admitted = 0 AND r.status <> 'Pending')))",
+                (name,),
+            )
+            fresh = conn.execute(
+                "SELECT e.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
+                f"AND e.sequence = 1 WHERE r.workflow = {p} AND r.status = 'Pending' AND NOT "
+                "EXISTS (SELECT 1 FROM run_slots s WHERE s.run_id = r.run_id)",
+                (name,),
+            ).fetchall()
+            for run_id, data in fresh:
+                conn.execute(
+                    "INSERT INTO run_slots (run_id, workflow, key, admitted) "
+                    f"VALUES ({p}, {p}, {p}, 0)",
+                    (run_id, name, limit_key(data, field)),
+                )
+            used = dict(
+                conn.execute(
+                    "SELECT key, count(*) FROM run_slots WHERE workflow = "
+                    f"{p} AND admitted = 1 GROUP BY key",
+                    (name,),
+                ).fetchall()
+            )
+            waiting = conn.execute(
+                "SELECT s.run_id, s.key, s.admitted, r.decide_at, r.build_id FROM run_slots s "
+                f"JOIN runs r ON r.run_id = s.run_id WHERE s.workflow = {p} "
+                "AND r.status = 'Pending' ORDER BY r.created_at, r.run_id",
+                (name,),
+            ).fetchall()
+            for run_id, key, admitted, decide_at, build_id in waiting:
+                if len(chosen) >= room:
+                    break
+                due = decide_at is not None and self._schedule_time(decide_at) <= now
+                if admitted:
+                    if due and build_id in hosted:
+                        chosen.append((run_id, False))
+                    continue
+                if int(used.get(key, 0)) >= int(concurrency):
+                    self._throttled_until = now + THROTTLE_POLL
+                    continue
+                if not due or build_id not in hosted:
+                    continue
+                used[key] = int(used.get(key, 0)) + 1
+                chosen.append((run_id, True))
+        leased = []
+        for run_id, admit in sorted(chosen):  # in run id order, as commits lock rows
+            moved = conn.execute(
+                f"UPDATE runs SET decide_at = {p}, lease_owner = {p} WHERE run_id = {p} "
+                f"AND decide_at <= {p} AND status = 'Pending'",
+                (d.time(until), worker, run_id, d.time(now)),
+            ).rowcount
+            if not moved:
+                continue
+            leased.append(run_id)
+            if admit:
+                conn.execute(f"UPDATE run_slots SET admitted = 1 WHERE run_id = {p}", (run_id,))
         return leased
 
     def _throttled_due(self, due: datetime | None) -> datetime | None:

@@ -20,7 +20,7 @@ from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFoun
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import row_changes
-from flow_cli.store.limits_memory import LimitedTask, MemoryLimits
+from flow_cli.store.limits_memory import LimitedRun, LimitedTask, MemoryLimits
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -452,13 +452,21 @@ class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
         worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
+            limited = self.limited_workflows()
             due = [
                 (r.decide_at, r.order, r)
                 for r in self._runs.values()
-                if r.build_id in builds and r.decide_at is not None and r.decide_at <= now
+                if r.build_id in builds
+                and r.decide_at is not None
+                and r.decide_at <= now
+                and not (r.status is RunStatus.PENDING and r.workflow in limited)
             ]
             due.sort(key=lambda item: item[:2])
             leased = [r for _, _, r in due[: max(limit, 0)]]
+            if limited:  # runs of limited workflows: admitted as their limits leave slots
+                room = limit - len(leased)
+                admitted = self._lease_limited_runs(self._runs.values(), builds, now, room)
+                leased += [self._runs[r.run_id] for r in admitted]
             for run in leased:
                 run.decide_at, run.lease_owner = until, worker
             if leased:
@@ -539,6 +547,7 @@ class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
         builds = set(build_ids)
         with self._lock:
             limited = self.limited_steps()
+            waiting = self.limited_workflows()
             # One candidate per table, as the database stores read one row from each index.
             found = [
                 min(times)
@@ -546,7 +555,9 @@ class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
                     [
                         r.decide_at
                         for r in self._runs.values()
-                        if r.build_id in builds and r.decide_at
+                        if r.build_id in builds
+                        and r.decide_at
+                        and not (r.status is RunStatus.PENDING and r.workflow in waiting)
                     ],
                     [
                         t.available_at
@@ -561,6 +572,9 @@ class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
 
     def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
         return list(self._tasks.items())
+
+    def _limit_runs(self) -> Iterable[LimitedRun]:
+        return list(self._runs.values())
 
     # -- waiting and closing ----------------------------------------------------------------------
 

@@ -691,7 +691,10 @@ class Limits(Protocol):
     """Flow-control limits (``DESIGN.md`` §6.4), kept and enforced in the database: what code
     declared per ``step:NAME`` / ``workflow:NAME``, operators' overrides, and the limit in
     effect. ``lease_steps`` leases an attempt of a limited step only while its concurrency (in
-    flight: leased, lease not lapsed) and its rate (started in the window) leave a slot."""
+    flight: leased, lease not lapsed) and its rate (started in the window) leave a slot;
+    ``lease_runs`` leases a limited workflow's ``Pending`` run for its first decision only while
+    fewer than its concurrency of its runs (with the same key) are admitted and open, in start
+    order per key."""
 
     def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
         """Record what code declares (source ``code``); an override in place stays."""
@@ -714,8 +717,8 @@ class Limits(Protocol):
         """Every limit in effect, by target, with its use at ``now``."""
         ...
 
-    def limited_steps(self) -> frozenset[str]:
-        """The names of the steps a limit is in effect for."""
+    def limited_targets(self) -> frozenset[str]:
+        """The targets (``step:NAME``, ``workflow:NAME``) a limit is in effect for."""
         ...
 
 

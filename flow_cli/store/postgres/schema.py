@@ -281,6 +281,11 @@ def _v9_limits(conn: Connection) -> None:
         "started_at timestamptz NOT NULL)"
     )
     conn.execute("CREATE INDEX IF NOT EXISTS limit_starts_name ON limit_starts (name, started_at)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS run_slots (run_id text PRIMARY KEY, workflow text NOT NULL, "
+        "key text NOT NULL, admitted integer NOT NULL DEFAULT 0)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS run_slots_workflow ON run_slots (workflow, admitted)")
     conn.execute("ALTER TABLE step_tasks ADD COLUMN IF NOT EXISTS step_name text")
     conn.execute(
         "CREATE INDEX IF NOT EXISTS step_tasks_step_name ON step_tasks (step_name, available_at) "
@@ -297,7 +302,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "runs.error_type and runs.error", _v6_run_errors),
     Migration(7, "schedules", _v7_schedules),
     Migration(8, "step_heartbeats", _v8_step_heartbeats),
-    Migration(9, "limits, limit_starts, step_tasks.step_name", _v9_limits),
+    Migration(9, "limits, limit_starts, run_slots, step_tasks.step_name", _v9_limits),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

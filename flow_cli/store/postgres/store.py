@@ -104,6 +104,16 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
+        with self._reading() as conn:  # (a lookup at most every LIMITS_LOOK_SECONDS)
+            limited = self._run_limits_present(conn)
+        if limited:
+            # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
+            with self._transaction(durable=False) as conn:
+                admitted = self._lease_limited_runs(
+                    conn, worker, build_ids, now, lease_until, limit
+                )
+            if admitted:
+                return admitted + self.lease_runs(ask._replace(limit=limit - len(admitted)))
         if self._due.no_run_due(build_ids, now):
             self._runs_expected = False
             return []

@@ -17,7 +17,7 @@ from flow_cli.errors import EventConflict, HookTokenInUse
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
-from flow_cli.store.limits_sql import unlimited_step
+from flow_cli.store.limits_sql import unlimited_run, unlimited_step
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
     KEEP,
@@ -49,6 +49,7 @@ LEASE_RUNS = (
     "WITH due AS ("
     " SELECT run_id, decide_at, created_order FROM runs"
     " WHERE decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
+    " AND " + unlimited_run("runs") + ""
     " ORDER BY decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
     " WHERE runs.run_id = due.run_id"
@@ -99,7 +100,8 @@ leases nothing."""
 
 NEXT_DUE = (
     "SELECT (SELECT min(decide_at) FROM runs"
-    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)),"
+    "        WHERE decide_at IS NOT NULL AND build_id = ANY(%(builds)s)"
+    "        AND " + unlimited_run("runs") + "),"
     "       (SELECT min(available_at) FROM step_tasks WHERE build_id = ANY(%(builds)s)"
     "        AND " + unlimited_step("step_tasks") + ")"
 )

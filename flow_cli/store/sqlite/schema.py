@@ -213,6 +213,11 @@ def _v8_limits(db: Database) -> None:
         "CREATE TABLE IF NOT EXISTS limit_starts (name TEXT NOT NULL, started_at TEXT NOT NULL)"
     )
     conn.execute("CREATE INDEX IF NOT EXISTS limit_starts_name ON limit_starts (name, started_at)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS run_slots (run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, "
+        "key TEXT NOT NULL, admitted INTEGER NOT NULL DEFAULT 0)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS run_slots_workflow ON run_slots (workflow, admitted)")
     conn.execute("ALTER TABLE step_tasks ADD COLUMN step_name TEXT")
     conn.execute(
         "CREATE INDEX IF NOT EXISTS step_tasks_step_name ON step_tasks (step_name, available_at) "

@@ -17,7 +17,7 @@ from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes
-from flow_cli.store.limits_sql import SQLLimits, unlimited_step
+from flow_cli.store.limits_sql import SQLLimits, unlimited_run, unlimited_step
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
     KEEP,
@@ -353,20 +353,27 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
         worker, build_ids, now, lease_until, limit = ask
-        if not build_ids or limit <= 0 or self._due.no_run_due(build_ids, now):
+        if not build_ids or limit <= 0:
+            return []
+        limited = self._run_limits_present(self._conn())
+        if not limited and self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
         select = (
             f"SELECT run_id FROM runs WHERE decide_at <= ? AND build_id IN ({marks}) "
-            "ORDER BY decide_at LIMIT ?"
+            f"AND {unlimited_run('runs')} ORDER BY decide_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not self._conn().execute(select, params).fetchone():
+        if not self._conn().execute(select, params).fetchone() and not limited:
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
             run_ids = [row[0] for row in conn.execute(select, params)]
+            # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
+            run_ids += self._lease_limited_runs(
+                conn, worker, build_ids, now, lease_until, limit - len(run_ids)
+            )
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
                 [(until, worker, run_id) for run_id in run_ids],
@@ -514,7 +521,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
             conn.execute(sql, tuple(build_ids)).fetchone()
             for sql in (
                 "SELECT decide_at FROM runs WHERE decide_at IS NOT NULL "
-                f"AND build_id IN ({marks}) ORDER BY decide_at LIMIT 1",
+                f"AND build_id IN ({marks}) AND {unlimited_run('runs')} "
+                "ORDER BY decide_at LIMIT 1",
                 "SELECT available_at FROM step_tasks WHERE available_at IS NOT NULL "
                 f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
                 "ORDER BY available_at LIMIT 1",
