@@ -305,7 +305,7 @@ def test_sqlite_migration_adds_step_heartbeats_to_a_database_written_before(
     conn = sqlite3.connect(path)
     version = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'").fetchone()
     conn.close()
-    assert version == (str(MIGRATIONS[-1][0]),) == ("7",)
+    assert version == (str(MIGRATIONS[-1][0]),)
 
 
 def test_postgres_migration_adds_step_heartbeats() -> None:
@@ -330,7 +330,7 @@ def test_postgres_migration_adds_step_heartbeats() -> None:
             assert reopened.step_heartbeats("r1") == []
         finally:
             reopened.close()
-        assert postgres_schema.SCHEMA_VERSION == 8
+        assert postgres_schema.SCHEMA_VERSION >= 8
     finally:
         store.drop_schema()
         store.close()

@@ -179,7 +179,8 @@ def test_a_keyed_run_limit_of_1_runs_each_customers_runs_one_at_a_time_in_start_
     rounds = []
     while True:
         engine.tick(until_idle=True)
-        in_progress = [r for r, s in zip(run_ids, _statuses(engine, run_ids)) if s == "Suspended"]
+        statuses = zip(run_ids, _statuses(engine, run_ids), strict=True)
+        in_progress = [run_id for run_id, status in statuses if status == "Suspended"]
         if not in_progress:
             break
         rounds.append(in_progress)

@@ -40,10 +40,11 @@ UNLIMITED_STEP = (
 """The condition the ordinary step lease adds: the task's step has no limit in effect (a task
 indexed before limits existed has no ``step_name`` and none)."""
 
-LIMITS_LOOK_SECONDS = 0.5
-"""How long a store trusts what it last saw of whether any step limit is in effect, before it
-looks again (a limit set elsewhere is enforced at once; its steps are leased at most this much
-later)."""
+LIMITS_LOOK_SECONDS = 2.0
+"""How long a store trusts what it last saw of whether any limit is in effect, before it looks
+again (a store looks when it opens). A limit set in another process where there was none is
+enforced at once (the ordinary leases pass its steps and runs by), and what it holds is leased
+under it at most this much later."""
 
 THROTTLE_POLL = timedelta(milliseconds=50)
 """While a limit holds ready attempts back, how soon the worker looks again (``next_due``):
@@ -89,8 +90,7 @@ class SQLLimits:
 
     _schedule_dialect: Dialect
     _limit_lock: str = ""
-    _limits_seen: tuple[float, bool] = (0.0, False)
-    _run_limits_seen: tuple[float, bool] = (0.0, False)
+    _limits_seen: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
     _throttled_until: datetime | None = None
 
     def _schedule_write(self) -> AbstractContextManager[Any]:
@@ -102,12 +102,17 @@ class SQLLimits:
     def _schedule_time(self, value: Any) -> datetime:
         raise NotImplementedError
 
+    def _limit_write(self) -> AbstractContextManager[Any]:
+        """The transaction ``declare_limits`` writes in: no wait for the disk (a worker
+        declares its code's limits again whenever it starts)."""
+        return self._schedule_write()
+
     # -- declared and overridden limits -----------------------------------------------------------
 
     def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
         """Record what code declares (source ``code``); an override in place stays in effect."""
         p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        with self._limit_write() as conn:
             for limit in limits:
                 kind, name = parse_target(limit.target)
                 rate = limit.rate
@@ -135,7 +140,7 @@ class SQLLimits:
                     f"WHERE kind = {p} AND name = {p} AND overridden = 0",
                     (kind, name),
                 )
-        self._limits_seen = self._run_limits_seen = (0.0, False)
+        self._limits_seen = (float("-inf"), frozenset())
 
     def override_limit(self, target: str, concurrency: int | None, rate: Rate | None) -> bool:
         """Put ``concurrency`` and/or ``rate`` in effect for a known target fleet-wide (source
@@ -165,7 +170,7 @@ class SQLLimits:
                     name,
                 ),
             )
-        self._limits_seen = self._run_limits_seen = (0.0, False)
+        self._limits_seen = (float("-inf"), frozenset())
         return True
 
     def clear_override(self, target: str) -> bool:
@@ -181,7 +186,7 @@ class SQLLimits:
                 f"WHERE kind = {p} AND name = {p}",
                 (kind, name),
             )
-        self._limits_seen = self._run_limits_seen = (0.0, False)
+        self._limits_seen = (float("-inf"), frozenset())
         return bool(cur.rowcount)
 
     def known_limit(self, target: str) -> bool:
@@ -242,17 +247,25 @@ class SQLLimits:
 
     # -- the lease of limited steps ---------------------------------------------------------------
 
-    def _step_limits_present(self, conn: Any) -> bool:
-        """Whether any step limit is in effect, as last looked up (see ``LIMITS_LOOK_SECONDS``)."""
-        looked, present = self._limits_seen
+    def _limit_kinds(self) -> frozenset[str]:
+        """The kinds (``step``, ``workflow``) some limit is in effect for, as last looked up
+        (at most ``LIMITS_LOOK_SECONDS`` ago, else looked up now)."""
+        looked, kinds = self._limits_seen
         if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
-            return present
-        row = conn.execute(
-            "SELECT 1 FROM limits WHERE kind = 'step' AND limited = 1 LIMIT 1"
-        ).fetchone()
-        present = row is not None
-        self._limits_seen = (time.monotonic(), present)
-        return present
+            return kinds
+        with self._schedule_read() as conn:
+            rows = conn.execute("SELECT kind FROM limits WHERE limited = 1 GROUP BY kind")
+            kinds = frozenset(row[0] for row in rows)
+        self._limits_seen = (time.monotonic(), kinds)
+        return kinds
+
+    def _step_limits_present(self) -> bool:
+        """Whether any step limit is in effect, as last looked up (``_limit_kinds``)."""
+        return "step" in self._limit_kinds()
+
+    def _run_limits_present(self) -> bool:
+        """Whether any workflow limit is in effect, as last looked up (``_limit_kinds``)."""
+        return "workflow" in self._limit_kinds()
 
     def _lease_limited(
         self,
@@ -270,7 +283,7 @@ class SQLLimits:
         records their ``step_started``. ``lock_runs`` locks the runs' rows first (PostgreSQL:
         in the order a commit locks them)."""
         self._throttled_until = None
-        if room <= 0 or not build_ids or not self._step_limits_present(conn):
+        if room <= 0 or not build_ids or not self._step_limits_present():
             return []
         d = self._schedule_dialect
         p = d.param
@@ -335,18 +348,6 @@ class SQLLimits:
                     )
         return leased
 
-    def _run_limits_present(self, conn: Any) -> bool:
-        """Whether any workflow limit is in effect, as last looked up."""
-        looked, present = self._run_limits_seen
-        if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
-            return present
-        row = conn.execute(
-            "SELECT 1 FROM limits WHERE kind = 'workflow' AND limited = 1 LIMIT 1"
-        ).fetchone()
-        present = row is not None
-        self._run_limits_seen = (time.monotonic(), present)
-        return present
-
     def _lease_limited_runs(
         self,
         conn: Any,
@@ -360,7 +361,7 @@ class SQLLimits:
         workflows for their first decision, as their limits leave slots, in start order per
         key (``created_at``, then run id), each admitted run holding its slot until it ends.
         A run admitted before (its lease lapsed) is leased again without another slot."""
-        if room <= 0 or not build_ids or not self._run_limits_present(conn):
+        if room <= 0 or not build_ids or not self._run_limits_present():
             return []
         d = self._schedule_dialect
         p = d.param

@@ -104,9 +104,7 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
-        with self._reading() as conn:  # (a lookup at most every LIMITS_LOOK_SECONDS)
-            limited = self._run_limits_present(conn)
-        if limited:
+        if self._run_limits_present():  # (looked up at most every LIMITS_LOOK_SECONDS)
             # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
             with self._transaction(durable=False) as conn:
                 admitted = self._lease_limited_runs(
@@ -249,10 +247,9 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
         """Steps under a limit, leased in a transaction of their own as their limits leave
         slots (``limits_sql``), their ``step_started`` recorded in it."""
         worker, build_ids, now, lease_until, _ = ask
-        with self._reading() as conn:
-            if room <= 0 or not self._step_limits_present(conn):
-                self._throttled_until = None
-                return []
+        if room <= 0 or not self._step_limits_present():
+            self._throttled_until = None
+            return []
         sequences: dict[str, int] = {}
 
         def lock_runs(conn: Connection, run_ids: list[str]) -> None:
@@ -485,6 +482,12 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
 
     def _schedule_time(self, value: Any) -> datetime:
         return tables.utc(value)
+
+    def _opened(self) -> None:
+        self._limit_kinds()  # whether any limit is in effect: known before the first lease
+
+    def _limit_write(self) -> AbstractContextManager[Connection]:
+        return self._transaction(durable=False)
 
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False

@@ -218,7 +218,8 @@ def _v8_limits(db: Database) -> None:
         "key TEXT NOT NULL, admitted INTEGER NOT NULL DEFAULT 0)"
     )
     conn.execute("CREATE INDEX IF NOT EXISTS run_slots_workflow ON run_slots (workflow, admitted)")
-    conn.execute("ALTER TABLE step_tasks ADD COLUMN step_name TEXT")
+    if "step_name" not in {row[1] for row in conn.execute("PRAGMA table_info(step_tasks)")}:
+        conn.execute("ALTER TABLE step_tasks ADD COLUMN step_name TEXT")
     conn.execute(
         "CREATE INDEX IF NOT EXISTS step_tasks_step_name ON step_tasks (step_name, available_at) "
         "WHERE step_name IS NOT NULL"

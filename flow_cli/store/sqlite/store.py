@@ -355,7 +355,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
-        limited = self._run_limits_present(self._conn())
+        limited = self._run_limits_present()
         if not limited and self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
@@ -401,7 +401,7 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
-        if not conn.execute(select, params).fetchone() and not self._step_limits_present(conn):
+        if not conn.execute(select, params).fetchone() and not self._step_limits_present():
             self._throttled_until = None
             return []
         until = ts(lease_until)
@@ -598,6 +598,17 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLLimits, AppendViaCommit):
 
     def _schedule_time(self, value: Any) -> datetime:
         return dt(str(value))
+
+    def _opened(self) -> None:
+        self._limit_kinds()  # whether any limit is in effect: known before the first lease
+
+    @contextlib.contextmanager
+    def _limit_write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._write(durable=False) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
 
     # -- waiting and closing ----------------------------------------------------------------------
 
