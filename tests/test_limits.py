@@ -208,3 +208,43 @@ def test_an_unkeyed_run_limit_admits_that_many_runs_and_waiting_counts(
     engine.limits.set("workflow:batch", concurrency=3)  # at once
     engine.tick(until_idle=True)
     assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 3 + ["Pending"]
+
+
+def test_doctor_says_throttled_for_runs_and_steps_a_limit_holds_back(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.ops.doctor import diagnose
+    from flow_cli.store.protocol import RunFilter, WorkerInfo
+
+    engine = _engine(store, clock)
+    for i in range(2):
+        engine.start("batch", i, run_id=f"b{i}")
+    engine.start("batch", 9, run_id="b9")
+    _start(engine, "pay", 4)
+    engine.tick()  # admits two batch runs, starts three charges
+    clock.advance(20)  # due for a while: without the limit these would be runnable
+    now = clock.now()
+    store.register_worker(
+        WorkerInfo(
+            worker_id="w1",
+            host="h",
+            pid=1,
+            builds=("limits-1",),
+            started_at=now,
+            heartbeat_at=now,
+            heartbeat_seconds=10,
+        )
+    )
+    causes = {
+        d.run_id: (d.cause, d.detail)
+        for d in diagnose(engine, RunFilter(), clock.now(), limited=engine.limits.targets()).runs
+    }
+    assert causes["b9"] == ("throttled", "waits for a slot of workflow:batch (`flow limits`)")
+    held = [run_id for run_id, (cause, _) in causes.items() if run_id.startswith("pay")]
+    throttled = [r for r in held if causes[r][0] == "throttled"]
+    assert len(throttled) == 1
+    assert (
+        causes[throttled[0]][1] == "step 'charge' waits for a slot of step:charge (`flow limits`)"
+    )
+    report = diagnose(engine, RunFilter(), clock.now(), limited=engine.limits.targets())
+    assert not any(d.stuck for d in report.runs if d.cause == "throttled")

@@ -90,6 +90,10 @@ class LimitService:
         """Every limit in effect, by target, with its use now."""
         return self.engine.store.limit_states(self.engine.clock.now())
 
+    def targets(self) -> frozenset[str]:
+        """The targets a limit is in effect for (``step:NAME``, ``workflow:NAME``)."""
+        return self.engine.store.limited_targets()
+
     def set(self, target: str, *, concurrency: int | None = None, rate: str | None = None) -> None:
         """Override the limit of ``target`` (``step:NAME`` / ``workflow:NAME``) fleet-wide.
 

@@ -391,6 +391,7 @@ class MemoryStore(MemorySchedules, MemoryLimits, AppendViaCommit):
                         attempt=task.attempt,
                         available_at=task.available_at,
                         lease_owner=task.lease_owner,
+                        name=task.name,
                     )
                 )
             return [

@@ -326,6 +326,8 @@ class TaskState:
     available_at: datetime
     """Ready time; for a started attempt (``lease_owner`` set), the end of its lease."""
     lease_owner: str | None
+    name: str | None = None
+    """The step's name (``None`` for a task indexed before limits were)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,8 +357,8 @@ def assemble_states(
 ) -> list[RunState]:
     """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
     workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
-    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner); ``when``
-    decodes a time."""
+    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner, step name);
+    ``when`` decodes a time."""
     runs: list[Sequence[Any]] = []
     tasks: dict[str, list[TaskState]] = {}
     for row in rows:
@@ -369,6 +371,7 @@ def assemble_states(
                     attempt=int(row[12]),
                     available_at=when(row[13]),
                     lease_owner=row[14],
+                    name=row[15] if len(row) > 15 else None,
                 )
             )
     statuses = {status.value: status for status in RunStatus}
