@@ -248,3 +248,18 @@ def test_doctor_says_throttled_for_runs_and_steps_a_limit_holds_back(
     )
     report = diagnose(engine, RunFilter(), clock.now(), limited=engine.limits.targets())
     assert not any(d.stuck for d in report.runs if d.cause == "throttled")
+
+
+def test_a_bad_declaration_fails_at_import_with_what_is_right() -> None:
+    from flow_cli.errors import ConfigError
+    from flow_cli.runtime import Runtime
+
+    bad = Runtime(build_id="bad-1")
+    with pytest.raises(LimitInvalid, match=r"rate '100 per minute' does not parse; e\.g\."):
+        bad.step("a", rate="100 per minute")
+    with pytest.raises(LimitInvalid, match="at least 1"):
+        bad.step("b", concurrency=0)
+    with pytest.raises(LimitInvalid, match="at least 1"):
+        bad.workflow("c", concurrency=-1)
+    with pytest.raises(ConfigError, match="concurrency_key needs a concurrency"):
+        bad.workflow("d", concurrency_key="customer")

@@ -36,7 +36,8 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
 11. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
    shown rather than hidden).
 
-The first six but ``throttled`` are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
+The first six but ``throttled`` are stuck (``CAUSES`` lists it after them): ``flow doctor``
+exits 1 when any run (or schedule) is.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ CAUSES = (
     "decision-failing",
     "step-unknown",
     "build-unhosted",
-    "throttled",
     "timer-overdue",
     "lease-expired",
     "schedule-late",
+    "throttled",
     "step-retrying",
     "step-running",
     "waiting-signal",
@@ -69,9 +70,10 @@ CAUSES = (
     "sleeping",
     "runnable",
 )
-"""Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
+"""Every cause, in order of precedence (``runnable`` for busy runs comes before the waits;
+``throttled``, listed after the stuck ones, is checked right after ``build-unhosted``)."""
 
-STUCK = frozenset(CAUSES[:7]) - {"throttled"}
+STUCK = frozenset(CAUSES[:6])
 """Causes that need an operator: a run with one of these will not move by itself."""
 
 OVERDUE_AFTER = timedelta(seconds=30)
