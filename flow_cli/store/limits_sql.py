@@ -46,6 +46,10 @@ again (a store looks when it opens). A limit set in another process where there 
 enforced at once (the ordinary leases pass its steps and runs by), and what it holds is leased
 under it at most this much later."""
 
+PRUNE_EVERY = 16
+"""A rate's log of starts is pruned of those its window has passed every this many looks at
+the rate."""
+
 THROTTLE_POLL = timedelta(milliseconds=50)
 """While a limit holds ready attempts back, how soon the worker looks again (``next_due``):
 a slot frees when an attempt ends or its lease lapses, or when a rate's window moves on."""
@@ -90,6 +94,9 @@ class SQLLimits:
 
     _schedule_dialect: Dialect
     _limit_lock: str = ""
+    _limit_lease_lock: str = ""
+    """What locks the limits' rows a lease counts under (PostgreSQL: ``FOR UPDATE SKIP LOCKED``:
+    two workers never count at once, and one never waits for the other)."""
     _limits_seen: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
     _throttled_until: datetime | None = None
 
@@ -289,64 +296,89 @@ class SQLLimits:
         p = d.param
         marks = ", ".join([p] * len(build_ids))
         limits = conn.execute(
-            "SELECT name, concurrency, rate_count, rate_seconds FROM limits "
-            f"WHERE kind = 'step' AND limited = 1 ORDER BY name {self._limit_lock}"
+            "SELECT name, concurrency, rate_count, rate_seconds, (SELECT count(*) FROM limits "
+            "WHERE kind = 'step' AND limited = 1) FROM limits WHERE kind = 'step' AND "
+            f"limited = 1 ORDER BY name {self._limit_lease_lock}"
         ).fetchall()
-        leased: list[tuple[str, str, int]] = []
+        if not limits or len(limits) < int(limits[0][4]):
+            # Another worker is leasing under a limit (its row is locked): not waited for
+            # (this lease's time would be stale by then); looked at again shortly.
+            self._throttled_until = now + THROTTLE_POLL
         chosen: list[tuple[str, bool, str, str, int]] = []
-        for name, concurrency, count, seconds in limits:
+        for name, concurrency, count, seconds, _ in limits:
             if len(chosen) >= room:
                 break
+            rate = _rate_of(count, seconds)
+            window = now - timedelta(seconds=rate.seconds if rate is not None else 0)
+            # One round trip per limit: the ready attempts, those in flight, the starts in the
+            # rate's window (the counts are read once, not per row).
             ready = conn.execute(
-                f"SELECT run_id, step_id, attempt FROM step_tasks WHERE step_name = {p} "
-                f"AND available_at <= {p} AND build_id IN ({marks}) "
-                f"ORDER BY available_at, run_id, step_id LIMIT {p}",
-                (name, d.time(now), *build_ids, room - len(chosen)),
+                "SELECT run_id, step_id, attempt, (SELECT count(*) FROM step_tasks WHERE "
+                f"step_name = {p} AND lease_owner IS NOT NULL AND available_at > {p}), "
+                f"(SELECT count(*) FROM limit_starts WHERE name = {p} AND started_at > {p}) "
+                f"FROM step_tasks WHERE step_name = {p} AND available_at <= {p} "
+                f"AND build_id IN ({marks}) ORDER BY available_at, run_id, step_id LIMIT {p}",
+                (
+                    name,
+                    d.time(now),
+                    name,
+                    d.time(window),
+                    name,
+                    d.time(now),
+                    *build_ids,
+                    room - len(chosen),
+                ),
             ).fetchall()
             if not ready:
                 continue
-            rate = _rate_of(count, seconds)
-            (in_flight,) = conn.execute(
-                "SELECT count(*) FROM step_tasks WHERE step_name = "
-                f"{p} AND lease_owner IS NOT NULL AND available_at > {p}",
-                (name, d.time(now)),
-            ).fetchone()
-            started = 0
-            if rate is not None:
-                window = now - timedelta(seconds=rate.seconds)
+            in_flight, started = int(ready[0][3]), int(ready[0][4]) if rate is not None else 0
+            if rate is not None and self._prune_starts():
                 conn.execute(
                     f"DELETE FROM limit_starts WHERE name = {p} AND started_at <= {p}",
                     (name, d.time(window)),
                 )
-                (started,) = conn.execute(
-                    f"SELECT count(*) FROM limit_starts WHERE name = {p}", (name,)
-                ).fetchone()
             free = free_slots(
-                None if concurrency is None else int(concurrency), rate, int(in_flight), started
+                None if concurrency is None else int(concurrency), rate, in_flight, started
             )
-            take = list(ready) if free is None else list(ready)[:free]
+            take = ready if free is None else ready[:free]
             if len(take) < len(ready):
                 self._throttled_until = now + THROTTLE_POLL
-            chosen.extend((name, rate is not None, *row) for row in take)
+            chosen.extend((name, rate is not None, row[0], row[1], int(row[2])) for row in take)
         if not chosen:
             return []
         if lock_runs is not None:  # all of them at once, in run id order (as commits lock)
             lock_runs(conn, sorted({row[2] for row in chosen}))
-        for name, rated, run_id, step_id, attempt in chosen:
-            moved = conn.execute(
-                f"UPDATE step_tasks SET available_at = {p}, lease_owner = {p} "
-                f"WHERE run_id = {p} AND step_id = {p} AND attempt = {p} "
-                f"AND available_at <= {p}",
-                (d.time(lease_until), worker, run_id, step_id, attempt, d.time(now)),
-            ).rowcount
-            if moved:
-                leased.append((run_id, step_id, int(attempt)))
-                if rated:
-                    conn.execute(
-                        f"INSERT INTO limit_starts (name, started_at) VALUES ({p}, {p})",
-                        (name, d.time(now)),
-                    )
+        # Re-checked as they are leased (still ready, same attempt): one statement for all.
+        rows = ", ".join([f"({p}, {p}, {p})"] * len(chosen))
+        moved = conn.execute(
+            f"UPDATE step_tasks SET available_at = {p}, lease_owner = {p} "
+            f"WHERE available_at <= {p} AND (run_id, step_id, attempt) IN (VALUES {rows}) "
+            "RETURNING run_id, step_id, attempt",
+            (
+                d.time(lease_until),
+                worker,
+                d.time(now),
+                *(value for row in chosen for value in row[2:]),
+            ),
+        ).fetchall()
+        done = {(row[0], row[1]) for row in moved}
+        leased = [(r, s, a) for _, _, r, s, a in chosen if (r, s) in done]
+        starts = [
+            (name, d.time(now)) for name, rated, r, s, _ in chosen if rated and (r, s) in done
+        ]
+        if starts:
+            conn.execute(
+                "INSERT INTO limit_starts (name, started_at) VALUES "
+                + ", ".join([f"({p}, {p})"] * len(starts)),
+                tuple(value for start in starts for value in start),
+            )
         return leased
+
+    def _prune_starts(self) -> bool:
+        """Whether to forget the starts a rate's window has left behind now (every
+        ``PRUNE_EVERY``th look at a rate: the count reads only the window anyway)."""
+        self._starts_seen = getattr(self, "_starts_seen", 0) + 1
+        return self._starts_seen % PRUNE_EVERY == 1
 
     def _lease_limited_runs(
         self,
@@ -367,11 +399,14 @@ class SQLLimits:
         p = d.param
         hosted = set(build_ids)
         limits = conn.execute(
-            "SELECT name, concurrency, code_key FROM limits WHERE kind = 'workflow' "
-            f"AND limited = 1 ORDER BY name {self._limit_lock}"
+            "SELECT name, concurrency, code_key, (SELECT count(*) FROM limits WHERE kind = "
+            "'workflow' AND limited = 1) FROM limits WHERE kind = 'workflow' AND limited = 1 "
+            f"ORDER BY name {self._limit_lease_lock}"
         ).fetchall()
+        if not limits or len(limits) < int(limits[0][3]):
+            self._throttled_until = now + THROTTLE_POLL  # (as for steps)
         chosen: list[tuple[str, bool]] = []
-        for name, concurrency, field in limits:
+        for name, concurrency, field, _ in limits:
             if len(chosen) >= room:
                 break
             conn.execute(

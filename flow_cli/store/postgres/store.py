@@ -165,8 +165,21 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
         that worker's commit, guarded by the sequence alone, would be built on a history that
         no longer exists.
         """
+        if not ask.build_ids or ask.limit <= 0:
+            return []
+        # Steps under a limit first, while the lease's time is fresh (``limits_sql``).
+        limited = self._lease_limited_steps(ask, ask.limit, read_after)
+        leases = self._lease_ready_steps(ask._replace(limit=ask.limit - len(limited)), read_after)
+        carried = {lease.run_id for lease in limited}
+        return limited + [
+            dataclasses.replace(lease, history=None) if lease.run_id in carried else lease
+            for lease in leases
+        ]
+
+    def _lease_ready_steps(self, ask: LeaseAsk, read_after: ReadAfter | None) -> list[StepLease]:
+        """``lease_steps`` of the steps under no limit: the ordinary lease."""
         worker, build_ids, now, lease_until, limit = ask
-        if not build_ids or limit <= 0:
+        if limit <= 0:
             return []
         self._work_heard = False
         self._due.forget()
@@ -239,7 +252,7 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
         ]
         if history_rows is not None:
             leases = with_histories(leases, self._histories(history_rows, after))
-        return leases + self._lease_limited_steps(ask, limit - len(leases), read_after)
+        return leases
 
     def _lease_limited_steps(
         self, ask: LeaseAsk, room: int, read_after: ReadAfter | None
@@ -264,19 +277,20 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
             rows = self._lease_limited(
                 conn, worker, build_ids, now, lease_until, room, lock_runs=lock_runs
             )
-            for run_id, step_id, attempt in rows:
-                started = StepStarted(
-                    step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                )
-                tables.insert_events(conn, run_id, sequences[run_id], [started], now)
-                sequences[run_id] += 1
-            for run_id in {row[0] for row in rows}:
-                conn.execute(
-                    "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                    "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                    "WHERE run_id = %s",
-                    (sequences[run_id], now, run_id),
-                )
+            with conn.pipeline():  # the writes, in one round trip
+                for run_id, step_id, attempt in rows:
+                    started = StepStarted(
+                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                    )
+                    tables.insert_events(conn, run_id, sequences[run_id], [started], now)
+                    sequences[run_id] += 1
+                for run_id in {row[0] for row in rows}:
+                    conn.execute(
+                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                        "WHERE run_id = %s",
+                        (sequences[run_id], now, run_id),
+                    )
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt in rows
@@ -473,6 +487,7 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
     _schedule_dialect = tables.POSTGRES
     _schedule_lock_rows = "FOR UPDATE SKIP LOCKED"
     _limit_lock = "FOR UPDATE"
+    _limit_lease_lock = "FOR UPDATE SKIP LOCKED"
 
     def _schedule_write(self) -> AbstractContextManager[Connection]:
         return self._transaction()
