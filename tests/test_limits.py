@@ -263,3 +263,19 @@ def test_a_bad_declaration_fails_at_import_with_what_is_right() -> None:
         bad.workflow("c", concurrency=-1)
     with pytest.raises(ConfigError, match="concurrency_key needs a concurrency"):
         bad.workflow("d", concurrency_key="customer")
+
+
+def test_a_limited_step_is_never_started_in_the_commit_that_schedules_it(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    _start(engine, "pay", 2)
+    _start(engine, "simple", 2)
+    start = StartSteps("w1", 30, 10)
+    report = engine.decider.decide_many(["pay-0", "pay-1", "simple-0", "simple-1"], start=start)
+    # The unlimited steps start in the decisions' own commit; the limited ones wait for a
+    # lease that counts them.
+    assert sorted(lease.run_id for lease in report.started) == ["simple-0", "simple-1"]
+    assert all(engine.snapshot(f"pay-{i}").steps["charge"].attempts == 0 for i in range(2))
