@@ -99,6 +99,7 @@ class SQLLimits:
     two workers never count at once, and one never waits for the other)."""
     _limits_seen: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
     _throttled_until: datetime | None = None
+    _starts_seen: int = 0
 
     def _schedule_write(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
@@ -377,7 +378,7 @@ class SQLLimits:
     def _prune_starts(self) -> bool:
         """Whether to forget the starts a rate's window has left behind now (every
         ``PRUNE_EVERY``th look at a rate: the count reads only the window anyway)."""
-        self._starts_seen = getattr(self, "_starts_seen", 0) + 1
+        self._starts_seen += 1
         return self._starts_seen % PRUNE_EVERY == 1
 
     def _lease_limited_runs(
