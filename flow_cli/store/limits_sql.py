@@ -410,28 +410,31 @@ class SQLLimits:
         for name, concurrency, field, _ in limits:
             if len(chosen) >= room:
                 break
-            conn.execute(
-                f"DELETE FROM run_slots WHERE workflow = {p} AND EXISTS (SELECT 1 FROM runs r "
-                f"WHERE r.run_id = run_slots.run_id AND (r.status IN ({TERMINAL_LIST}) OR "
-                "(run_slots.admitted = 0 AND r.status <> 'Pending')))",
-                (name,),
-            )
+            if self._prune_starts():  # now and then: the count below reads open runs only
+                conn.execute(
+                    f"DELETE FROM run_slots WHERE workflow = {p} AND EXISTS (SELECT 1 FROM runs "
+                    f"r WHERE r.run_id = run_slots.run_id AND (r.status IN ({TERMINAL_LIST}) OR "
+                    "(run_slots.admitted = 0 AND r.status <> 'Pending')))",
+                    (name,),
+                )
             fresh = conn.execute(
                 "SELECT e.run_id, e.data FROM runs r JOIN events e ON e.run_id = r.run_id "
                 f"AND e.sequence = 1 WHERE r.workflow = {p} AND r.status = 'Pending' AND NOT "
                 "EXISTS (SELECT 1 FROM run_slots s WHERE s.run_id = r.run_id)",
                 (name,),
             ).fetchall()
-            for run_id, data in fresh:
+            for at in range(0, len(fresh), 500):  # each new run's key, computed once
+                some = fresh[at : at + 500]
                 conn.execute(
-                    "INSERT INTO run_slots (run_id, workflow, key, admitted) "
-                    f"VALUES ({p}, {p}, {p}, 0)",
-                    (run_id, name, limit_key(data, field)),
+                    "INSERT INTO run_slots (run_id, workflow, key, admitted) VALUES "
+                    + ", ".join([f"({p}, {p}, {p}, 0)"] * len(some)),
+                    tuple(v for r, data in some for v in (r, name, limit_key(data, field))),
                 )
             used = dict(
                 conn.execute(
-                    "SELECT key, count(*) FROM run_slots WHERE workflow = "
-                    f"{p} AND admitted = 1 GROUP BY key",
+                    "SELECT s.key, count(*) FROM run_slots s JOIN runs r ON r.run_id = s.run_id "
+                    f"WHERE s.workflow = {p} AND s.admitted = 1 AND r.status IN ({OPEN_LIST}) "
+                    "GROUP BY s.key",
                     (name,),
                 ).fetchall()
             )
@@ -456,18 +459,32 @@ class SQLLimits:
                     continue
                 used[key] = int(used.get(key, 0)) + 1
                 chosen.append((run_id, True))
-        leased = []
-        for run_id, admit in sorted(chosen):  # in run id order, as commits lock rows
-            moved = conn.execute(
-                f"UPDATE runs SET decide_at = {p}, lease_owner = {p} WHERE run_id = {p} "
-                f"AND decide_at <= {p} AND status = 'Pending'",
-                (d.time(until), worker, run_id, d.time(now)),
-            ).rowcount
-            if not moved:
-                continue
-            leased.append(run_id)
-            if admit:
-                conn.execute(f"UPDATE run_slots SET admitted = 1 WHERE run_id = {p}", (run_id,))
+        if not chosen:
+            return []
+        ids = sorted(run_id for run_id, _ in chosen)
+        marks = ", ".join([p] * len(ids))
+        if self._limit_lock:  # in run id order, as commits lock rows
+            conn.execute(
+                f"SELECT run_id FROM runs WHERE run_id IN ({marks}) ORDER BY run_id "
+                f"{self._limit_lock}",
+                ids,
+            ).fetchall()
+        moved = {
+            row[0]
+            for row in conn.execute(
+                f"UPDATE runs SET decide_at = {p}, lease_owner = {p} WHERE run_id IN ({marks}) "
+                f"AND decide_at <= {p} AND status = 'Pending' RETURNING run_id",
+                (d.time(until), worker, *ids, d.time(now)),
+            ).fetchall()
+        }
+        admitted = [run_id for run_id, admit in chosen if admit and run_id in moved]
+        if admitted:
+            conn.execute(
+                "UPDATE run_slots SET admitted = 1 WHERE run_id IN "
+                f"({', '.join([p] * len(admitted))})",
+                admitted,
+            )
+        leased = [run_id for run_id in ids if run_id in moved]
         return leased
 
     def _throttled_due(self, due: datetime | None) -> datetime | None:

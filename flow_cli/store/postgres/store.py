@@ -111,7 +111,16 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLLimits, AppendViaCommit):
                     conn, worker, build_ids, now, lease_until, limit
                 )
             if admitted:
-                return admitted + self.lease_runs(ask._replace(limit=limit - len(admitted)))
+                limit -= len(admitted)
+                if limit <= 0:
+                    return admitted
+                params = _due_params(worker, build_ids, now, lease_until, limit)
+                with self._transaction(durable=False, pipelined=True) as conn:
+                    cursor = conn.execute(tables.LEASE_RUNS, params)
+                rows = cursor.fetchall()
+                self._count_rows(len(rows))
+                rows.sort(key=lambda row: (row[1], row[2]))
+                return admitted + [row[0] for row in rows]
         if self._due.no_run_due(build_ids, now):
             self._runs_expected = False
             return []
