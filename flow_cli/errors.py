@@ -466,6 +466,16 @@ class ScheduleNotFound(InputError):
         self.schedule_id = schedule_id
 
 
+class LimitInvalid(InputError):
+    """A flow-control limit that cannot be used (``flow limits set``, ``@runtime.step(rate=)``):
+    the message says what is wrong and what a right one looks like."""
+
+    def __init__(self, problem: str, example: str) -> None:
+        super().__init__(f"{problem}; e.g. {example}")
+        self.problem = problem
+        self.example = example
+
+
 class RunStillOpen(FlowError):
     """A run's result was asked for (without waiting) before the run ended."""
 

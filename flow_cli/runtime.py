@@ -25,6 +25,7 @@ from flow_cli.model.commands import COMMAND_TYPES, RuntimeCommand
 from flow_cli.model.context import STEP_NAME_ATTRIBUTE, WorkflowContext, seconds_or_none
 from flow_cli.model.decision import Proposal
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.limits import DeclaredLimit, check_concurrency, parse_rate
 from flow_cli.model.names import check_name
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.model.suspension import Suspend
@@ -165,6 +166,10 @@ class Runtime:
         """Workflow name → update name → handler ``fn(ctx, args)``."""
         self.attributes: dict[str, Callable[[Any], Mapping[str, Any]]] = {}
         """Workflow name → its ``attributes=`` function: ``fn(input) -> {key: value}``."""
+        self.limits: dict[str, DeclaredLimit] = {}
+        """``step:NAME`` / ``workflow:NAME`` → the limits the decorator declared (every
+        workflow and step has an entry, unlimited ones too: a worker registers them all, so
+        ``flow limits set`` knows them)."""
 
     def workflow(
         self,
@@ -172,6 +177,8 @@ class Runtime:
         *,
         signals: Iterable[str] | None = None,
         attributes: Callable[[Any], Mapping[str, Any]] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: str | None = None,
     ) -> Callable[[F], F]:
         """Register a workflow function ``fn(ctx) -> command`` under ``name``.
 
@@ -181,6 +188,11 @@ class Runtime:
         ``attributes``: ``fn(input) -> {key: value}``, the search attributes each run starts
         with (``attributes=lambda input: {"customer": input["customer"]}``); values are
         strings, numbers or booleans. ``flow start --attr`` adds to them and wins on a key.
+
+        ``concurrency``: at most this many runs of the workflow in progress at once, fleet-wide
+        (from their first decision to their end); with ``concurrency_key``, per distinct value
+        of that field of the run's input. A run over the limit stays ``Pending``; runs are
+        admitted in start order. ``flow limits set workflow:NAME`` overrides it.
         """
         if attributes is not None and not callable(attributes):
             raise ConfigError(
@@ -190,11 +202,18 @@ class Runtime:
         declared = None if signals is None else tuple(dict.fromkeys(signals))
         for signal in declared or ():
             check_name(signal, "signal name")
+        check_concurrency(concurrency)
+        if concurrency_key is not None and concurrency is None:
+            raise ConfigError(f"workflow {name!r}: concurrency_key needs a concurrency")
+        limit = DeclaredLimit(
+            target=f"workflow:{name}", concurrency=concurrency, key=concurrency_key
+        )
 
         def register(fn: F) -> F:
             if name in self.workflows:
                 raise ConfigError(f"build {self.build_id!r} defines workflow {name!r} twice")
             self.workflows[name] = fn
+            self.limits[limit.target] = limit
             if declared is not None:
                 self.signals[name] = declared
             if attributes is not None:
@@ -266,6 +285,8 @@ class Runtime:
         timeout: timedelta | float | None = None,
         heartbeat_timeout: timedelta | float | None = None,
         on_lost: OnLost = "retry",
+        concurrency: int | None = None,
+        rate: str | None = None,
     ) -> Callable[[F], F]:
         """Register a step handler ``fn(input, info) -> output`` (sync or async) as ``name``.
 
@@ -273,9 +294,19 @@ class Runtime:
         ``timeout`` / ``heartbeat_timeout`` bound each attempt unless the workflow gives its
         own; ``on_lost="unknown"``: an attempt whose worker vanished is not run again but
         recorded ``step_outcome_unknown`` for an operator to resolve.
+
+        ``concurrency``: at most this many attempts of the step in flight at once, fleet-wide;
+        ``rate`` (``"20/1s"``, ``"100/1m"``, ``"1000/1h"``): at most that many attempts
+        started per period. A step over a limit waits ready (no attempt is used); the database
+        enforces both across every worker. ``flow limits set step:NAME`` overrides them.
         """
         if on_lost not in ("retry", "unknown"):
             raise ConfigError(f"step {name!r}: on_lost must be 'retry' or 'unknown'")
+        limit = DeclaredLimit(
+            target=f"step:{name}",
+            concurrency=check_concurrency(concurrency),
+            rate=None if rate is None else parse_rate(rate),
+        )
         options = StepOptions(
             timeout=seconds_or_none(timeout, "timeout"),
             heartbeat_timeout=seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
@@ -293,6 +324,7 @@ class Runtime:
                 )
             setattr(fn, STEP_NAME_ATTRIBUTE, name)
             self.steps[name] = fn
+            self.limits[limit.target] = limit
             if options != StepOptions():
                 self.step_options[name] = options
             return fn

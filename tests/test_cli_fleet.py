@@ -134,6 +134,7 @@ def test_doctor_names_orphaned_failing_and_overdue_runs_and_exits_1(fleet: Fleet
         "timer-overdue": 1,
         "lease-expired": 0,
         "schedule-late": 0,
+        "throttled": 0,
         "step-retrying": 0,
         "step-running": 0,
         "waiting-signal": 1,

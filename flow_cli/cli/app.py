@@ -211,6 +211,7 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("builds", "cmd_fleet", "builds"),
     ("check", "cmd_check", "check"),
     ("schedule", "cmd_schedule", "schedule_app"),
+    ("limits", "cmd_limits", "limits_app"),
     ("completion", "cmd_completion", "completion_app"),
 )
 

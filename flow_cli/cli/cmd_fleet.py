@@ -78,6 +78,7 @@ def doctor(
     decision-failing  its last decision failed (code raised or diverged)       stuck
     step-unknown      a step's outcome is unknown: `flow step resolve`          stuck
     build-unhosted    no live worker hosts its build (see below)                stuck
+    throttled         a limit holds it back: `flow limits` (not stuck)
     timer-overdue     a timer, retry or ready step is 30 s past due, unstarted  stuck
     lease-expired     a decision or step lease ended 30 s ago, not taken over   stuck
     schedule-late     a schedule's fire time is 30 s past, nobody fired it      stuck
@@ -103,7 +104,8 @@ def doctor(
 
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         schedules = engine.schedules.all()
-        report = diagnose(engine, where, engine.clock.now(), grace, schedules)
+        limited = engine.limits.targets()
+        report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited)
     if state.want_json(json_output):
         emit_json(report.to_json())
     else:

@@ -148,7 +148,7 @@ def read_header(engine: Engine, now: datetime, counter: StatusCounter | None = N
     from flow_cli.store.protocol import RunFilter
 
     by_status, total = (counter or StatusCounter()).count(engine)
-    report = diagnose(engine, RunFilter(limit=DOCTOR_RUNS), now)
+    report = diagnose(engine, RunFilter(limit=DOCTOR_RUNS), now, limited=engine.limits.targets())
     workers = engine.list_workers()
     live = sum(1 for w in workers if w.live(now))
     return Header(

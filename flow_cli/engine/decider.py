@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from flow_cli.engine.observe import RunRef
 from flow_cli.engine.sticky import StickyCalls, StickyCode
@@ -122,6 +122,8 @@ class Decider:
         self.conflicts = 0
         self.sticky = StickyCalls()
         """Workflow calls kept waiting in ``ctx.step`` (see ``flow_cli.engine.sticky``)."""
+        self.gate: Gate | None = None
+        """Steps under a limit, which no decision starts in its own commit (``StepGate``)."""
 
     def decide(self, run_id: str) -> DecideReport:
         """Advance ``run_id`` until it waits or ends. Safe to call from several workers."""
@@ -169,7 +171,7 @@ class Decider:
                     again.append(run_id)
                 continue
             if start is not None and len(report.started) < start.limit and not effects.more:
-                lease = start_scheduled(pending, start.worker, start.lease_seconds)
+                lease = start_scheduled(pending, start.worker, start.lease_seconds, self.gate)
                 if lease is not None:
                     report.started.append(lease)
             prepared.append((pending, effects))
@@ -550,22 +552,32 @@ class Decider:
         return write
 
 
-def startable_step(pending: Pending) -> str | None:
-    """The first step the decisions in ``pending`` just scheduled that can start now."""
+class Gate(Protocol):
+    def holds(self, name: str) -> bool: ...
+
+    def holds_run(self, workflow: str) -> bool: ...
+
+
+def startable_step(pending: Pending, gate: Gate | None = None) -> str | None:
+    """The first step the decisions in ``pending`` just scheduled that can start now (one
+    ``gate`` holds, a step under a limit, is left for a lease that counts it)."""
     snap = pending.snapshot
     if snap.terminal:
         return None
     scheduled = [e.step_id for e in pending.events if isinstance(e, StepScheduled)]
     for step_id in scheduled:
-        if snap.steps[step_id].status is StepStatus.SCHEDULED:
+        step = snap.steps[step_id]
+        if step.status is StepStatus.SCHEDULED and (gate is None or not gate.holds(step.name)):
             return step_id
     return None
 
 
-def start_scheduled(pending: Pending, worker: str, lease_seconds: float) -> StepLease | None:
+def start_scheduled(
+    pending: Pending, worker: str, lease_seconds: float, gate: Gate | None = None
+) -> StepLease | None:
     """Lease to ``worker`` the first step the decisions in ``pending`` just scheduled, recording
     its ``step_started`` in the same commit: the worker runs it without another transaction."""
-    step_id = startable_step(pending)
+    step_id = startable_step(pending, gate)
     if step_id is None:
         return None
     step = pending.snapshot.steps[step_id]

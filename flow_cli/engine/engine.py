@@ -71,6 +71,7 @@ from flow_cli.store.protocol import (
 
 if TYPE_CHECKING:
     from flow_cli.engine.decider import Decider, DecideReport
+    from flow_cli.engine.limits import LimitService
     from flow_cli.engine.metrics import MetricsObserver
     from flow_cli.engine.pauses import PauseChange
     from flow_cli.engine.resolve import Resolution, Resolved
@@ -184,8 +185,10 @@ class Engine:
             with self._making:
                 if self._decider is None:
                     from flow_cli.engine.decider import Decider
+                    from flow_cli.engine.limits import StepGate
 
                     self._decider = Decider(self.streams, self.runtimes, self.clock)
+                    self._decider.gate = StepGate(self.store, self.runtimes.values())
                 decider = self._decider
         return decider
 
@@ -204,6 +207,13 @@ class Engine:
                     )
                 executor = self._executor
         return executor
+
+    @property
+    def limits(self) -> LimitService:
+        """Flow-control limits: the code's, declared to the database, and overrides."""
+        from flow_cli.engine.limits import LimitService
+
+        return LimitService(self)
 
     @property
     def schedules(self) -> ScheduleService:
@@ -368,7 +378,9 @@ class Engine:
         is taken."""
         spec = run.spec
         held = self.pause_gate.holds(run.run_id, spec.workflow, spec.runtime_build_id)
-        eager = self.eager_start and not held  # a held run is only created (facts still are)
+        # A run a pause holds, or one waiting for a slot of its workflow's limit, is only
+        # created (facts still are): a worker's lease decides it later.
+        eager = self.eager_start and not held and not self._limited(spec.workflow)
         first = self.decider.first_decisions(run, runtime, now) if eager else None
         if first is not None:
             pending, effects = first
@@ -385,13 +397,18 @@ class Engine:
                 pass
         return self.store.create_run(run, now) is not None
 
+    def _limited(self, workflow: str) -> bool:
+        """Whether runs of ``workflow`` wait for a slot of its limit (not decided at start)."""
+        gate = self.decider.gate
+        return gate is not None and gate.holds_run(workflow)
+
     def _hand_off(self, run: NewRun, pending: Pending) -> NewRun:
         """``run``, naming the step its first decisions in ``pending`` made ready, which the
         store may hand to an idle worker in the same commit: that worker runs it without a
         lease of its own (``EventStore.offer_worker``)."""
         from flow_cli.engine.decider import startable_step
 
-        step_id = startable_step(pending)
+        step_id = startable_step(pending, self.decider.gate)
         return run if step_id is None else dataclasses.replace(run, hand_off=step_id)
 
     # -- facts from outside --------------------------------------------------------------------

@@ -543,7 +543,7 @@ class StepExecutor:
         else:
             effects = self.decider.advance(pending, deciding, report, sticky=True)
             if not effects.more and lease_seconds is not None:
-                following = start_scheduled(pending, worker, lease_seconds)
+                following = start_scheduled(pending, worker, lease_seconds, self.decider.gate)
         return pending, effects, following
 
     def _held(self, run: WorkflowRunSnapshot) -> bool:

@@ -93,9 +93,13 @@ class WorkerSession:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._declared = False
 
     def _ask(self, lease_seconds: float, limit: int) -> LeaseAsk:
         engine = self.engine
+        if not self._declared:  # before the first lease: the code's limits, to the database
+            self._declared = True
+            engine.limits.declare()
         now = engine.clock.now()
         until = now + timedelta(seconds=lease_seconds)
         return LeaseAsk(engine.worker_id, engine.build_ids, now, until, limit)

@@ -17,6 +17,9 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
    fleet runs without that build) or no registered worker, live or gone, ever hosted it. When
    the build's only hosts are gone workers (stopped, killed, or ``flow tick`` that ended), the run
    is judged by what is overdue instead: the fleet is down, not missing the build.
+3b. ``throttled``: a flow-control limit holds the run back (``flow limits``): a ``Pending`` run
+   of a limited workflow waits for a slot, or a ready attempt of a limited step does. Not stuck:
+   it moves as the limit frees slots (an override changes the limit at once).
 4. ``timer-overdue``: a due time — a timer or retry back-off ending in the run's next decision,
    or a step attempt's ready time — passed more than ``overdue_after`` (30 s) ago and no worker
    acted on it.
@@ -36,7 +39,8 @@ The rule lives in ``classify``; the first cause that applies wins, in this order
 11. ``runnable``: a run whose index names neither a due time nor a wait (it should not happen;
    shown rather than hidden).
 
-Causes 1 to 6 are stuck: ``flow doctor`` exits 1 when any run (or schedule) is.
+Causes 1 to 6 are stuck (``paused`` comes before them and ``throttled`` after them in
+``CAUSES``: neither is): ``flow doctor`` exits 1 when any run (or schedule) is.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ CAUSES = (
     "timer-overdue",
     "lease-expired",
     "schedule-late",
+    "throttled",
     "step-retrying",
     "step-running",
     "waiting-signal",
@@ -70,7 +75,8 @@ CAUSES = (
     "sleeping",
     "runnable",
 )
-"""Every cause, in order of precedence (``runnable`` for busy runs comes before the waits)."""
+"""Every cause, in order of precedence (``runnable`` for busy runs comes before the waits;
+``throttled``, listed after the stuck ones, is checked right after ``build-unhosted``)."""
 
 STUCK = frozenset(CAUSES[1:7])
 """Causes that need an operator: a run with one of these will not move by itself."""
@@ -188,16 +194,18 @@ def diagnose(
     now: datetime,
     overdue_after: timedelta = OVERDUE_AFTER,
     schedules: Sequence[Schedule] = (),
+    limited: frozenset[str] = frozenset(),
 ) -> DoctorReport:
     """Classify the open runs that ``where`` selects (its terminal statuses are ignored), and
-    the ``schedules`` that are late (``schedule_late``)."""
+    the ``schedules`` that are late (``schedule_late``); ``limited``: the targets a limit is
+    in effect for (``step:NAME``, ``workflow:NAME``)."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
     states = store.run_states(replace(where, statuses=statuses)) if statuses else []
     order = {cause: n for n, cause in enumerate(CAUSES)}
     pauses = PauseSet(store.list_pauses())
-    found = [classify(state, hosting, now, overdue_after, pauses) for state in states]
+    found = [classify(state, hosting, now, overdue_after, pauses, limited) for state in states]
     if _schedules_wanted(where):
         live = sum(1 for w in workers if w.live(now))
         found += [
@@ -253,6 +261,7 @@ def classify(
     now: datetime,
     overdue_after: timedelta = OVERDUE_AFTER,
     pauses: PauseSet | None = None,
+    limited: frozenset[str] = frozenset(),
 ) -> Diagnosis:
     """Why ``run`` (open) is where it is: the first cause that applies (module docstring);
     ``pauses``: the pauses in force."""
@@ -288,6 +297,9 @@ def classify(
     late = now - overdue_after
     free = [t for t in run.tasks if t.lease_owner is None]
     leased = [t for t in run.tasks if t.lease_owner is not None]
+    throttled = _throttled(run, free, now, limited)
+    if throttled is not None:
+        return found("throttled", *throttled)
 
     overdue: list[tuple[datetime, str]] = [
         (t.available_at, f"{_step(t)} was ready at {_at(t.available_at)}; no worker started it")
@@ -347,6 +359,33 @@ def classify(
     if run.decide_at is not None:
         return found("sleeping", f"{_due(run)} is due at {_at(run.decide_at)}", run.updated_at)
     return found("runnable", "nothing is due; its index names no wait", run.updated_at)
+
+
+def _throttled(
+    run: RunState, free: list[TaskState], now: datetime, limited: frozenset[str]
+) -> tuple[str, datetime] | None:
+    """What a limit holds back of ``run``: its admission (a ``Pending`` run of a limited
+    workflow, due), or a ready attempt of a limited step."""
+    if not limited:
+        return None
+    target = f"workflow:{run.workflow}"
+    if (
+        run.status is RunStatus.PENDING
+        and target in limited
+        and run.lease_owner is None
+        and run.decide_at is not None
+        and run.decide_at <= now
+    ):
+        return f"waits for a slot of {target} (`flow limits`)", run.decide_at
+    held = sorted(
+        (t.available_at, t.step_id, t.name)
+        for t in free
+        if t.available_at <= now and f"step:{t.name}" in limited
+    )
+    if held:
+        since, step_id, name = held[0]
+        return f"step {step_id!r} waits for a slot of step:{name} (`flow limits`)", since
+    return None
 
 
 def _found(run: RunState, cause: str, detail: str, since: datetime) -> Diagnosis:

@@ -53,17 +53,26 @@ from flow_cli.store.run_error import decision_error, failed_error
 def step_task(step: StepState) -> StepTask | None:
     """The lease-able task of a step, or None once it is settled."""
     if step.status is StepStatus.SCHEDULED and step.scheduled_at is not None:
-        return StepTask(step_id=step.step_id, attempt=step.attempt, available_at=step.scheduled_at)
+        return StepTask(
+            step_id=step.step_id,
+            attempt=step.attempt,
+            available_at=step.scheduled_at,
+            name=step.name,
+        )
     if step.status is StepStatus.RUNNING and step.lease_until is not None:
         return StepTask(
             step_id=step.step_id,
             attempt=step.attempt,
             available_at=step.lease_until,
             owner=step.worker,
+            name=step.name,
         )
     if step.status is StepStatus.BACKOFF and step.next_attempt_at is not None:
         return StepTask(
-            step_id=step.step_id, attempt=step.attempt, available_at=step.next_attempt_at
+            step_id=step.step_id,
+            attempt=step.attempt,
+            available_at=step.next_attempt_at,
+            name=step.name,
         )
     return None
 

@@ -13,7 +13,7 @@ import itertools
 import json
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +22,7 @@ from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFoun
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import row_changes, start_attributes
+from flow_cli.store.limits_memory import LimitedRun, LimitedTask, MemoryLimits
 from flow_cli.store.pauses import MemoryPauses
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -116,19 +117,21 @@ class _Task:
     attempt: int
     available_at: datetime
     lease_owner: str | None = None
+    name: str | None = None
 
 
 def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
     return [_Event(e.event_key(), now, json.dumps(e.to_data(), ensure_ascii=False)) for e in events]
 
 
-class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommit):
+class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, AppendViaCommit):
     """An ``EventStore`` that lives and dies with the process; safe to share between threads."""
 
     def __init__(self) -> None:
         MemorySchedules.__init__(self)
         MemoryRetention.__init__(self)
         MemoryPauses.__init__(self)
+        MemoryLimits.__init__(self)
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
         self._tasks: dict[tuple[str, str], _Task] = {}
@@ -280,7 +283,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
-                    run.build_id, task.attempt, _utc(task.available_at), task.owner
+                    run.build_id, task.attempt, _utc(task.available_at), task.owner, task.name
                 )
         for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
@@ -423,6 +426,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
                         attempt=task.attempt,
                         available_at=task.available_at,
                         lease_owner=task.lease_owner,
+                        name=task.name,
                     )
                 )
             return [
@@ -485,6 +489,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         paused = self._pause_set()
         with self._lock:
+            limited = self.limited_workflows()
             due = [
                 (r.priority, r.decide_at, r.order, r)
                 for r in self._runs.values()
@@ -492,9 +497,19 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
                 and r.decide_at is not None
                 and r.decide_at <= now
                 and not (paused and paused.holding(r.run_id, r.workflow, r.build_id))
+                and not (r.status is RunStatus.PENDING and r.workflow in limited)
             ]
             due.sort(key=lambda item: item[:3])
             leased = [r for _, _, _, r in due[: max(limit, 0)]]
+            if limited:  # runs of limited workflows: admitted as their limits leave slots
+                room = limit - len(leased)
+                runs = [
+                    r
+                    for r in self._runs.values()
+                    if not (paused and paused.holding(r.run_id, r.workflow, r.build_id))
+                ]
+                admitted = self._lease_limited_runs(runs, builds, now, room)
+                leased += [self._runs[r.run_id] for r in admitted]
             for run in leased:
                 run.decide_at, run.lease_owner = until, worker
             if leased:
@@ -508,6 +523,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
         worker, build_ids, now, lease_until, limit = ask
         builds, now, until = set(build_ids), _utc(now), _utc(lease_until)
         with self._lock:
+            limited = self.limited_steps()
             ready = sorted(
                 (
                     (self._runs[key[0]].priority, task.available_at, key)
@@ -515,8 +531,14 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
                     if task.build_id in builds
                     and task.available_at <= now
                     and not self._held(key[0])
+                    and task.name not in limited
                 ),
             )[: max(limit, 0)]
+            # Steps under a limit: leased as their limits leave slots (``limits_memory``).
+            ready += [
+                (self._runs[key[0]].priority, now, key)
+                for key, _ in self._lease_limited(builds, now, limit - len(ready))
+            ]
             leases = []
             for _, _, (run_id, step_id) in ready:
                 task = self._tasks[(run_id, step_id)]
@@ -571,6 +593,8 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
         builds = set(build_ids)
         with self._lock:
+            limited = self.limited_steps()
+            waiting = self.limited_workflows()
             # One candidate per table, as the database stores read one row from each index.
             found = [
                 min(times)
@@ -578,18 +602,30 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, AppendViaCommi
                     [
                         r.decide_at
                         for r in self._runs.values()
-                        if r.build_id in builds and r.decide_at and not self._held(r.run_id)
+                        if r.build_id in builds
+                        and r.decide_at
+                        and not self._held(r.run_id)
+                        and not (r.status is RunStatus.PENDING and r.workflow in waiting)
                     ],
                     [
                         t.available_at
                         for (run_id, _), t in self._tasks.items()
-                        if t.build_id in builds and not self._held(run_id)
+                        if t.build_id in builds and not self._held(run_id) and t.name not in limited
                     ],
                 )
                 if times
             ]
             self.stats.scheduler_rows_read += len(found)
-            return min(found) if found else None
+            return self._throttled_due(min(found) if found else None)
+
+    def _limit_held(self, run_id: str) -> bool:
+        return self._held(run_id)
+
+    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
+        return list(self._tasks.items())
+
+    def _limit_runs(self) -> Iterable[LimitedRun]:
+        return list(self._runs.values())
 
     # -- waiting and closing ----------------------------------------------------------------------
 

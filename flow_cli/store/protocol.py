@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.limits import DeclaredLimit, LimitState, Rate
 from flow_cli.model.schedule import Schedule
 from flow_cli.model.spec import WorkflowSpec
 from flow_cli.model.status import RunStatus
@@ -46,6 +47,8 @@ class StepTask:
     """Ready time; for a started attempt, the end of its lease (expired lease = re-run)."""
     owner: str | None = None
     """The worker holding a started attempt (so it can renew the lease); stored as lease_owner."""
+    name: str | None = None
+    """The step's name (``step:NAME`` limits are enforced by it); stored as step_name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,6 +365,8 @@ class TaskState:
     available_at: datetime
     """Ready time; for a started attempt (``lease_owner`` set), the end of its lease."""
     lease_owner: str | None
+    name: str | None = None
+    """The step's name (``None`` for a task indexed before limits were)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -391,8 +396,8 @@ def assemble_states(
 ) -> list[RunState]:
     """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
     workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
-    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner); ``when``
-    decodes a time."""
+    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner, step name);
+    ``when`` decodes a time."""
     runs: list[Sequence[Any]] = []
     tasks: dict[str, list[TaskState]] = {}
     for row in rows:
@@ -405,6 +410,7 @@ def assemble_states(
                     attempt=int(row[12]),
                     available_at=when(row[13]),
                     lease_owner=row[14],
+                    name=row[15] if len(row) > 15 else None,
                 )
             )
     statuses = {status.value: status for status in RunStatus}
@@ -752,6 +758,41 @@ class Retention(Protocol):
         ...
 
 
+class Limits(Protocol):
+    """Flow-control limits (``DESIGN.md`` §6.4), kept and enforced in the database: what code
+    declared per ``step:NAME`` / ``workflow:NAME``, operators' overrides, and the limit in
+    effect. ``lease_steps`` leases an attempt of a limited step only while its concurrency (in
+    flight: leased, lease not lapsed) and its rate (started in the window) leave a slot;
+    ``lease_runs`` leases a limited workflow's ``Pending`` run for its first decision only while
+    fewer than its concurrency of its runs (with the same key) are admitted and open, in start
+    order per key."""
+
+    def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
+        """Record what code declares (source ``code``); an override in place stays."""
+        ...
+
+    def override_limit(self, target: str, concurrency: int | None, rate: Rate | None) -> bool:
+        """Put the given values in effect fleet-wide (source ``override``; a value not given
+        stays as it is); False, writing nothing, when no worker declared the target."""
+        ...
+
+    def clear_override(self, target: str) -> bool:
+        """Put the code's values back in effect; False when the target is unknown."""
+        ...
+
+    def known_limit(self, target: str) -> bool:
+        """Whether some worker declared the target."""
+        ...
+
+    def limit_states(self, now: datetime) -> list[LimitState]:
+        """Every limit in effect, by target, with its use at ``now``."""
+        ...
+
+    def limited_targets(self) -> frozenset[str]:
+        """The targets (``step:NAME``, ``workflow:NAME``) a limit is in effect for."""
+        ...
+
+
 @runtime_checkable
 class HandOffs(Protocol):
     """Optional: a store that can hand a new run's first step to an idle worker in the start's
@@ -775,7 +816,15 @@ class HandOffs(Protocol):
 
 
 class EventStore(
-    EventLog, Scheduler, RunQueries, WorkerRegistry, Schedules, Retention, Pauses, Protocol
+    EventLog,
+    Scheduler,
+    RunQueries,
+    WorkerRegistry,
+    Schedules,
+    Retention,
+    Pauses,
+    Limits,
+    Protocol,
 ):
     """The storage contract: every role a backend plays. ``MemoryStore`` is the reference
     implementation; each role has its own part of the conformance suite."""

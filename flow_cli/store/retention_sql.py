@@ -14,7 +14,15 @@ from flow_cli.model.status import TERMINAL_STATUSES
 from flow_cli.store.protocol import RunRecord
 from flow_cli.store.sql import Dialect
 
-RUN_TABLES = ("events", "step_tasks", "hooks", "step_heartbeats", "run_attributes", "runs")
+RUN_TABLES = (
+    "events",
+    "step_tasks",
+    "hooks",
+    "step_heartbeats",
+    "run_attributes",
+    "run_slots",
+    "runs",
+)
 """Every table that holds rows of one run, each keyed by a ``run_id`` column served by an
 index: ``delete_runs`` empties them all in one transaction, the runs row last. A new per-run
 table is one more name here (and in ``MemoryRetention.delete_runs``)."""

@@ -132,9 +132,13 @@ class PostgresConnections:
         try:
             with self._transaction(writes=False) as conn:
                 ensure_schema(conn, self.schema, create=create)
+            self._opened()
         except BaseException:
             self.close()
             raise
+
+    def _opened(self) -> None:
+        """Called once the schema is in place (a store looks up what it keeps in memory)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r}, schema={self.schema!r})"

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.events import StepStarted
+from flow_cli.store.limits_sql import unlimited_step
 from flow_cli.store.pauses_sql import unpaused_or_not_held
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Batch
@@ -138,7 +139,7 @@ of a hosted build and held by no pause: else a division by zero fails the whole 
 _STEP_GUARD = (
     "WITH leased AS (UPDATE step_tasks SET available_at = %s, lease_owner = %s"
     " WHERE run_id = %s AND step_id = %s AND attempt = %s AND available_at <= %s"
-    " AND build_id = ANY(%s) RETURNING 1)"
+    " AND build_id = ANY(%s) AND " + unlimited_step("step_tasks") + " RETURNING 1)"
     " SELECT 1 / count(*) FROM leased"
 )
 """Lease a hinted step task if it is still ready (the same failure otherwise)."""

@@ -145,7 +145,8 @@ class PostgresReads(PostgresConnections):
                 sql.SQL(
                     "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, "
                     "r.updated_at, r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
-                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner "
+                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner, "
+                    "t.step_name "
                     "FROM ({}) r "
                     "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
                     "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"

@@ -305,6 +305,46 @@ def _v11_priorities_pauses(conn: Connection) -> None:
     conn.execute(PAUSES_TABLE.format(time="timestamptz"))
 
 
+def _v12_limits(conn: Connection) -> None:
+    """Flow-control limits (``flow limits``): what code declared and an operator overrode per
+    ``step:NAME`` / ``workflow:NAME``, the starts a rate counts, and each step task's name
+    (the limits are enforced by it)."""
+    conn.execute(
+        """
+        CREATE TABLE IF NOT EXISTS limits (
+            kind              text    NOT NULL,
+            name              text    NOT NULL,
+            code_concurrency  integer,
+            code_rate         text,
+            code_rate_count   integer,
+            code_rate_seconds integer,
+            code_key          text,
+            overridden        integer NOT NULL DEFAULT 0,
+            concurrency       integer,
+            rate_count        integer,
+            rate_seconds      integer,
+            limited           integer NOT NULL DEFAULT 0,
+            PRIMARY KEY (kind, name)
+        )
+        """
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS limit_starts (name text NOT NULL, "
+        "started_at timestamptz NOT NULL)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS limit_starts_name ON limit_starts (name, started_at)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS run_slots (run_id text PRIMARY KEY, workflow text NOT NULL, "
+        "key text NOT NULL, admitted integer NOT NULL DEFAULT 0)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS run_slots_workflow ON run_slots (workflow, admitted)")
+    conn.execute("ALTER TABLE step_tasks ADD COLUMN IF NOT EXISTS step_name text")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_step_name ON step_tasks (step_name, available_at) "
+        "WHERE step_name IS NOT NULL"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -317,6 +357,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "run_attributes (search attributes)", _v9_run_attributes),
     Migration(10, "leases", _v10_leases),
     Migration(11, "runs.priority, step_tasks.priority, pauses", _v11_priorities_pauses),
+    Migration(12, "limits, limit_starts, run_slots, step_tasks.step_name", _v12_limits),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

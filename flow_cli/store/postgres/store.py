@@ -37,6 +37,7 @@ from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
 from flow_cli.model.events import StepStarted
+from flow_cli.store.limits_sql import SQLLimits
 from flow_cli.store.pauses_sql import SQLPauses
 from flow_cli.store.postgres import handoffs, hints, tables
 from flow_cli.store.postgres.batch import Batch, Connection
@@ -76,7 +77,9 @@ _Leased: TypeAlias = tuple[
 and when runs and steps are next due (see ``DueHints``)."""
 
 
-class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, AppendViaCommit):
+class PostgresStore(
+    PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, SQLLimits, AppendViaCommit
+):
     """``EventStore`` on PostgreSQL, through psycopg 3.
 
     Args:
@@ -107,6 +110,23 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
+        if self._run_limits_present():  # (looked up at most every LIMITS_LOOK_SECONDS)
+            # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
+            with self._transaction(durable=False) as conn:
+                admitted = self._lease_limited_runs(
+                    conn, worker, build_ids, now, lease_until, limit
+                )
+            if admitted:
+                limit -= len(admitted)
+                if limit <= 0:
+                    return admitted
+                params = _due_params(worker, build_ids, now, lease_until, limit)
+                with self._transaction(durable=False, pipelined=True) as conn:
+                    cursor = conn.execute(tables.LEASE_RUNS, params)
+                rows = cursor.fetchall()
+                self._count_rows(len(rows))
+                rows.sort(key=lambda row: (row[1], row[2]))
+                return admitted + [row[0] for row in rows]
         if self._due.no_run_due(build_ids, now):
             self._runs_expected = False
             return []
@@ -161,8 +181,21 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
         that worker's commit, guarded by the sequence alone, would be built on a history that
         no longer exists.
         """
+        if not ask.build_ids or ask.limit <= 0:
+            return []
+        # Steps under a limit first, while the lease's time is fresh (``limits_sql``).
+        limited = self._lease_limited_steps(ask, ask.limit, read_after)
+        leases = self._lease_ready_steps(ask._replace(limit=ask.limit - len(limited)), read_after)
+        carried = {lease.run_id for lease in limited}
+        return limited + [
+            dataclasses.replace(lease, history=None) if lease.run_id in carried else lease
+            for lease in leases
+        ]
+
+    def _lease_ready_steps(self, ask: LeaseAsk, read_after: ReadAfter | None) -> list[StepLease]:
+        """``lease_steps`` of the steps under no limit: the ordinary lease."""
         worker, build_ids, now, lease_until, limit = ask
-        if not build_ids or limit <= 0:
+        if limit <= 0:
             return []
         self._work_heard = False
         self._due.forget()
@@ -233,9 +266,55 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt, _ in rows
         ]
-        if history_rows is None:
+        if history_rows is not None:
+            leases = with_histories(leases, self._histories(history_rows, after))
+        return leases
+
+    def _lease_limited_steps(
+        self, ask: LeaseAsk, room: int, read_after: ReadAfter | None
+    ) -> list[StepLease]:
+        """Steps under a limit, leased in a transaction of their own as their limits leave
+        slots (``limits_sql``), their ``step_started`` recorded in it."""
+        worker, build_ids, now, lease_until, _ = ask
+        if room <= 0 or not self._step_limits_present():
+            self._throttled_until = None
+            return []
+        sequences: dict[str, int] = {}
+
+        def lock_runs(conn: Connection, run_ids: list[str]) -> None:
+            for run_id, sequence in conn.execute(
+                "SELECT run_id, last_sequence FROM runs WHERE run_id = ANY(%s) "
+                "ORDER BY run_id FOR UPDATE",
+                (run_ids,),
+            ):
+                sequences[run_id] = sequence
+
+        with self._transaction() as conn:
+            rows = self._lease_limited(
+                conn, worker, build_ids, now, lease_until, room, lock_runs=lock_runs
+            )
+            with conn.pipeline():  # the writes, in one round trip
+                for run_id, step_id, attempt in rows:
+                    started = StepStarted(
+                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+                    )
+                    tables.insert_events(conn, run_id, sequences[run_id], [started], now)
+                    sequences[run_id] += 1
+                for run_id in {row[0] for row in rows}:
+                    conn.execute(
+                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+                        "WHERE run_id = %s",
+                        (sequences[run_id], now, run_id),
+                    )
+        leases = [
+            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
+            for run_id, step_id, attempt in rows
+        ]
+        if read_after is None or not leases:
             return leases
-        return with_histories(leases, self._histories(history_rows, after))
+        after = wanted_after((lease.run_id for lease in leases), read_after)
+        return with_histories(leases, self.read_histories(after))
 
     def _lease_ready(
         self,
@@ -367,7 +446,9 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
 
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        return self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+        return self._throttled_due(
+            self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+        )
 
     def _due_times(self, build_ids: Sequence[str]) -> list[datetime]:
         with self._reading() as conn:
@@ -440,6 +521,8 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
 
     _schedule_dialect = tables.POSTGRES
     _schedule_lock_rows = "FOR UPDATE SKIP LOCKED"
+    _limit_lock = "FOR UPDATE"
+    _limit_lease_lock = "FOR UPDATE SKIP LOCKED"
 
     def _schedule_write(self) -> AbstractContextManager[Connection]:
         return self._transaction()
@@ -453,6 +536,12 @@ class PostgresStore(PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, Appe
     def _run_records(self, conn: Connection, where: str, params: Sequence[Any]) -> list[RunRecord]:
         rows = conn.execute(f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE {where}", params)
         return [tables.run_record(row) for row in rows.fetchall()]
+
+    def _opened(self) -> None:
+        self._limit_kinds()  # whether any limit is in effect: known before the first lease
+
+    def _limit_write(self) -> AbstractContextManager[Connection]:
+        return self._transaction(durable=False)
 
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False

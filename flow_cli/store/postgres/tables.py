@@ -18,6 +18,7 @@ from flow_cli.model.events import Event, EventEnvelope, RunStarted, event_json
 from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
+from flow_cli.store.limits_sql import unlimited_run, unlimited_step
 from flow_cli.store.pauses_sql import PRIORITY_IN, unpaused_or_not_held
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.protocol import (
@@ -55,7 +56,7 @@ LEASE_RUNS = (
     "WITH due AS ("
     " SELECT run_id, decide_at, created_order FROM runs"
     f" WHERE {PRIORITY_IN} AND decide_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    f" AND {unpaused_or_not_held('runs')}"
+    f" AND {unlimited_run('runs')} AND {unpaused_or_not_held('runs')}"
     " ORDER BY priority, decide_at, created_order LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
     ") UPDATE runs SET decide_at = %(until)s, lease_owner = %(worker)s FROM due"
     " WHERE runs.run_id = due.run_id"
@@ -80,7 +81,7 @@ ANY_READY_STEP = (
 LOCK_READY = (
     "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks t"
     f" WHERE {PRIORITY_IN} AND available_at <= %(now)s AND build_id = ANY(%(builds)s)"
-    f" AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
+    f" AND {unlimited_step('t')} AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
     " ORDER BY priority, available_at, run_id, step_id LIMIT %(limit)s)"
     " SELECT run_id, last_sequence, build_id,"
     "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
@@ -117,10 +118,12 @@ _PRIORITIES = f"unnest(ARRAY[{', '.join(str(p) for p in PRIORITIES)}]) AS q(prio
 NEXT_DUE = (
     "SELECT (SELECT min((SELECT decide_at FROM runs"
     "        WHERE priority = q.priority AND decide_at IS NOT NULL"
-    f"       AND build_id = ANY(%(builds)s) AND {unpaused_or_not_held('runs')}"
+    f"       AND build_id = ANY(%(builds)s) AND {unlimited_run('runs')}"
+    f"       AND {unpaused_or_not_held('runs')}"
     f"       ORDER BY decide_at LIMIT 1)) FROM {_PRIORITIES}),"
     "       (SELECT min((SELECT available_at FROM step_tasks t"
     "        WHERE priority = q.priority AND build_id = ANY(%(builds)s)"
+    f"       AND {unlimited_step('t')}"
     f"       AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
     f"       ORDER BY available_at LIMIT 1)) FROM {_PRIORITIES})"
 )
@@ -440,7 +443,8 @@ def apply_index(
 
 _UPSERT_TASK = (
     " ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = EXCLUDED.attempt,"
-    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner"
+    " available_at = EXCLUDED.available_at, lease_owner = EXCLUDED.lease_owner,"
+    " step_name = EXCLUDED.step_name"
 )
 
 
@@ -457,11 +461,12 @@ def _apply_steps(
         # transaction's own UPDATE of it included).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner, priority) SELECT run_id, %s, build_id, %s, %s, %s, priority FROM runs "
+            "lease_owner, priority, step_name) SELECT run_id, %s, build_id, %s, %s, %s, "
+            "priority, %s FROM runs "
             "WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks: list[tuple[Any, ...]] = [
-            (step_id, task.attempt, task.available_at, task.owner, run_id)
+            (step_id, task.attempt, task.available_at, task.owner, task.name, run_id)
             for step_id, task in steps.items()
             if task is not None
         ]
@@ -469,11 +474,20 @@ def _apply_steps(
         # The task's priority is its run's (the row is there: this transaction wrote it).
         query = (
             "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-            "lease_owner, priority) SELECT %s, %s, %s, %s, %s, %s, priority FROM runs "
-            "WHERE run_id = %s" + _UPSERT_TASK
+            "lease_owner, priority, step_name) SELECT %s, %s, %s, %s, %s, %s, priority, %s "
+            "FROM runs WHERE run_id = %s" + _UPSERT_TASK
         )
         tasks = [
-            (run_id, step_id, build_id, task.attempt, task.available_at, task.owner, run_id)
+            (
+                run_id,
+                step_id,
+                build_id,
+                task.attempt,
+                task.available_at,
+                task.owner,
+                task.name,
+                run_id,
+            )
             for step_id, task in steps.items()
             if task is not None
         ]

@@ -130,12 +130,16 @@ class SQLiteConnections:
         self._check_path(create and not read_only)
         try:
             self._ensure_schema(self._conn(), create and not read_only)
+            self._opened()
         except sqlite3.Error as exc:
             self.close()
             raise self._store_error(exc) from exc
         except BaseException:
             self.close()
             raise
+
+    def _opened(self) -> None:
+        """Called once the schema is in place (a store looks up what it keeps in memory)."""
 
     # -- connections, transactions, errors ------------------------------------------------------
 

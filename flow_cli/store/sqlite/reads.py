@@ -136,7 +136,7 @@ class SQLiteReads(SQLiteConnections):
         rows = conn.execute(
             "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
             "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
-            "t.step_id, t.attempt, t.available_at, t.lease_owner FROM ("
+            "t.step_id, t.attempt, t.available_at, t.lease_owner, t.step_name FROM ("
             "SELECT rowid AS ord, run_id, workflow, status, build_id, created_at, updated_at, "
             f"decide_at, lease_owner, failing, waiting_on, failing_since FROM runs{page}) r "
             "LEFT JOIN step_tasks t ON t.run_id = r.run_id "

@@ -245,6 +245,35 @@ def _v10_priorities_pauses(db: Database) -> None:
     conn.execute(PAUSES_TABLE.format(time="TEXT"))
 
 
+def _v11_limits(db: Database) -> None:
+    """Flow-control limits (``flow limits``): what code declared and an operator overrode per
+    ``step:NAME`` / ``workflow:NAME``, the starts a rate counts, and each step task's name
+    (the limits are enforced by it)."""
+    conn = db.conn
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS limits (kind TEXT NOT NULL, name TEXT NOT NULL, "
+        "code_concurrency INTEGER, code_rate TEXT, code_rate_count INTEGER, "
+        "code_rate_seconds INTEGER, code_key TEXT, overridden INTEGER NOT NULL DEFAULT 0, "
+        "concurrency INTEGER, rate_count INTEGER, rate_seconds INTEGER, "
+        "limited INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kind, name))"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS limit_starts (name TEXT NOT NULL, started_at TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS limit_starts_name ON limit_starts (name, started_at)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS run_slots (run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, "
+        "key TEXT NOT NULL, admitted INTEGER NOT NULL DEFAULT 0)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS run_slots_workflow ON run_slots (workflow, admitted)")
+    if "step_name" not in {row[1] for row in conn.execute("PRAGMA table_info(step_tasks)")}:
+        conn.execute("ALTER TABLE step_tasks ADD COLUMN step_name TEXT")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_step_name ON step_tasks (step_name, available_at) "
+        "WHERE step_name IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -256,5 +285,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (8, _v8_run_attributes),
     (9, _v9_leases),
     (10, _v10_priorities_pauses),
+    (11, _v11_limits),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

@@ -18,6 +18,7 @@ from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
 from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
+from flow_cli.store.limits_sql import SQLLimits, unlimited_run, unlimited_step
 from flow_cli.store.pauses_sql import PRIORITY_IN
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -68,7 +69,9 @@ DATA_ERRORS = (sqlite3.DataError, sqlite3.InterfaceError, UnicodeEncodeError, Ov
 UTF-8 (a lone surrogate), a blob or string too big, an integer beyond 64 bits."""
 
 
-class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendViaCommit):
+class SQLiteStore(
+    SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, SQLLimits, AppendViaCommit
+):
     """The ``EventStore`` on one SQLite file.
 
     Args:
@@ -219,11 +222,19 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
             # A task carries its run's build id (as re-pinned by the update above) and priority.
             conn.execute(
                 "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
-                "lease_owner, priority) SELECT ?, ?, build_id, ?, ?, ?, priority FROM runs "
-                "WHERE run_id = ? "
-                "ON CONFLICT (run_id, step_id) DO UPDATE SET attempt = excluded.attempt, "
-                "available_at = excluded.available_at, lease_owner = excluded.lease_owner",
-                (run_id, step_id, task.attempt, ts(task.available_at), task.owner, run_id),
+                "lease_owner, priority, step_name) SELECT ?, ?, build_id, ?, ?, ?, priority, ? "
+                "FROM runs WHERE run_id = ? ON CONFLICT (run_id, step_id) DO UPDATE SET "
+                "attempt = excluded.attempt, available_at = excluded.available_at, "
+                "lease_owner = excluded.lease_owner, step_name = excluded.step_name",
+                (
+                    run_id,
+                    step_id,
+                    task.attempt,
+                    ts(task.available_at),
+                    task.owner,
+                    task.name,
+                    run_id,
+                ),
             )
         for hook in changes.hooks:
             owner = conn.execute(
@@ -371,22 +382,31 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds by moving ``decide_at`` ahead."""
         worker, build_ids, now, lease_until, limit = ask
-        if not build_ids or limit <= 0 or self._due.no_run_due(build_ids, now):
+        if not build_ids or limit <= 0:
+            return []
+        limited = self._run_limits_present()
+        if not limited and self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
         select = (
             f"SELECT run_id FROM runs WHERE {PRIORITY_IN} AND decide_at <= ? "
-            f"AND build_id IN ({marks}) {{held}}ORDER BY priority, decide_at LIMIT ?"
+            f"AND build_id IN ({marks}) AND {unlimited_run('runs')} "
+            "{held}ORDER BY priority, decide_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         # Look before locking: an idle worker must not take the write lock every pass.
         # (Held runs count here: only the lease below asks whether anything is paused.)
-        if not self._conn().execute(unheld(select, "runs", False), params).fetchone():
+        look = self._conn().execute(unheld(select, "runs", False), params).fetchone()
+        if not look and not limited:
             return []
         until = ts(lease_until)
         with self._write(durable=False) as conn:
             select = unheld(select, "runs", self._probe_pauses(conn))
             run_ids = [row[0] for row in conn.execute(select, params)]
+            # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
+            run_ids += self._lease_limited_runs(
+                conn, worker, build_ids, now, lease_until, limit - len(run_ids)
+            )
             conn.executemany(
                 "UPDATE runs SET decide_at = ?, lease_owner = ? WHERE run_id = ?",
                 [(until, worker, run_id) for run_id in run_ids],
@@ -409,13 +429,15 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
             "SELECT t.run_id, t.step_id, t.attempt, r.last_sequence FROM step_tasks t "
             "JOIN runs r ON r.run_id = t.run_id "
             f"WHERE t.{PRIORITY_IN} AND t.available_at <= ? AND t.build_id IN ({marks}) "
-            "{held}ORDER BY t.priority, t.available_at LIMIT ?"
+            f"AND {unlimited_step('t')} {{held}}ORDER BY t.priority, t.available_at LIMIT ?"
         )
         params = (ts(now), *build_ids, limit)
         conn = self._conn()
         # Look before locking: an idle worker must not take the write lock every pass.
         # (Held steps count here: only the lease below asks whether anything is paused.)
-        if not conn.execute(unheld(select, "r", False), params).fetchone():
+        look = conn.execute(unheld(select, "r", False), params).fetchone()
+        if not look and not self._step_limits_present():
+            self._throttled_until = None
             return []
         until = ts(lease_until)
         until_dt = dt(until)
@@ -423,6 +445,14 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
         with self._write(durable=False) as conn:
             paused = self._probe_pauses(conn)
             rows = conn.execute(unheld(select, "r", paused), params).fetchall()
+            # Steps under a limit: leased as their limits leave slots (``limits_sql``).
+            for run_id, step_id, attempt in self._lease_limited(
+                conn, worker, build_ids, now, lease_until, limit - len(rows)
+            ):
+                (sequence,) = conn.execute(
+                    "SELECT last_sequence FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                rows.append((run_id, step_id, attempt, sequence))
             conn.executemany(
                 "UPDATE step_tasks SET available_at = ?, lease_owner = ? "
                 "WHERE run_id = ? AND step_id = ?",
@@ -515,7 +545,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
     @guarded
     def next_due(self, build_ids: Sequence[str]) -> datetime | None:
         """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        return self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
+        due = self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
+        return self._throttled_due(due)
 
     def _due_times(
         self, conn: sqlite3.Connection, build_ids: Sequence[str], paused: bool | None = None
@@ -533,7 +564,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
                 earliest(
                     unheld(
                         "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
-                        f"NULL AND build_id IN ({marks}) {{held}}ORDER BY decide_at LIMIT 1",
+                        f"NULL AND build_id IN ({marks}) AND {unlimited_run('runs')} "
+                        "{held}ORDER BY decide_at LIMIT 1",
                         "runs",
                         paused,
                     )
@@ -541,7 +573,8 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
                 earliest(
                     unheld(
                         "SELECT available_at FROM step_tasks WHERE priority = @P "
-                        f"AND build_id IN ({marks}) {{held}}ORDER BY available_at LIMIT 1",
+                        f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
+                        "{held}ORDER BY available_at LIMIT 1",
                         "step_tasks",
                         paused,
                         workflow=workflow,
@@ -643,6 +676,17 @@ class SQLiteStore(SQLiteReads, SQLSchedules, SQLRetention, SQLitePauses, AppendV
                 # Its own transaction, stepped to the end by executescript: executed as a
                 # statement, the pragma frees one page per call.
                 conn.executescript(f"PRAGMA incremental_vacuum({_VACUUM_PAGES});")
+
+    def _opened(self) -> None:
+        self._limit_kinds()  # whether any limit is in effect: known before the first lease
+
+    @contextlib.contextmanager
+    def _limit_write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._write(durable=False) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
 
     # -- waiting and closing ----------------------------------------------------------------------
 

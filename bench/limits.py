@@ -1,0 +1,119 @@
+"""What flow-control limits cost, with a real `flow worker` process.
+
+    .venv/bin/python bench/limits.py [--backends sqlite,postgres] [--repeats 3] [--quick]
+
+(a) W1 (runs of 10 sequential steps, bench/workloads.py) with a generous step limit declared
+(concurrency 100,000 and a rate of 10,000,000/1s: never reached) against no limit: steps/s,
+and limited/free as a ratio.
+(b) A 3-step workflow under `concurrency=1` per key with 100 keys, against the same workflow
+unlimited: runs/s, and limited/free as a ratio (the target is at least 0.8).
+
+Each figure comes from a fresh database and a fresh worker; the two sides are measured in this
+process, interleaved (free, limited, free, limited, ...), and the ratio is of their medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+
+from common import DEFAULT_PG, fresh_database, stop  # noqa: E402
+
+TERMINAL = ("Completed", "Failed", "Cancelled", "ContinuedAsNew")
+
+
+def _worker(url: str, scratch: Path, runtime: str) -> subprocess.Popen[bytes]:
+    config = scratch / "flow.toml"
+    config.write_text(f'[flow]\nruntimes = ["limit_bench_workflows:{runtime}"]\n', encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(HERE), FLOW_CONFIG=str(config), FLOW_DB=url)
+    flow = str(Path(sys.executable).parent / "flow")
+    proc = subprocess.Popen(
+        [flow, "worker"], env=env, cwd=scratch, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    proc.stderr.readline()  # the banner: the worker is up
+    time.sleep(0.3)
+    return proc
+
+
+def _wait(engine: object, run_ids: list[str], timeout: float) -> bool:
+    from flow_cli.engine.engine import Engine
+
+    assert isinstance(engine, Engine)
+    end = time.perf_counter() + timeout
+    pending = list(run_ids)
+    while time.perf_counter() < end:
+        pending = [r for r in pending if engine.get_run(r).status.value not in TERMINAL]
+        if not pending:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def measure(case: str, runtime_name: str, backend: str, quick: bool) -> float:
+    """Steps/s (case W1) or runs/s (case keyed) of one fresh database and worker."""
+    import limit_bench_workflows
+
+    from flow_cli.engine.engine import Engine
+    from flow_cli.store import open_store
+
+    runtime = getattr(limit_bench_workflows, runtime_name)
+    with fresh_database(backend, DEFAULT_PG) as (url, scratch):
+        worker = _worker(url, scratch, runtime_name)
+        engine = Engine(open_store(url), [runtime], eager_start=True)
+        try:
+            t0 = time.perf_counter()
+            if case == "W1":
+                runs = 100 if quick else 300
+                ids = [f"w1-{i}" for i in range(runs)]
+                for i, run_id in enumerate(ids):
+                    engine.start("chain", {"steps": 10, "x": i}, run_id=run_id)
+                assert _wait(engine, ids, 600), "W1 did not complete"
+                return 10 * runs / (time.perf_counter() - t0)
+            runs = 200 if quick else 500
+            ids = [f"k-{i}" for i in range(runs)]
+            for i, run_id in enumerate(ids):
+                engine.start("keyed", {"key": f"customer-{i % 100}", "x": i}, run_id=run_id)
+            assert _wait(engine, ids, 600), "keyed runs did not complete"
+            return runs / (time.perf_counter() - t0)
+        finally:
+            stop([worker])
+            engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="sqlite")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = parser.parse_args()
+    for backend in args.backends.split(","):
+        for case, unit in (("W1", "steps/s"), ("keyed", "runs/s")):
+            free: list[float] = []
+            limited: list[float] = []
+            for _ in range(args.repeats):
+                free.append(measure(case, "free", backend, args.quick))
+                limited.append(measure(case, "generous", backend, args.quick))
+            f, g = statistics.median(free), statistics.median(limited)
+            what = (
+                "W1, generous step limit vs none"
+                if case == "W1"
+                else "3 steps, concurrency=1 per key (100 keys) vs none"
+            )
+            print(
+                f"{backend:8} {what}: free {f:,.0f} {unit} {[round(x) for x in free]}, "
+                f"limited {g:,.0f} {unit} {[round(x) for x in limited]}, ratio {g / f:.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Flow-control limits (DESIGN §6.4), on every store: a step's concurrency and rate hold in
+the lease, a step over its limit waits ready (no attempt used), a slot held by a worker that
+vanished comes back when its lease lapses, and operators' overrides take effect at once."""
+
+from __future__ import annotations
+
+import pytest
+from limit_workflows import runtime
+
+from flow_cli.engine.engine import Engine
+from flow_cli.errors import LimitInvalid
+from flow_cli.model.clock import ManualClock
+from flow_cli.model.limits import DeclaredLimit, Rate, parse_rate
+from flow_cli.model.status import StepStatus
+from flow_cli.store.protocol import EventStore
+
+
+def _engine(store: EventStore, clock: ManualClock, name: str = "w1") -> Engine:
+    return Engine(store, [runtime], clock=clock, worker_id=name)
+
+
+def _start(engine: Engine, workflow: str, count: int) -> list[str]:
+    return [engine.start(workflow, i, run_id=f"{workflow}-{i}").run_id for i in range(count)]
+
+
+def test_a_step_concurrency_holds_in_the_lease_and_waits_ready(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    runs = _start(engine, "pay", 5)
+    first = engine.work.lease_steps(30, 10)
+    assert len(first) == 3
+    assert engine.work.lease_steps(30, 10) == []
+    other = _engine(store, clock, "w2")
+    assert other.work.lease_steps(30, 10) == []  # fleet-wide, not per worker
+    held = {lease.run_id for lease in first}
+    for run_id in set(runs) - held:
+        step = engine.snapshot(run_id).steps["charge"]
+        assert step.status is StepStatus.SCHEDULED and step.attempts == 0  # no attempt used
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.concurrency, state.in_use, state.waiting, state.source) == (3, 3, 2, "code")
+    # One attempt ends: one slot frees, and one waiting attempt is leased.
+    engine.work.execute_step(first[0], 30)
+    assert len(other.work.lease_steps(30, 10)) == 1
+
+
+def test_a_slot_held_by_a_vanished_worker_comes_back_when_its_lease_lapses(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "pay", 4)
+    assert len(engine.work.lease_steps(30, 10)) == 3  # w1 then vanishes with them
+    other = _engine(store, clock, "w2")
+    clock.advance(29)
+    assert other.work.lease_steps(30, 10) == []
+    clock.advance(2)  # the leases lapsed: their slots are free again
+    assert len(other.work.lease_steps(30, 10)) == 3
+
+
+def test_a_step_rate_holds_per_window(store: EventStore, clock: ManualClock) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "poll", 25)
+    leased = engine.work.lease_steps(30, 100)
+    assert len(leased) == 20
+    for lease in leased:
+        engine.work.execute_step(lease, 30)
+    clock.advance(0.9)
+    assert engine.work.lease_steps(30, 100) == []  # ended attempts still count for the rate
+    clock.advance(0.2)
+    assert len(engine.work.lease_steps(30, 100)) == 5
+
+
+def test_an_unlimited_step_is_not_held(store: EventStore, clock: ManualClock) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "simple", 6)
+    assert len(engine.work.lease_steps(30, 10)) == 6
+
+
+def test_overrides_take_effect_fleet_wide_at_once_and_unset_restores_the_code(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    engine.limits.set("step:charge", concurrency=1)
+    engine.limits.set("step:plain", rate="2/1h")
+    states = {s.target: s.to_json() for s in engine.limits.list()}
+    assert states["step:charge"] == {
+        "target": "step:charge",
+        "concurrency": 1,
+        "rate": None,
+        "in_use": 0,
+        "waiting": 0,
+        "source": "override",
+    }
+    assert states["step:plain"]["rate"] == "2/1h"
+    _start(engine, "pay", 3)
+    _start(engine, "simple", 3)
+    leased = engine.work.lease_steps(30, 10)
+    assert sorted(lease.step_id for lease in leased) == ["charge", "plain", "plain"]
+    engine.limits.unset("step:charge")
+    assert {s.target: s.source for s in engine.limits.list()}["step:charge"] == "code"
+    assert len(engine.work.lease_steps(30, 10)) == 2  # concurrency 3 again
+
+
+def test_a_redeclared_code_limit_keeps_the_override(store: EventStore) -> None:
+    store.declare_limits([DeclaredLimit(target="step:x", concurrency=5)])
+    assert store.override_limit("step:x", 2, None)
+    store.declare_limits([DeclaredLimit(target="step:x", concurrency=7)])
+    (state,) = store.limit_states(ManualClock().now())
+    assert (state.concurrency, state.source) == (2, "override")
+    assert store.clear_override("step:x")
+    (state,) = store.limit_states(ManualClock().now())
+    assert (state.concurrency, state.source) == (7, "code")
+    assert store.limited_targets() == frozenset({"step:x"})
+    assert not store.override_limit("step:nobody", 1, None)
+    assert not store.clear_override("workflow:nobody")
+    assert store.known_limit("step:x") and not store.known_limit("step:y")
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [
+        ("20/1s", Rate(20, 1)),
+        ("100/1m", Rate(100, 60)),
+        ("1000/1h", Rate(1000, 3600)),
+        ("5/m", Rate(5, 60)),
+        ("3/10s", Rate(3, 10)),
+    ],
+)
+def test_rates_parse(text: str, rate: Rate) -> None:
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize("text", ["", "20", "20/1d", "0/1s", "x/1s", "20/0s", "-1/1s"])
+def test_a_bad_rate_says_what_is_right(text: str) -> None:
+    with pytest.raises(LimitInvalid, match=r"e\.g\. --rate 100/1m"):
+        parse_rate(text)
+
+
+def test_bad_overrides_write_nothing(clock: ManualClock) -> None:
+    from flow_cli.store.memory import MemoryStore
+
+    store = MemoryStore()
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    for target, kwargs in [
+        ("charge", {"concurrency": 2}),
+        ("step:nobody", {"concurrency": 2}),
+        ("queue:charge", {"concurrency": 2}),
+        ("step:charge", {"concurrency": 0}),
+        ("step:charge", {"rate": "fast"}),
+        ("step:charge", {}),
+        ("workflow:pay", {"rate": "1/1s"}),
+    ]:
+        with pytest.raises(LimitInvalid):
+            engine.limits.set(target, **kwargs)  # type: ignore[arg-type]
+    assert [(s.target, s.concurrency, s.source) for s in engine.limits.list()] == [
+        ("step:charge", 3, "code"),
+        ("step:ping", None, "code"),
+        ("workflow:batch", 2, "code"),
+        ("workflow:sync", 1, "code"),
+    ]
+
+
+def _statuses(engine: Engine, run_ids: list[str]) -> list[str]:
+    return [engine.get_run(run_id).status.value for run_id in run_ids]
+
+
+def test_a_keyed_run_limit_of_1_runs_each_customers_runs_one_at_a_time_in_start_order(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    order = ["a", "b", "a", "c", "a", "b"]
+    run_ids = []
+    for i, customer in enumerate(order):
+        run_ids.append(engine.start("sync", {"customer": customer}, run_id=f"s{i}").run_id)
+        clock.advance(1)
+    assert _statuses(engine, run_ids) == ["Pending"] * 6  # not decided at start: admitted later
+    rounds = []
+    while True:
+        engine.tick(until_idle=True)
+        statuses = zip(run_ids, _statuses(engine, run_ids), strict=True)
+        in_progress = [run_id for run_id, status in statuses if status == "Suspended"]
+        if not in_progress:
+            break
+        rounds.append(in_progress)
+        state = {s.target: s for s in engine.limits.list()}["workflow:sync"]
+        assert state.in_use == len(in_progress)
+        for run_id in in_progress:  # their ends free the slots
+            engine.signal(run_id, "done", run_id)
+    # One run per customer at a time, in start order; the other customers proceed meanwhile.
+    assert rounds == [["s0", "s1", "s3"], ["s2", "s5"], ["s4"]]
+    assert _statuses(engine, run_ids) == ["Completed"] * 6
+
+
+def test_an_unkeyed_run_limit_admits_that_many_runs_and_waiting_counts(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    run_ids = [engine.start("batch", i, run_id=f"b{i}").run_id for i in range(5)]
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Suspended"] * 2 + ["Pending"] * 3
+    engine.signal("b0", "done", 1)  # an end frees a slot
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 2 + ["Pending"] * 2
+    state = {s.target: s for s in engine.limits.list()}["workflow:batch"]
+    assert (state.in_use, state.waiting) == (2, 2)
+    engine.limits.set("workflow:batch", concurrency=3)  # at once
+    engine.tick(until_idle=True)
+    assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 3 + ["Pending"]
+
+
+def test_doctor_says_throttled_for_runs_and_steps_a_limit_holds_back(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.ops.doctor import diagnose
+    from flow_cli.store.protocol import RunFilter, WorkerInfo
+
+    engine = _engine(store, clock)
+    for i in range(2):
+        engine.start("batch", i, run_id=f"b{i}")
+    engine.start("batch", 9, run_id="b9")
+    _start(engine, "pay", 4)
+    engine.tick()  # admits two batch runs, starts three charges
+    clock.advance(20)  # due for a while: without the limit these would be runnable
+    now = clock.now()
+    store.register_worker(
+        WorkerInfo(
+            worker_id="w1",
+            host="h",
+            pid=1,
+            builds=("limits-1",),
+            started_at=now,
+            heartbeat_at=now,
+            heartbeat_seconds=10,
+        )
+    )
+    causes = {
+        d.run_id: (d.cause, d.detail)
+        for d in diagnose(engine, RunFilter(), clock.now(), limited=engine.limits.targets()).runs
+    }
+    assert causes["b9"] == ("throttled", "waits for a slot of workflow:batch (`flow limits`)")
+    held = [run_id for run_id, (cause, _) in causes.items() if run_id.startswith("pay")]
+    throttled = [r for r in held if causes[r][0] == "throttled"]
+    assert len(throttled) == 1
+    assert (
+        causes[throttled[0]][1] == "step 'charge' waits for a slot of step:charge (`flow limits`)"
+    )
+    report = diagnose(engine, RunFilter(), clock.now(), limited=engine.limits.targets())
+    assert not any(d.stuck for d in report.runs if d.cause == "throttled")
+
+
+def test_a_bad_declaration_fails_at_import_with_what_is_right() -> None:
+    from flow_cli.errors import ConfigError
+    from flow_cli.runtime import Runtime
+
+    bad = Runtime(build_id="bad-1")
+    with pytest.raises(LimitInvalid, match=r"rate '100 per minute' does not parse; e\.g\."):
+        bad.step("a", rate="100 per minute")
+    with pytest.raises(LimitInvalid, match="at least 1"):
+        bad.step("b", concurrency=0)
+    with pytest.raises(LimitInvalid, match="at least 1"):
+        bad.workflow("c", concurrency=-1)
+    with pytest.raises(ConfigError, match="concurrency_key needs a concurrency"):
+        bad.workflow("d", concurrency_key="customer")
+
+
+def test_a_limited_step_is_never_started_in_the_commit_that_schedules_it(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    _start(engine, "pay", 2)
+    _start(engine, "simple", 2)
+    start = StartSteps("w1", 30, 10)
+    report = engine.decider.decide_many(["pay-0", "pay-1", "simple-0", "simple-1"], start=start)
+    # The unlimited steps start in the decisions' own commit; the limited ones wait for a
+    # lease that counts them.
+    assert sorted(lease.run_id for lease in report.started) == ["simple-0", "simple-1"]
+    assert all(engine.snapshot(f"pay-{i}").steps["charge"].attempts == 0 for i in range(2))
+
+
+def test_a_pause_holds_limited_steps_and_limited_runs_too(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.store.pauses import PauseKind, PauseTarget
+
+    engine = _engine(store, clock)
+    _start(engine, "pay", 2)  # their steps wait ready under the step's limit
+    engine.start("sync", {"customer": "a"}, run_id="sync-a")  # waits for a slot of its workflow
+    engine.pause([PauseTarget(kind=PauseKind.WORKFLOW, name="pay")])
+    engine.pause([PauseTarget(kind=PauseKind.WORKFLOW, name="sync")])
+    assert engine.work.lease_steps(30, 10) == []
+    assert engine.work.lease_runs(30, 10) == []
+    engine.resume([PauseTarget(kind=PauseKind.WORKFLOW, name="pay")])
+    engine.resume([PauseTarget(kind=PauseKind.WORKFLOW, name="sync")])
+    assert len(engine.work.lease_steps(30, 10)) == 2
+    assert engine.work.lease_runs(30, 10) == ["sync-a"]
