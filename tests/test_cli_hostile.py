@@ -53,6 +53,7 @@ COMMAND_ARGS: dict[str, tuple[str, ...]] = {
     "upgrade": ("--from", "cli-1", "--to", "cli-2"),
     "export": ("-o", "exported"),
     "prune": ("--ended-before", "1d"),
+    "limits set": ("workflow:two-step",),
     "result": ("a", "--wait"),
     "execute": ("two-step",),
     "doctor": (),

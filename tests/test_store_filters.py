@@ -219,6 +219,7 @@ def test_sqlite_version_1_database_is_upgraded_with_hook_rows(
     path = tmp_path / "flow.db"
     with monkeypatch.context() as patch:
         patch.setattr(schema_module, "MIGRATIONS", MIGRATIONS[:1])
+        patch.setattr(SQLiteStore, "_opened", lambda self: None)  # no limits table at v1
         old = SQLiteStore(path)
         old.close()
     # What a version 1 Flow wrote for a run with a hook: events, a runs row, a hooks row

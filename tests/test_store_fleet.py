@@ -149,7 +149,7 @@ def test_run_states_read_leases_and_step_tasks(store: EventStore, clock: ManualC
     [state] = store.run_states(RunFilter(workflow="retry-once"))
     assert (state.lease_owner, state.decide_at, state.waiting_on) == (None, None, "step:s")
     assert state.tasks == (
-        TaskState(step_id="s", attempt=1, available_at=clock.now(), lease_owner=None),
+        TaskState(step_id="s", attempt=1, available_at=clock.now(), lease_owner=None, name="ok"),
     )
     hang_step(engine, "r", "s", lease_seconds=90)
     [state] = store.run_states(RunFilter(workflow="retry-once"))

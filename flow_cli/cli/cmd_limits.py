@@ -84,12 +84,12 @@ def set_limit(
     ] = None,
 ) -> None:
     """Override TARGET's limit fleet-wide, at once (a value not given stays as it is)."""
-    parse_target(target)
-    check_concurrency(concurrency)
+    check_concurrency(concurrency, "--concurrency")  # the values first: they need no database
     if rate is not None:
         parse_rate(rate)
     if concurrency is None and rate is None:
         raise LimitInvalid("give --concurrency and/or --rate", CONCURRENCY_EXAMPLE)
+    parse_target(target)
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
         engine.limits.set(target, concurrency=concurrency, rate=rate)

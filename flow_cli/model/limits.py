@@ -46,11 +46,19 @@ def parse_rate(text: str) -> Rate:
     return Rate(count, every * _UNITS[unit])
 
 
-def check_concurrency(value: int | None) -> int | None:
-    """``value`` when it is ``None`` or at least 1; raises ``LimitInvalid`` otherwise."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+MAX_CONCURRENCY = 1_000_000
+"""The largest concurrency a limit takes (more is no limit: leave it out)."""
+
+
+def check_concurrency(value: int | None, name: str = "concurrency") -> int | None:
+    """``value`` when it is ``None`` or from 1 to ``MAX_CONCURRENCY``; raises ``LimitInvalid``
+    otherwise, naming the value as ``name`` (the option that gave it)."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY
+    ):
         raise LimitInvalid(
-            f"concurrency {value!r} must be a whole number of 1 or more", CONCURRENCY_EXAMPLE
+            f"{name} {value!r} must be a whole number from 1 to {MAX_CONCURRENCY:,}",
+            CONCURRENCY_EXAMPLE,
         )
     return value
 
