@@ -10,508 +10,114 @@ planned and resolved in ``flow_cli.store.index``, never by a store on its own.
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import Enum
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
 
-from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
+from flow_cli.errors import FlowError, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope
-from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate
 from flow_cli.model.schedule import Schedule
-from flow_cli.model.spec import WorkflowSpec
-from flow_cli.model.status import RunStatus
 from flow_cli.store.pauses import Pauses
-
-
-class Keep(Enum):
-    """Leave the stored value as it is."""
-
-    KEEP = "keep"
-
-
-KEEP = Keep.KEEP
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepTask:
-    """A step attempt that a worker may lease once ``available_at`` has passed."""
-
-    step_id: str
-    attempt: int
-    available_at: datetime
-    """Ready time; for a started attempt, the end of its lease (expired lease = re-run)."""
-    owner: str | None = None
-    """The worker holding a started attempt (so it can renew the lease); stored as lease_owner."""
-    name: str | None = None
-    """The step's name (``step:NAME`` limits are enforced by it); stored as step_name."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HookEntry:
-    """A hook token and whether its callback has arrived."""
-
-    token: str
-    hook_id: str
-    resolved: bool
-    metadata: JsonValue = None
-    """The hook's metadata as created (kept for ``flow hook list``)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunError:
-    """The error a run failed with, or its failing decision's: what ``flow runs`` shows as the
-    reason, filters on (``--error-type``) and counts by (``count --by error_type``)."""
-
-    error_type: str | None
-    """``None`` when the workflow failed with an error that names no type (a bare string)."""
-    text: str
-    """One line: ``ErrorType: message`` (or just one of them)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunIndex:
-    """Index changes that go with one append to one run."""
-
-    status: RunStatus
-    decide_at: datetime | Keep | None = KEEP
-    """When a worker should next decide the run; ``None``: only when a new fact arrives."""
-    failing: str | Keep | None = KEEP
-    """The last decision error while the run is stuck on it; ``None`` clears it."""
-    steps: Mapping[str, StepTask | None] = field(default_factory=dict)
-    """Step tasks of steps these events touched: upsert, or ``None`` to delete."""
-    hooks: Sequence[HookEntry] = ()
-    """Hooks these events created or resolved."""
-    waiting_on: str | Keep | None = KEEP
-    """What the open run waits on: space-separated ``KIND:ID`` (see ``RunFilter.waiting_on``);
-    ``None`` when nothing (and always once terminal)."""
-    build_id: str | Keep = KEEP
-    """The build the run is pinned to from now on (``build_upgraded``): the run's row and its
-    step tasks move to it, so only workers hosting that build lease them."""
-    error: RunError | Keep | None = KEEP
-    """Why the run failed (``run_failed``) or its decisions fail; ``None`` clears it."""
-    attributes: Mapping[str, str] = field(default_factory=dict)
-    """Search attributes these events set (``attributes_set``): key → the value's JSON text
-    (``flow_cli.model.attributes.attribute_text``); each replaces the key's stored value."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewRun:
-    """A run to create: its ``run_started`` event becomes sequence 1."""
-
-    run_id: str
-    spec: WorkflowSpec
-    seed: str
-    decide_at: datetime | None
-    """Normally now: a new run wants its first decision."""
-    created_at: datetime | None = None
-    """When the runs index lists the run as created (``flow runs`` order, ``--since``), when it
-    is not the time ``run_started`` is recorded at: a fork made with ``--from-step`` keeps the
-    original's times in its history but is listed by when it was forked."""
-    hand_off: str | None = None
-    """A step its first decisions (committed with it) scheduled, ready now, that the store may
-    hand to an idle worker (``offer_worker``) in the same commit: recording its
-    ``step_started`` for that worker, and telling it. A store that cannot ignores this."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamWrite:
-    """Events to append to one run, guarded by the sequence the writer last saw."""
-
-    run_id: str
-    expected_sequence: int
-    events: Sequence[Event]
-    index: RunIndex
-    data: Sequence[str] | None = None
-    """The events' stored JSON (``event_json``), when the writer has it already (it measured
-    them for its cache): a store may write it instead of encoding each event again."""
-    recorded_at: datetime | None = None
-    """The events' recorded time when it is not the commit's: a fork copies a history at the
-    times it was recorded, several writes of one run in one commit."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitGroup:
-    """One atomic unit of a group commit: what one ``commit`` call would apply."""
-
-    writes: Sequence[StreamWrite]
-    creates: Sequence[NewRun]
-    now: datetime
-    """The time its events are recorded at (each group keeps the time it was decided at)."""
-
-
-def schedules_work(index: RunIndex) -> bool:
-    """Whether a write with ``index`` gives workers something to look at: a decision time was
-    set, or a step task upserted that a worker may lease.
-
-    A started attempt (a task with an owner: the committing worker runs it) is nobody else's
-    work until its lease runs out, and idle workers look at least every ``max_idle_sleep``
-    anyway, so it is not: a worker chaining steps would otherwise wake every waiting worker,
-    itself among them, at each step for nothing.
-    """
-    if index.status.terminal:
-        return False
-    if index.decide_at is not KEEP and index.decide_at is not None:
-        return True
-    return any(task is not None and task.owner is None for task in index.steps.values())
-
-
-def makes_work(writes: Sequence[StreamWrite], creates: Sequence[NewRun]) -> bool:
-    """Whether a commit of ``writes`` and ``creates`` gives workers something to do."""
-    return any(schedules_work(w.index) for w in writes) or any(
-        r.decide_at is not None for r in creates
-    )
-
-
-GROUP_ERRORS = (EventConflict, HookTokenInUse, RunNotFound)
-"""What leaves one group out of a group commit without failing the others."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunRecord:
-    """One row of the runs index."""
-
-    run_id: str
-    workflow: str
-    status: RunStatus
-    build_id: str
-    parent_run_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    last_sequence: int
-    decide_at: datetime | None
-    failing: str | None
-    waiting_on: str | None = None
-    error_type: str | None = None
-    """The error type of a Failed run, or of its failing decision (see ``RunError``)."""
-    error: str | None = None
-    """``ErrorType: message`` of a Failed run, or of its failing decision."""
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-    """The run's search attributes (``--attr``), key → value."""
-    priority: int = 5
-    """1 (taken first) to 9 (``WorkflowSpec.priority``)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepLease:
-    run_id: str
-    step_id: str
-    attempt: int
-    lease_until: datetime
-    history: tuple[EventEnvelope, ...] | None = field(default=None, compare=False, repr=False)
-    """Asked for with ``lease_steps(read_after=...)``: the run's events after the sequence
-    ``read_after`` gave, read no earlier than the lease's commit (so its ``step_started`` is
-    there). Only the first lease of a run carries it; ``None`` otherwise."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepHeartbeat:
-    """The last heartbeat of a step's attempt (``info.heartbeat(details)``), stored with a
-    lease renewal (no history event): kept after the attempt ends, so the next attempt reads
-    its details as ``info.last_heartbeat``."""
-
-    step_id: str
-    attempt: int
-    worker: str
-    details: JsonValue
-    at: datetime
-
-
-class LeaseAsk(NamedTuple):
-    """A worker asking for work: leases for ``worker`` on runs or steps of ``build_ids`` due at
-    ``now``, held until ``lease_until``, at most ``limit`` of them. A tuple, so that a store
-    unpacks it in one line."""
-
-    worker: str
-    build_ids: Sequence[str]
-    now: datetime
-    lease_until: datetime
-    limit: int
-
-
-ReadAfter = Callable[[str], int]
-"""For a leased run, the sequence after which its events are wanted (0: all of them)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HookRecord:
-    token: str
-    run_id: str
-    hook_id: str
-    resolved: bool
-
-
-LIVE_HEARTBEATS = 3
-"""A worker is live while its last heartbeat is at most this many of its intervals old."""
-
-WORKER_RETENTION = timedelta(days=1)
-"""Workers gone for longer than this are forgotten when another worker registers."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerInfo:
-    """One row of the workers registry: a ``flow worker`` or ``flow tick`` process."""
-
-    worker_id: str
-    host: str
-    pid: int
-    builds: tuple[str, ...]
-    """The build ids this process hosts (decides and runs steps for)."""
-    started_at: datetime
-    heartbeat_at: datetime
-    heartbeat_seconds: float
-    """How often this process promised to heartbeat; liveness is judged against it."""
-    stopped_at: datetime | None = None
-    """Set when the process stopped cleanly; a killed process just stops heartbeating."""
-
-    def live(self, now: datetime) -> bool:
-        """Not stopped, and heard from within ``LIVE_HEARTBEATS`` heartbeat intervals."""
-        if self.stopped_at is not None:
-            return False
-        lapse = timedelta(seconds=LIVE_HEARTBEATS * self.heartbeat_seconds)
-        return now - self.heartbeat_at <= lapse
-
-
-WAITING_KINDS = ("signal", "hook", "timer", "step", "child")
-"""What an open run can wait on; ``RunIndex.waiting_on`` entries are ``KIND:ID``."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFilter:
-    """Which runs ``find_runs`` and ``count_runs`` select; every given condition must hold.
-
-    Results come newest first (creation order breaks ties), as ``list_runs``.
-    """
-
-    statuses: tuple[RunStatus, ...] = ()
-    """Any of these statuses; empty: any status."""
-    workflow: str | None = None
-    build_id: str | None = None
-    since: datetime | None = None
-    """Created at or after this time."""
-    until: datetime | None = None
-    """Created before this time."""
-    failing: bool = False
-    """Only runs whose last decision failed."""
-    waiting_on: str | None = None
-    """``KIND`` or ``KIND:ID`` (``signal:NAME``, ``hook:HOOK_ID``, ``timer:WAIT_ID``,
-    ``step:STEP_ID``, ``child:CHILD_ID``)."""
-    idle_since: datetime | None = None
-    """Only runs with no event after this time (``--idle-for``: now minus the duration)."""
-    top_level: bool = False
-    """Only runs that are nobody's child."""
-    error_type: str | None = None
-    """Only runs that failed, or whose decisions fail, with this error type."""
-    attributes: tuple[tuple[str, str], ...] = ()
-    """Only runs with every one of these search attributes: (key, the value's JSON text as
-    ``attribute_text`` gives it); the match is typed (the number 5 is not the text "5")."""
-    limit: int | None = None
-    after: str | None = None
-    """Cursor: only runs listed after this run id. Raises ``RunNotFound`` if it is unknown."""
-
-
-GROUPINGS = ("status", "workflow", "build_id", "error_type")
-"""The columns ``count_runs`` can group by; also ``attr:KEY`` (``attribute_grouping``)."""
-
-ATTRIBUTE_GROUPING = "attr:"
-"""``count_runs(by="attr:KEY")`` groups by the value of search attribute ``KEY``."""
-
-
-def attribute_grouping(by: str) -> str | None:
-    """The attribute key of ``by`` when it is ``attr:KEY``, else ``None``."""
-    if by.startswith(ATTRIBUTE_GROUPING) and len(by) > len(ATTRIBUTE_GROUPING):
-        return by[len(ATTRIBUTE_GROUPING) :]
-    return None
-
-
-def grouping_ok(by: str) -> bool:
-    """Whether ``count_runs`` can group by ``by``."""
-    return by in GROUPINGS or attribute_grouping(by) is not None
-
-
-def attribute_groups(rows: Iterable[tuple[str | None, int]]) -> dict[str, int]:
-    """``count --by attr:KEY`` groups from (stored JSON text or None, count) pairs: text values
-    by themselves, numbers and booleans by their JSON, runs without the key as ``(none)``."""
-    from flow_cli.model.attributes import attribute_label
-
-    groups: dict[str, int] = {}
-    for text, n in rows:
-        label = NO_GROUP if text is None else attribute_label(text)
-        groups[label] = groups.get(label, 0) + int(n)
-    return dict(sorted(groups.items()))
-
-
-NO_GROUP = "(none)"
-"""The group of runs with no value in the grouping column (no error type)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCount:
-    total: int
-    groups: Mapping[str, int]
-    """Count per value of the grouping column; empty when not grouped."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskState:
-    """A step task as ``run_states`` reads it (see ``StepTask``)."""
-
-    step_id: str
-    attempt: int
-    available_at: datetime
-    """Ready time; for a started attempt (``lease_owner`` set), the end of its lease."""
-    lease_owner: str | None
-    name: str | None = None
-    """The step's name (``None`` for a task indexed before limits were)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunState:
-    """A run's index row with its lease and its step tasks: what ``flow doctor`` classifies."""
-
-    run_id: str
-    workflow: str
-    status: RunStatus
-    build_id: str
-    created_at: datetime
-    updated_at: datetime
-    decide_at: datetime | None
-    """When the run should next be decided; while leased (``lease_owner``), the lease's end."""
-    lease_owner: str | None
-    """The worker deciding the run under a lease, if any."""
-    failing: str | None
-    waiting_on: str | None
-    failing_since: datetime | None = None
-    """While ``failing``: when its decisions began to fail (a change of error keeps it)."""
-    tasks: tuple[TaskState, ...] = ()
-    """Its step tasks (unsettled steps), by step id."""
-
-
-def assemble_states(
-    rows: Iterable[Sequence[Any]], when: Callable[[Any], datetime]
-) -> list[RunState]:
-    """``RunState``s from the rows of a runs ⟕ step_tasks join, ordered by run: (run_id,
-    workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, failing,
-    waiting_on, failing_since, step_id, attempt, available_at, task lease_owner, step name);
-    ``when`` decodes a time."""
-    runs: list[Sequence[Any]] = []
-    tasks: dict[str, list[TaskState]] = {}
-    for row in rows:
-        if not runs or runs[-1][0] != row[0]:
-            runs.append(row)
-        if row[11] is not None:
-            tasks.setdefault(row[0], []).append(
-                TaskState(
-                    step_id=row[11],
-                    attempt=int(row[12]),
-                    available_at=when(row[13]),
-                    lease_owner=row[14],
-                    name=row[15] if len(row) > 15 else None,
-                )
-            )
-    statuses = {status.value: status for status in RunStatus}
-    return [
-        RunState(
-            run_id=row[0],
-            workflow=row[1],
-            status=statuses[row[2]],
-            build_id=row[3],
-            created_at=when(row[4]),
-            updated_at=when(row[5]),
-            decide_at=None if row[6] is None else when(row[6]),
-            lease_owner=row[7],
-            failing=row[8],
-            waiting_on=row[9],
-            failing_since=None if row[10] is None else when(row[10]),
-            tasks=tuple(tasks.get(row[0], ())),
-        )
-        for row in runs
-    ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BuildUsage:
-    """One build id as the runs index knows it (``flow builds``)."""
-
-    build_id: str
-    open: Mapping[str, int]
-    """Open runs per status; empty when every run of the build has ended."""
-    oldest_open_run: str | None
-    """The open run created first (creation order breaks ties)."""
-    oldest_open_at: datetime | None
-    patches: tuple[str, ...]
-    """Patch markers the open runs carry, sorted."""
-
-
-def build_usages(
-    builds: Iterable[str],
-    grouped: Iterable[tuple[str, str, str | None, int]],
-    oldest: Mapping[str, tuple[str, datetime]],
-) -> list[BuildUsage]:
-    """``build_usage`` of a SQL store from its three queries: every build id, the open runs
-    counted by (build, status, patch markers as stored JSON), and each build's oldest open run."""
-    counts: dict[str, dict[str, int]] = {}
-    patches: dict[str, set[str]] = {}
-    for build_id, status, marks, n in grouped:
-        per = counts.setdefault(build_id, {})
-        per[status] = per.get(status, 0) + int(n)
-        patches.setdefault(build_id, set()).update(json.loads(marks) if marks else ())
-    return [
-        BuildUsage(
-            build_id=build_id,
-            open=dict(sorted(counts.get(build_id, {}).items())),
-            oldest_open_run=oldest[build_id][0] if build_id in oldest else None,
-            oldest_open_at=oldest[build_id][1] if build_id in oldest else None,
-            patches=tuple(sorted(patches.get(build_id, ()))),
-        )
-        for build_id in sorted(set(builds) | set(counts))
-    ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HookListing:
-    """One row of ``list_hooks``."""
-
-    run_id: str
-    hook_id: str
-    token: str
-    resolved: bool
-    created_at: datetime | None
-    """When ``hook_created`` was committed (None for hooks indexed before schema version 2)."""
-    metadata: JsonValue
-
-
-def waiting_entry(kind: str, ident: str) -> str:
-    """One ``KIND:ID`` entry; ``%`` and whitespace in the id are percent-encoded."""
-    return f"{kind}:" + re.sub(r"[%\s]", lambda m: f"%{ord(m.group()):02X}", ident)
-
-
-def waiting_needle(waiting_on: str) -> str:
-    """What `` {waiting_on column} `` contains when it matches ``--waiting-on KIND[:ID]``."""
-    kind, sep, ident = waiting_on.partition(":")
-    return f" {waiting_entry(kind, ident)} " if sep else f" {kind}:"
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """Counters for tests and benchmarks."""
-
-    scheduler_rows_read: int = 0
-    """Rows returned by the due-work queries (``lease_runs``, ``lease_steps``, ``next_due``)."""
-    conflicts: int = 0
-    """``EventConflict`` raised by ``commit``."""
-    durable_commits: int = 0
-    """Transactions that wait for the disk (in the store's durable mode): the ones that create
-    runs or commit decisions and step ends, and on PostgreSQL a step's lease. What one step
-    costs in fsyncs."""
-    index_commits: int = 0
-    """Lease transactions that do not wait for the disk: a run's lease, a lease renewed,
-    parking, heartbeats; on SQLite also a step's lease with its ``step_started``. A crash of the
-    machine may take the last of them, as if they had not happened yet (docs/operations.md)."""
+from flow_cli.store.queries import (
+    ATTRIBUTE_GROUPING,
+    GROUPINGS,
+    NO_GROUP,
+    WAITING_KINDS,
+    BuildUsage,
+    HookListing,
+    RunCount,
+    RunFilter,
+    RunState,
+    StoreStats,
+    TaskState,
+    assemble_states,
+    attribute_grouping,
+    attribute_groups,
+    build_usages,
+    grouping_ok,
+    waiting_entry,
+    waiting_needle,
+)
+from flow_cli.store.records import (
+    GROUP_ERRORS,
+    KEEP,
+    LIVE_HEARTBEATS,
+    WORKER_RETENTION,
+    CommitGroup,
+    HookEntry,
+    HookRecord,
+    Keep,
+    LeaseAsk,
+    NewRun,
+    ReadAfter,
+    RunError,
+    RunIndex,
+    RunRecord,
+    StepHeartbeat,
+    StepLease,
+    StepTask,
+    StreamWrite,
+    WorkerInfo,
+    makes_work,
+    schedules_work,
+)
+
+# The roles defined here, and the records of store.records and store.queries re-exported.
+__all__ = [
+    "ATTRIBUTE_GROUPING",
+    "GROUPINGS",
+    "GROUP_ERRORS",
+    "KEEP",
+    "LIVE_HEARTBEATS",
+    "NO_GROUP",
+    "WAITING_KINDS",
+    "WORKER_RETENTION",
+    "AppendViaCommit",
+    "BuildUsage",
+    "CommitGroup",
+    "EventLog",
+    "EventStore",
+    "HandOffs",
+    "HookEntry",
+    "HookListing",
+    "HookRecord",
+    "Keep",
+    "LeaseAsk",
+    "Limits",
+    "NewRun",
+    "Pauses",
+    "ReadAfter",
+    "Retention",
+    "RunCount",
+    "RunError",
+    "RunFilter",
+    "RunIndex",
+    "RunQueries",
+    "RunRecord",
+    "RunState",
+    "Scheduler",
+    "Schedules",
+    "StepHeartbeat",
+    "StepLease",
+    "StepTask",
+    "StoreStats",
+    "StreamWrite",
+    "TaskState",
+    "WorkerInfo",
+    "WorkerRegistry",
+    "assemble_states",
+    "attribute_grouping",
+    "attribute_groups",
+    "build_usages",
+    "grouping_ok",
+    "makes_work",
+    "schedules_work",
+    "waiting_entry",
+    "waiting_needle",
+    "wanted_after",
+    "with_histories",
+]
 
 
 class EventLog(Protocol):
