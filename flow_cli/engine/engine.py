@@ -13,7 +13,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.inputs import json_input
 from flow_cli.engine.observe import Observer
 from flow_cli.engine.pauses import PauseGate
+from flow_cli.engine.results import SignalDelivery, StartResult
 from flow_cli.engine.streams import Pending, Streams, Write
 from flow_cli.errors import (
     BuildAmbiguous,
@@ -84,24 +84,6 @@ if TYPE_CHECKING:
     from flow_cli.runtime import Runtime
 
 MAX_CONFLICT_RETRIES = 100
-
-
-@dataclass(frozen=True, slots=True)
-class SignalDelivery:
-    run_id: str
-    sequence: int
-    """The ``signal_received`` event's sequence (the earlier one for a duplicate)."""
-    duplicate: bool
-    """A signal of this name with this key was already delivered; nothing was written."""
-
-
-@dataclass(frozen=True, slots=True)
-class StartResult:
-    run_id: str
-    created: bool
-    """False when a run with the same id and spec already existed (idempotent start)."""
-    signal: SignalDelivery | None = None
-    """With signal-with-start: the signal's delivery (sequence, duplicate)."""
 
 
 class Engine:

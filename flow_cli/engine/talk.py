@@ -171,7 +171,7 @@ def create_signalled(
     """Create ``run`` with signal ``signal`` as its second event, in one transaction
     (signal-with-start). None, writing nothing, when the run id is taken: the caller then
     delivers the signal to the run that is there."""
-    from flow_cli.engine.engine import SignalDelivery
+    from flow_cli.engine.results import SignalDelivery
 
     name, payload = signal
     check_name(name, "signal name")
