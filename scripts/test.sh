@@ -12,7 +12,8 @@ echo "== mypy --strict flow_cli"
 .venv/bin/mypy flow_cli
 echo "== pytest"
 # Two processes: much of the suite waits on real workers, timers and leases, not on the CPU.
-# A test marked exclusive stops the shared PostgreSQL server, so it runs alone afterwards
+# A test marked exclusive needs the shared PostgreSQL server to itself (it stops the server,
+# or opens 100 connections), so those run alone afterwards
 # (exit code 5 there means none was selected, as when the arguments name other tests).
 .venv/bin/pytest -n "${FLOW_TEST_PROCESSES:-2}" -m "not exclusive" "$@"
 status=0

@@ -223,6 +223,9 @@ def _race(callers: list[Callable[[], object]]) -> list[object]:
     return results
 
 
+# Alone: on PostgreSQL its 100 threads each hold a connection, and beside another test's
+# worker processes they would pass the server's max_connections (100 by default).
+@pytest.mark.exclusive
 def test_a_hundred_concurrent_updates_are_each_applied_once(
     store: EventStore, clock: ManualClock
 ) -> None:
