@@ -634,24 +634,10 @@ class SQLiteStore(
     # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
 
     _schedule_dialect = SQLITE
-
-    @contextlib.contextmanager
-    def _schedule_write(self) -> Iterator[sqlite3.Connection]:
-        try:
-            with self._write() as conn:
-                yield conn
-        except sqlite3.Error as exc:
-            raise self._store_error(exc) from exc
-
-    @contextlib.contextmanager
-    def _schedule_read(self) -> Iterator[sqlite3.Connection]:
-        try:
-            yield self._conn()
-        except sqlite3.Error as exc:
-            raise self._store_error(exc) from exc
-
-    def _schedule_time(self, value: Any) -> datetime:
-        return dt(str(value))
+    # One transaction, one read and stored times as the pauses have them (``SQLitePauses``).
+    _schedule_write = SQLitePauses._pause_write
+    _schedule_read = SQLitePauses._pause_read
+    _schedule_time = SQLitePauses._pause_time
 
     # -- retention (statements in ``store.retention_sql``) ---------------------------------------
 
