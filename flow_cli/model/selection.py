@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from flow_cli.model.snapshot import ChildState, HookState, SignalWaitState, StepState, WaitState
+    from flow_cli.model.states import ChildState, HookState, SignalWaitState, StepState, WaitState
 
 
 class SelectProjection:

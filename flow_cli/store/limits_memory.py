@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,11 +69,13 @@ class MemoryLimits:
         """Run id → the key of the slot its admission took (kept after it ends: not counted)."""
         self._throttled_until: datetime | None = None
 
+    @abstractmethod
     def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
-        raise NotImplementedError
+        """The store's step tasks, by (run id, step id)."""
 
+    @abstractmethod
     def _limit_runs(self) -> Iterable[LimitedRun]:
-        raise NotImplementedError
+        """The store's runs."""
 
     def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
         """Record what code declares (source ``code``); an override in place stays in effect."""

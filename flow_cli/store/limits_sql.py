@@ -22,7 +22,7 @@ from typing import Any
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.pauses_sql import unpaused_or_not_held
-from flow_cli.store.sql import Dialect
+from flow_cli.store.sql import SQLRole
 
 OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if s not in TERMINAL_STATUSES)
 TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in TERMINAL_STATUSES)
@@ -94,12 +94,11 @@ def _rate_of(count: Any, seconds: Any) -> Rate | None:
     return None if count is None else Rate(int(count), int(seconds))
 
 
-class SQLLimits:
-    """``Limits`` for a store that provides ``_schedule_write`` / ``_schedule_read`` (one
-    transaction, one read), ``_schedule_dialect`` and ``_schedule_time``; ``_limit_lock`` is
+class SQLLimits(SQLRole):
+    """``Limits`` for a store that provides ``_sql_write`` / ``_sql_read`` (one
+    transaction, one read), ``_sql_dialect`` and ``_sql_time``; ``_limit_lock`` is
     what locks a limit's row in a SELECT."""
 
-    _schedule_dialect: Dialect
     _limit_lock: str = ""
     _limit_lease_lock: str = ""
     """What locks the limits' rows a lease counts under (PostgreSQL: ``FOR UPDATE SKIP LOCKED``:
@@ -108,25 +107,16 @@ class SQLLimits:
     _throttled_until: datetime | None = None
     _starts_seen: int = 0
 
-    def _schedule_write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_time(self, value: Any) -> datetime:
-        raise NotImplementedError
-
     def _limit_write(self) -> AbstractContextManager[Any]:
         """The transaction ``declare_limits`` writes in: no wait for the disk (a worker
         declares its code's limits again whenever it starts)."""
-        return self._schedule_write()
+        return self._sql_write()
 
     # -- declared and overridden limits -----------------------------------------------------------
 
     def declare_limits(self, limits: Sequence[DeclaredLimit]) -> None:
         """Record what code declares (source ``code``); an override in place stays in effect."""
-        p = self._schedule_dialect.param
+        p = self._sql_dialect.param
         with self._limit_write() as conn:
             for limit in limits:
                 kind, name = parse_target(limit.target)
@@ -162,8 +152,8 @@ class SQLLimits:
         ``override``; a value not given stays as it is). False, writing nothing, when no
         worker ever declared the target."""
         kind, name = parse_target(target)
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             row = conn.execute(
                 "SELECT concurrency, rate_count, rate_seconds FROM limits "
                 f"WHERE kind = {p} AND name = {p} {self._limit_lock}",
@@ -192,8 +182,8 @@ class SQLLimits:
         """Put the code's values back in effect (source ``code``); False when the target is
         unknown."""
         kind, name = parse_target(target)
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             cur = conn.execute(
                 "UPDATE limits SET overridden = 0, concurrency = code_concurrency, "
                 "rate_count = code_rate_count, rate_seconds = code_rate_seconds, limited = CASE "
@@ -207,8 +197,8 @@ class SQLLimits:
     def known_limit(self, target: str) -> bool:
         """Whether some worker declared ``target`` (a workflow or step of its code)."""
         kind, name = parse_target(target)
-        p = self._schedule_dialect.param
-        with self._schedule_read() as conn:
+        p = self._sql_dialect.param
+        with self._sql_read() as conn:
             row = conn.execute(
                 f"SELECT 1 FROM limits WHERE kind = {p} AND name = {p}", (kind, name)
             ).fetchone()
@@ -216,9 +206,9 @@ class SQLLimits:
 
     def limit_states(self, now: datetime) -> list[LimitState]:
         """Every limit in effect, by target, with its use at ``now``."""
-        d = self._schedule_dialect
+        d = self._sql_dialect
         p = d.param
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             rows = conn.execute(
                 "SELECT kind, name, concurrency, rate_count, rate_seconds, overridden FROM limits "
                 "WHERE limited = 1 ORDER BY kind, name"
@@ -256,7 +246,7 @@ class SQLLimits:
 
     def limited_targets(self) -> frozenset[str]:
         """The targets (``step:NAME``, ``workflow:NAME``) a limit is in effect for."""
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             rows = conn.execute("SELECT kind, name FROM limits WHERE limited = 1").fetchall()
         return frozenset(f"{kind}:{name}" for kind, name in rows)
 
@@ -268,7 +258,7 @@ class SQLLimits:
         looked, kinds = self._limits_seen
         if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
             return kinds
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             rows = conn.execute("SELECT kind FROM limits WHERE limited = 1 GROUP BY kind")
             kinds = frozenset(row[0] for row in rows)
         self._limits_seen = (time.monotonic(), kinds)
@@ -300,7 +290,7 @@ class SQLLimits:
         self._throttled_until = None
         if room <= 0 or not build_ids or not self._step_limits_present():
             return []
-        d = self._schedule_dialect
+        d = self._sql_dialect
         p = d.param
         marks = ", ".join([p] * len(build_ids))
         limits = conn.execute(
@@ -404,7 +394,7 @@ class SQLLimits:
         A run admitted before (its lease lapsed) is leased again without another slot."""
         if room <= 0 or not build_ids or not self._run_limits_present():
             return []
-        d = self._schedule_dialect
+        d = self._sql_dialect
         p = d.param
         hosted = set(build_ids)
         limits = conn.execute(
@@ -456,7 +446,7 @@ class SQLLimits:
             for run_id, key, admitted, decide_at, build_id in waiting:
                 if len(chosen) >= room:
                     break
-                due = decide_at is not None and self._schedule_time(decide_at) <= now
+                due = decide_at is not None and self._sql_time(decide_at) <= now
                 if admitted:
                     if due and build_id in hosted:
                         chosen.append((run_id, False))

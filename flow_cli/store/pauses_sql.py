@@ -16,13 +16,12 @@ empty table costs little, and asking first would be a round trip).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
 from flow_cli.model.spec import PRIORITIES
 from flow_cli.store.pauses import Pause, PauseKind, PauseTarget, sorted_pauses
-from flow_cli.store.sql import Dialect
+from flow_cli.store.sql import SQLRole
 
 PAUSES_TABLE = (
     "CREATE TABLE IF NOT EXISTS pauses (kind TEXT NOT NULL, name TEXT NOT NULL, "
@@ -62,30 +61,19 @@ def unpaused_or_not_held(alias: str, *, workflow: str | None = None) -> str:
     return f"(NOT EXISTS (SELECT 1 FROM pauses) OR {not_held(alias, workflow=workflow)})"
 
 
-class SQLPauses:
-    """``Pauses`` for a store that provides ``_pause_write`` (one transaction), ``_pause_read``
-    (one read) and ``_pause_time`` (decodes a stored time) and names its ``_pause_dialect``;
+class SQLPauses(SQLRole):
+    """``Pauses`` for a store that provides ``_sql_write`` (one transaction), ``_sql_read``
+    (one read) and ``_sql_time`` (decodes a stored time) and names its ``_sql_dialect``;
     ``_pauses_changed`` (after a commit) wakes waiting workers."""
-
-    _pause_dialect: Dialect
-
-    def _pause_write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _pause_read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _pause_time(self, value: Any) -> datetime:
-        raise NotImplementedError
 
     def _pauses_changed(self) -> None:
         """Called after a pause was added or lifted."""
 
     def add_pauses(self, targets: Sequence[PauseTarget], reason: str | None, now: datetime) -> int:
         """Pause these targets; returns how many were not paused before."""
-        p = self._pause_dialect.param
+        p = self._sql_dialect.param
         added = 0
-        with self._pause_write() as conn:
+        with self._sql_write() as conn:
             for target in targets:
                 row = conn.execute(
                     f"UPDATE pauses SET reason = {p} WHERE kind = {p} AND name = {p}",
@@ -96,7 +84,7 @@ class SQLPauses:
                 conn.execute(
                     "INSERT INTO pauses (kind, name, reason, paused_at) "
                     f"VALUES ({p}, {p}, {p}, {p})",
-                    (target.kind.value, target.name, reason, self._pause_dialect.time(now)),
+                    (target.kind.value, target.name, reason, self._sql_dialect.time(now)),
                 )
                 added += 1
         self._pauses_changed()
@@ -104,9 +92,9 @@ class SQLPauses:
 
     def remove_pauses(self, targets: Sequence[PauseTarget]) -> int:
         """Lift these targets' pauses; returns how many there were."""
-        p = self._pause_dialect.param
+        p = self._sql_dialect.param
         removed = 0
-        with self._pause_write() as conn:
+        with self._sql_write() as conn:
             for target in targets:
                 removed += conn.execute(
                     f"DELETE FROM pauses WHERE kind = {p} AND name = {p}",
@@ -117,9 +105,9 @@ class SQLPauses:
 
     def list_pauses(self) -> list[Pause]:
         """Every pause in force, by kind then target."""
-        with self._pause_read() as conn:
+        with self._sql_read() as conn:
             rows = conn.execute("SELECT kind, name, reason, paused_at FROM pauses").fetchall()
-        return sorted_pauses(_pause(row, self._pause_time) for row in rows)
+        return sorted_pauses(_pause(row, self._sql_time) for row in rows)
 
 
 def _pause(row: Sequence[Any], when: Callable[[Any], datetime]) -> Pause:

@@ -5,14 +5,14 @@ SQLite and PostgreSQL (the placeholder and time encoding of the backend's ``Dial
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
 from flow_cli.model.status import TERMINAL_STATUSES
 from flow_cli.store.protocol import RunRecord
-from flow_cli.store.sql import Dialect
+from flow_cli.store.sql import SQLRole
 
 RUN_TABLES = (
     "events",
@@ -33,31 +33,20 @@ IDS_PER_STATEMENT = 500
 """Run ids one statement names (under SQLite's limit of bound parameters)."""
 
 
-class SQLRetention:
-    """``Retention`` for a store that provides ``_schedule_write`` (one transaction) and
-    ``_schedule_read`` (one read), names its ``_schedule_dialect`` and reads run rows with
+class SQLRetention(SQLRole):
+    """``Retention`` for a store that provides ``_sql_write`` (one transaction) and
+    ``_sql_read`` (one read), names its ``_sql_dialect`` and reads run rows with
     ``_run_records``."""
 
-    _schedule_dialect: Dialect
-
-    def _schedule_write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_time(self, value: Any) -> datetime:
-        raise NotImplementedError
-
+    @abstractmethod
     def _run_records(self, conn: Any, where: str, params: Sequence[Any]) -> list[RunRecord]:
         """The runs rows ``WHERE where`` selects, as ``RunRecord``s."""
-        raise NotImplementedError
 
     def children_of(self, run_ids: Sequence[str]) -> list[RunRecord]:
         """The runs whose parent is one of ``run_ids`` (the parent index serves it)."""
-        p = self._schedule_dialect.param
+        p = self._sql_dialect.param
         found: list[RunRecord] = []
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             for start in range(0, len(run_ids), IDS_PER_STATEMENT):
                 chunk = list(run_ids[start : start + IDS_PER_STATEMENT])
                 marks = ", ".join([p] * len(chunk))
@@ -69,10 +58,10 @@ class SQLRetention:
         transaction; a run that is open (or unknown) is left alone. Returns the ids deleted."""
         if not run_ids:
             return []
-        p = self._schedule_dialect.param
+        p = self._sql_dialect.param
         ended = ", ".join([p] * len(_TERMINAL))
         deleted: list[str] = []
-        with self._schedule_write() as conn:
+        with self._sql_write() as conn:
             for start in range(0, len(run_ids), IDS_PER_STATEMENT):
                 chunk = list(run_ids[start : start + IDS_PER_STATEMENT])
                 marks = ", ".join([p] * len(chunk))
@@ -92,9 +81,9 @@ class SQLRetention:
     def take_lease(self, name: str, owner: str, now: datetime, until: datetime) -> bool:
         """Take the named lease for ``owner`` until ``until`` if it is free, expired (at
         ``now``) or ``owner``'s already (a renewal); False while another owner holds it."""
-        d = self._schedule_dialect
+        d = self._sql_dialect
         p = d.param
-        with self._schedule_write() as conn:
+        with self._sql_write() as conn:
             cur = conn.execute(
                 f"INSERT INTO leases (name, owner, held_until) VALUES ({p}, {p}, {p}) "
                 "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
@@ -106,8 +95,8 @@ class SQLRetention:
 
     def release_lease(self, name: str, owner: str) -> None:
         """Give the named lease back if ``owner`` holds it."""
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             conn.execute(f"DELETE FROM leases WHERE name = {p} AND owner = {p}", (name, owner))
 
     def reclaim_space(self) -> None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
 from flow_cli.model.schedule import Schedule, ScheduleSpec, ScheduleState
-from flow_cli.store.sql import Dialect
+from flow_cli.store.sql import SQLRole
 
 COLUMNS = "schedule_id, spec, state, due_at, version"
 
@@ -36,26 +35,16 @@ def _json(value: Any) -> dict[str, Any]:
     return found
 
 
-class SQLSchedules:
-    """``Schedules`` for a store that provides ``_schedule_write`` (one transaction) and
-    ``_schedule_read`` (one read) and names its ``_schedule_dialect``."""
+class SQLSchedules(SQLRole):
+    """``Schedules`` for a store that provides ``_sql_write`` (one transaction) and
+    ``_sql_read`` (one read) and names its ``_sql_dialect``."""
 
-    _schedule_dialect: Dialect
     _schedule_lock_rows: str = ""
     """What the claim's SELECT appends to lock the rows it picks (PostgreSQL: ``FOR UPDATE
     SKIP LOCKED``, so two claimers never pick the same row)."""
 
-    def _schedule_write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _schedule_time(self, value: Any) -> datetime:
-        raise NotImplementedError
-
     def _params(self, schedule: Schedule) -> tuple[Any, ...]:
-        d = self._schedule_dialect
+        d = self._sql_dialect
         return (
             json.dumps(schedule.spec.to_json()),
             json.dumps(schedule.state.to_json()),
@@ -64,8 +53,8 @@ class SQLSchedules:
 
     def create_schedule(self, schedule: Schedule) -> bool:
         """Store a new schedule at version 1; False (writing nothing) if the id is taken."""
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             cur = conn.execute(
                 f"INSERT INTO schedules ({COLUMNS}) VALUES ({p}, {p}, {p}, {p}, 1) "
                 "ON CONFLICT (schedule_id) DO NOTHING",
@@ -75,24 +64,24 @@ class SQLSchedules:
 
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule with that id, or ``None``."""
-        p = self._schedule_dialect.param
-        with self._schedule_read() as conn:
+        p = self._sql_dialect.param
+        with self._sql_read() as conn:
             row = conn.execute(
                 f"SELECT {COLUMNS} FROM schedules WHERE schedule_id = {p}", (schedule_id,)
             ).fetchone()
-        return None if row is None else schedule_from_row(row, self._schedule_time)
+        return None if row is None else schedule_from_row(row, self._sql_time)
 
     def list_schedules(self) -> list[Schedule]:
         """Every schedule, by id."""
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             rows = conn.execute(f"SELECT {COLUMNS} FROM schedules ORDER BY schedule_id").fetchall()
-        return [schedule_from_row(row, self._schedule_time) for row in rows]
+        return [schedule_from_row(row, self._sql_time) for row in rows]
 
     def save_schedule(self, schedule: Schedule) -> bool:
         """Write ``schedule`` if the stored one is still at ``schedule.version`` (the stored
         version becomes one more); False, writing nothing, if it moved or is gone."""
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             cur = conn.execute(
                 f"UPDATE schedules SET spec = {p}, state = {p}, due_at = {p}, "
                 f"version = version + 1 WHERE schedule_id = {p} AND version = {p}",
@@ -102,8 +91,8 @@ class SQLSchedules:
 
     def delete_schedule(self, schedule_id: str) -> bool:
         """Forget the schedule (its runs stay); False if there was none."""
-        p = self._schedule_dialect.param
-        with self._schedule_write() as conn:
+        p = self._sql_dialect.param
+        with self._sql_write() as conn:
             cur = conn.execute(f"DELETE FROM schedules WHERE schedule_id = {p}", (schedule_id,))
             return bool(cur.rowcount)
 
@@ -111,9 +100,9 @@ class SQLSchedules:
         """Take up to ``limit`` schedules due by ``now``, earliest first: each one's ``due_at``
         moves to ``claim_until`` (others pass it by until then, or until the claimer saves it)
         and its version is bumped. Returns them as stored after the claim."""
-        d = self._schedule_dialect
+        d = self._sql_dialect
         p = d.param
-        with self._schedule_write() as conn:
+        with self._sql_write() as conn:
             rows = conn.execute(
                 f"SELECT {COLUMNS} FROM schedules WHERE due_at IS NOT NULL AND due_at <= {p} "
                 f"ORDER BY due_at LIMIT {p} {self._schedule_lock_rows}",
@@ -128,16 +117,16 @@ class SQLSchedules:
                 f"WHERE schedule_id IN ({marks})",
                 (d.time(claim_until), *ids),
             )
-        claimed = [schedule_from_row(row, self._schedule_time) for row in rows]
+        claimed = [schedule_from_row(row, self._sql_time) for row in rows]
         return [_claimed(s, claim_until) for s in claimed]
 
     def next_schedule_due(self) -> datetime | None:
         """The earliest ``due_at`` of any schedule: one lookup in the ``due_at`` index."""
-        with self._schedule_read() as conn:
+        with self._sql_read() as conn:
             row = conn.execute(
                 "SELECT due_at FROM schedules WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1"
             ).fetchone()
-        return None if row is None else self._schedule_time(row[0]).astimezone(UTC)
+        return None if row is None else self._sql_time(row[0]).astimezone(UTC)
 
 
 def _claimed(schedule: Schedule, claim_until: datetime) -> Schedule:

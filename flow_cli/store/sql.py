@@ -7,7 +7,9 @@ type a parameter that may be NULL, how a time is sent); everything else is writt
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -46,6 +48,26 @@ class Dialect:
 
     def time_or_none(self, value: datetime | None) -> Any:
         return None if value is None else self.time(value)
+
+
+class SQLRole:
+    """The base of a store role written once in SQL (``SQLSchedules``, ``SQLPauses``,
+    ``SQLLimits``, ``SQLRetention``): what each needs of its store, which the SQLite and
+    PostgreSQL stores each provide once for all of them."""
+
+    _sql_dialect: Dialect
+
+    @abstractmethod
+    def _sql_write(self) -> AbstractContextManager[Any]:
+        """One write transaction (committed when the block ends without an error)."""
+
+    @abstractmethod
+    def _sql_read(self) -> AbstractContextManager[Any]:
+        """A connection for reading."""
+
+    @abstractmethod
+    def _sql_time(self, value: Any) -> datetime:
+        """A stored time, decoded."""
 
 
 def run_sets(

@@ -499,17 +499,17 @@ class PostgresStore(
                 (now, now, worker_id),
             )
 
-    # -- pauses (statements in ``store.pauses_sql``) ---------------------------------------------
+    # -- the SQL roles' transaction, read and times; pauses (``store.pauses_sql``) -------------
 
-    _pause_dialect = tables.POSTGRES
+    _sql_dialect = tables.POSTGRES
 
-    def _pause_write(self) -> AbstractContextManager[Connection]:
+    def _sql_write(self) -> AbstractContextManager[Connection]:
         return self._transaction()
 
-    def _pause_read(self) -> AbstractContextManager[Connection]:
+    def _sql_read(self) -> AbstractContextManager[Connection]:
         return self._reading()
 
-    def _pause_time(self, value: Any) -> datetime:
+    def _sql_time(self, value: Any) -> datetime:
         return tables.utc(value)
 
     def _pauses_changed(self) -> None:
@@ -517,21 +517,11 @@ class PostgresStore(
         with self._transaction() as conn:  # a resumed run may be due: wake the workers
             conn.execute(NOTIFY, (NOTIFY_CHANNEL, self.schema))
 
-    # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
+    # -- schedules, limits, retention (``store.schedules_sql`` ...: ``_sql_write`` above) ---
 
-    _schedule_dialect = tables.POSTGRES
     _schedule_lock_rows = "FOR UPDATE SKIP LOCKED"
     _limit_lock = "FOR UPDATE"
     _limit_lease_lock = "FOR UPDATE SKIP LOCKED"
-
-    def _schedule_write(self) -> AbstractContextManager[Connection]:
-        return self._transaction()
-
-    def _schedule_read(self) -> AbstractContextManager[Connection]:
-        return self._reading()
-
-    def _schedule_time(self, value: Any) -> datetime:
-        return tables.utc(value)
 
     def _run_records(self, conn: Connection, where: str, params: Sequence[Any]) -> list[RunRecord]:
         rows = conn.execute(f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE {where}", params)

@@ -20,11 +20,11 @@ from flow_cli.store.sqlite.rows import SQLITE, dt
 class SQLitePauses(SQLiteConnections, SQLPauses):
     """``Pauses`` for ``SQLiteStore``, and the last look of its leases at the pauses table."""
 
-    _pause_dialect = SQLITE
+    _sql_dialect = SQLITE
     _pause_probe: tuple[float, bool] | None = None
 
     @contextlib.contextmanager
-    def _pause_write(self) -> Iterator[sqlite3.Connection]:
+    def _sql_write(self) -> Iterator[sqlite3.Connection]:
         try:
             with self._write() as conn:
                 yield conn
@@ -32,13 +32,13 @@ class SQLitePauses(SQLiteConnections, SQLPauses):
             raise self._store_error(exc) from exc
 
     @contextlib.contextmanager
-    def _pause_read(self) -> Iterator[sqlite3.Connection]:
+    def _sql_read(self) -> Iterator[sqlite3.Connection]:
         try:
             yield self._conn()
         except sqlite3.Error as exc:
             raise self._store_error(exc) from exc
 
-    def _pause_time(self, value: Any) -> datetime:
+    def _sql_time(self, value: Any) -> datetime:
         return dt(str(value))
 
     def _probe_pauses(self, conn: sqlite3.Connection) -> bool:

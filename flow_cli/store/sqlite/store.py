@@ -631,14 +631,6 @@ class SQLiteStore(
                 (ts(now), ts(now), worker_id),
             )
 
-    # -- schedules (statements in ``store.schedules_sql``) ---------------------------------------
-
-    _schedule_dialect = SQLITE
-    # One transaction, one read and stored times as the pauses have them (``SQLitePauses``).
-    _schedule_write = SQLitePauses._pause_write
-    _schedule_read = SQLitePauses._pause_read
-    _schedule_time = SQLitePauses._pause_time
-
     # -- retention (statements in ``store.retention_sql``) ---------------------------------------
 
     def _run_records(
