@@ -50,9 +50,8 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     attribute_grouping,
     attribute_groups,
+    carry_histories,
     waiting_needle,
-    wanted_after,
-    with_histories,
 )
 from flow_cli.store.retention_memory import MemoryRetention
 from flow_cli.store.schedules_memory import MemorySchedules
@@ -559,10 +558,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             if leases:
                 self._touched(durable=False)  # as a step's lease on SQLite
             self.stats.scheduler_rows_read += len(leases)
-        if read_after is None or not leases:
-            return leases
-        after = wanted_after((lease.run_id for lease in leases), read_after)
-        return with_histories(leases, self.read_histories(after))
+        return carry_histories(leases, read_after, self.read_histories)
 
     def renew_step(
         self,

@@ -10,7 +10,7 @@ planned and resolved in ``flow_cli.store.index``, never by a store on its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -110,6 +110,7 @@ __all__ = [
     "attribute_grouping",
     "attribute_groups",
     "build_usages",
+    "carry_histories",
     "grouping_ok",
     "makes_work",
     "schedules_work",
@@ -483,6 +484,19 @@ def wanted_after(run_ids: Iterable[str], read_after: ReadAfter) -> dict[str, int
         if run_id not in after:
             after[run_id] = max(read_after(run_id), 0)
     return after
+
+
+def carry_histories(
+    leases: list[StepLease],
+    read_after: ReadAfter | None,
+    read_histories: Callable[[Mapping[str, int]], Mapping[str, list[EventEnvelope]]],
+) -> list[StepLease]:
+    """``leases`` with each run's first lease carrying its events after ``read_after(run_id)``,
+    read with ``read_histories`` (``StepLease.history``); as they are without ``read_after``."""
+    if read_after is None or not leases:
+        return leases
+    after = wanted_after((lease.run_id for lease in leases), read_after)
+    return with_histories(leases, read_histories(after))
 
 
 def with_histories(

@@ -61,6 +61,7 @@ from flow_cli.store.protocol import (
     StepLease,
     StoreStats,
     WorkerInfo,
+    carry_histories,
     wanted_after,
     with_histories,
 )
@@ -311,10 +312,7 @@ class PostgresStore(
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
             for run_id, step_id, attempt in rows
         ]
-        if read_after is None or not leases:
-            return leases
-        after = wanted_after((lease.run_id for lease in leases), read_after)
-        return with_histories(leases, self.read_histories(after))
+        return carry_histories(leases, read_after, self.read_histories)
 
     def _lease_ready(
         self,
@@ -654,10 +652,7 @@ class PostgresStore(
                 leases.append(dataclasses.replace(lease, history=h.history))
             else:
                 unread.append(lease)
-        if unread:
-            after = wanted_after((lease.run_id for lease in unread), read_after)
-            leases += with_histories(unread, self.read_histories(after))
-        return leases
+        return leases + carry_histories(unread, read_after, self.read_histories)
 
     def withdraw_worker(self, worker_id: str) -> None:
         """Take back the offer of ``worker_id`` (it stops). Done on the listening connection when

@@ -34,9 +34,8 @@ from flow_cli.store.protocol import (
     StepLease,
     StreamWrite,
     WorkerInfo,
+    carry_histories,
     makes_work,
-    wanted_after,
-    with_histories,
 )
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
@@ -485,10 +484,7 @@ class SQLiteStore(
         leases = [
             StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
         ]
-        if read_after is None or not leases:
-            return leases
-        after = wanted_after((lease.run_id for lease in leases), read_after)
-        return with_histories(leases, self.read_histories(after))
+        return carry_histories(leases, read_after, self.read_histories)
 
     @guarded
     def renew_step(
