@@ -341,7 +341,7 @@ def test_a_renewal_stores_the_heartbeat_only_while_the_lease_is_held(tmp_path: P
     from datetime import UTC, datetime, timedelta
 
     from flow_cli.store.memory import MemoryStore
-    from flow_cli.store.protocol import StepHeartbeat
+    from flow_cli.store.protocol import StepHeartbeat, StepRenewal
     from flow_cli.store.sqlite import SQLiteStore
 
     for store in (MemoryStore(), SQLiteStore(tmp_path / "c.db")):
@@ -356,7 +356,7 @@ def test_a_renewal_stores_the_heartbeat_only_while_the_lease_is_held(tmp_path: P
         engine.tick()  # decides; the handler is missing, so the attempt is leased and fails
         now = datetime.now(UTC)
         beat = StepHeartbeat(step_id="a", attempt=1, worker="w2", details={"d": 1}, at=now)
-        assert not store.renew_step("r1", "a", "w2", now + timedelta(seconds=5), beat)
+        assert not store.renew_step(StepRenewal("r1", "a", "w2", now + timedelta(seconds=5), beat))
         assert store.step_heartbeats("r1") == []
         engine.close()
 

@@ -17,7 +17,7 @@ from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.errors import StoreError
 from flow_cli.model.clock import ManualClock
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import EventStore, StepRenewal
 
 chain = Runtime(build_id="keeper-1")
 
@@ -97,9 +97,9 @@ def test_a_lease_is_renewed_only_when_it_would_run_low_before_the_next_round(
     renewed: list[str] = []
     renew_step = store.renew_step
 
-    def counting(run_id: str, step_id: str, worker: str, until: Any) -> bool:
-        renewed.append(step_id)
-        return renew_step(run_id, step_id, worker, until)
+    def counting(renewal: StepRenewal) -> bool:
+        renewed.append(renewal.step_id)
+        return renew_step(renewal)
 
     monkeypatch.setattr(store, "renew_step", counting)
     keeper.renew_now()  # 30 s left, 20 at the next round: enough

@@ -29,6 +29,7 @@ from flow_cli.store.protocol import (
     LeaseAsk,
     RunFilter,
     RunIndex,
+    StepRenewal,
     StepTask,
     StreamWrite,
 )
@@ -82,7 +83,7 @@ def test_step_tasks_upsert_and_delete(store: EventStore, clock: ManualClock) -> 
     # (The lease recorded s1's step_started: sequence 3.)
     retry = {"s1": StepTask(step_id="s1", attempt=2, available_at=now), "s2": None}
     store.append_if_sequence("r1", 3, [signal(3)], idx(steps=retry), now)
-    assert not store.renew_step("r1", "s1", "w1", until)
+    assert not store.renew_step(StepRenewal("r1", "s1", "w1", until))
     later = clock.advance(10)
     again = store.lease_steps(LeaseAsk("w2", [BUILD], later, later + timedelta(seconds=30), 10))
     assert [(s.run_id, s.step_id, s.attempt) for s in again] == [("r1", "s1", 2)]

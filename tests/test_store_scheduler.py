@@ -31,6 +31,7 @@ from flow_cli.store.protocol import (
     LeaseAsk,
     RunFilter,
     StepLease,
+    StepRenewal,
     StepTask,
     StreamWrite,
 )
@@ -157,7 +158,7 @@ def test_an_index_build_id_moves_the_run_and_its_step_tasks_to_that_build(
         other
     ]
     # The attempt that was running keeps its lease; once it runs out, the new build takes it.
-    assert store.renew_step("r1", held.step_id, "w1", until)
+    assert store.renew_step(StepRenewal("r1", held.step_id, "w1", until))
     expired = until + timedelta(seconds=1)
     again = store.lease_steps(
         LeaseAsk("new", ["shop-2"], expired, expired + timedelta(seconds=30), 10)
@@ -235,9 +236,9 @@ def test_renew_step_only_for_the_lease_holder(store: EventStore, clock: ManualCl
     schedule_tasks(store, "r1", now, a=now)
     until = now + timedelta(seconds=30)
     store.lease_steps(LeaseAsk("w1", [BUILD], now, until, 10))
-    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
-    assert not store.renew_step("r1", "missing", "w1", until + timedelta(seconds=60))
-    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
+    assert not store.renew_step(StepRenewal("r1", "a", "w2", until + timedelta(seconds=60)))
+    assert not store.renew_step(StepRenewal("r1", "missing", "w1", until + timedelta(seconds=60)))
+    assert store.renew_step(StepRenewal("r1", "a", "w1", until + timedelta(seconds=60)))
     # The renewed lease outlives the first one: nobody can take the step at its old expiry.
     assert store.lease_steps(LeaseAsk("w2", [BUILD], clock.advance(45), until, 10)) == []
     clock.advance(45)
@@ -253,8 +254,8 @@ def test_step_task_owner_from_the_index_can_renew(store: EventStore, clock: Manu
     until = now + timedelta(seconds=30)
     started = {"a": StepTask(step_id="a", attempt=1, available_at=until, owner="w1")}
     store.append_if_sequence("r1", 1, [signal(1)], idx(steps=started), now)
-    assert not store.renew_step("r1", "a", "w2", until + timedelta(seconds=60))
-    assert store.renew_step("r1", "a", "w1", until + timedelta(seconds=60))
+    assert not store.renew_step(StepRenewal("r1", "a", "w2", until + timedelta(seconds=60)))
+    assert store.renew_step(StepRenewal("r1", "a", "w1", until + timedelta(seconds=60)))
     assert store.lease_steps(LeaseAsk("w2", [BUILD], clock.advance(45), until, 10)) == []
 
 

@@ -21,7 +21,7 @@ from flow_cli.engine.observe import NOTHING, Observer
 from flow_cli.errors import StoreError
 from flow_cli.model.clock import Clock
 from flow_cli.runtime import AttemptControl
-from flow_cli.store.protocol import EventStore, StepHeartbeat, StepLease
+from flow_cli.store.protocol import EventStore, StepHeartbeat, StepLease, StepRenewal
 
 log = logging.getLogger("flow.leases")
 
@@ -139,12 +139,8 @@ class LeaseKeeper:
                 if beat is None and left is not None and left > enough:
                     continue
             try:
-                renewed = (
-                    self.store.renew_step(lease.run_id, lease.step_id, self.worker_id, until)
-                    if beat is None
-                    else self.store.renew_step(
-                        lease.run_id, lease.step_id, self.worker_id, until, beat
-                    )
+                renewed = self.store.renew_step(
+                    StepRenewal(lease.run_id, lease.step_id, self.worker_id, until, beat)
                 )
             except StoreError as exc:
                 log.warning("%s", exc)

@@ -45,7 +45,7 @@ from flow_cli.model.status import StepStatus
 from flow_cli.model.trace import step_trace_context
 from flow_cli.model.tracebacks import code_traceback
 from flow_cli.runtime import AttemptControl, AttemptVanished, Runtime, StepInfo
-from flow_cli.store.protocol import CommitGroup, StepHeartbeat, StepLease
+from flow_cli.store.protocol import CommitGroup, StepHeartbeat, StepLease, StepRenewal
 
 log = logging.getLogger("flow.steps")
 
@@ -388,7 +388,7 @@ class StepExecutor:
                 at=self.clock.now(),
             )
             self.streams.store.renew_step(
-                lease.run_id, lease.step_id, info.worker, lease.lease_until, beat
+                StepRenewal(lease.run_id, lease.step_id, info.worker, lease.lease_until, beat)
             )
 
     def _last_heartbeat(self, lease: StepLease, worker: str) -> Callable[[], JsonValue]:

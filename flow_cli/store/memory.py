@@ -44,6 +44,7 @@ from flow_cli.store.protocol import (
     RunState,
     StepHeartbeat,
     StepLease,
+    StepRenewal,
     StoreStats,
     StreamWrite,
     TaskState,
@@ -560,15 +561,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             self.stats.scheduler_rows_read += len(leases)
         return carry_histories(leases, read_after, self.read_histories)
 
-    def renew_step(
-        self,
-        run_id: str,
-        step_id: str,
-        worker: str,
-        lease_until: datetime,
-        heartbeat: StepHeartbeat | None = None,
-    ) -> bool:
+    def renew_step(self, renewal: StepRenewal) -> bool:
         """Extend the lease if ``worker`` still holds it (storing ``heartbeat`` with it)."""
+        run_id, step_id, worker, lease_until, heartbeat = renewal
         with self._lock:
             task = self._tasks.get((run_id, step_id))
             if task is None or task.lease_owner != worker:

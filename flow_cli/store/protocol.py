@@ -56,6 +56,7 @@ from flow_cli.store.records import (
     RunRecord,
     StepHeartbeat,
     StepLease,
+    StepRenewal,
     StepTask,
     StreamWrite,
     WorkerInfo,
@@ -100,6 +101,7 @@ __all__ = [
     "Schedules",
     "StepHeartbeat",
     "StepLease",
+    "StepRenewal",
     "StepTask",
     "StoreStats",
     "StreamWrite",
@@ -204,14 +206,7 @@ class Scheduler(Protocol):
         """
         ...
 
-    def renew_step(
-        self,
-        run_id: str,
-        step_id: str,
-        worker: str,
-        lease_until: datetime,
-        heartbeat: StepHeartbeat | None = None,
-    ) -> bool:
+    def renew_step(self, renewal: StepRenewal) -> bool:
         """Extend a step lease this worker still holds; with ``heartbeat``, store it as the
         step's last one in the same transaction (only if the lease is still held)."""
         ...

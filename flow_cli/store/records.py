@@ -211,6 +211,17 @@ class StepHeartbeat:
     at: datetime
 
 
+class StepRenewal(NamedTuple):
+    """A worker extending the lease it holds on a step's attempt until ``lease_until``, with the
+    attempt's last ``heartbeat`` to store alongside (only if the lease is still held)."""
+
+    run_id: str
+    step_id: str
+    worker: str
+    lease_until: datetime
+    heartbeat: StepHeartbeat | None = None
+
+
 class LeaseAsk(NamedTuple):
     """A worker asking for work: leases for ``worker`` on runs or steps of ``build_ids`` due at
     ``now``, held until ``lease_until``, at most ``limit`` of them. A tuple, so that a store

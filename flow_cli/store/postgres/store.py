@@ -59,6 +59,7 @@ from flow_cli.store.protocol import (
     RunRecord,
     StepHeartbeat,
     StepLease,
+    StepRenewal,
     StoreStats,
     WorkerInfo,
     carry_histories,
@@ -385,16 +386,10 @@ class PostgresStore(
             return None
         return _leased(done, rows, after)
 
-    def renew_step(
-        self,
-        run_id: str,
-        step_id: str,
-        worker: str,
-        lease_until: datetime,
-        heartbeat: StepHeartbeat | None = None,
-    ) -> bool:
+    def renew_step(self, renewal: StepRenewal) -> bool:
         """Extend the step's lease if ``worker`` still holds it (storing ``heartbeat`` with
         it, in the same statement: only a held lease records one)."""
+        run_id, step_id, worker, lease_until, heartbeat = renewal
         if heartbeat is None:
             with self._transaction(durable=False, pipelined=True) as conn:
                 cursor = conn.execute(

@@ -32,6 +32,7 @@ from flow_cli.store.protocol import (
     RunRecord,
     StepHeartbeat,
     StepLease,
+    StepRenewal,
     StreamWrite,
     WorkerInfo,
     carry_histories,
@@ -487,15 +488,9 @@ class SQLiteStore(
         return carry_histories(leases, read_after, self.read_histories)
 
     @guarded
-    def renew_step(
-        self,
-        run_id: str,
-        step_id: str,
-        worker: str,
-        lease_until: datetime,
-        heartbeat: StepHeartbeat | None = None,
-    ) -> bool:
+    def renew_step(self, renewal: StepRenewal) -> bool:
         """Extend the lease if ``worker`` still holds it (storing ``heartbeat`` with it)."""
+        run_id, step_id, worker, lease_until, heartbeat = renewal
         with self._write(durable=False) as conn:
             held = bool(
                 conn.execute(
