@@ -358,22 +358,6 @@ class StepExecutor:
         if error is None:
             return None
         return self._failure(step.step_id, step.attempt, step.retry, error)
-        if unknown:
-            return StepOutcomeUnknown(
-                step_id=step.step_id,
-                attempt=step.attempt,
-                reason="the worker running the attempt was lost before it recorded an outcome",
-            )
-        started = step.attempt_started_at
-        if (
-            limit is not None
-            and started is not None
-            and (self.clock.now() - started).total_seconds() >= limit
-        ):
-            return self._failure(
-                step.step_id, step.attempt, step.retry, StepTimedOut(step.name, limit)
-            )
-        return None
 
     def _vanished(self, lease: StepLease, info: StepInfo) -> None:
         """A test's fake made this worker vanish mid-attempt: store its heartbeat as its last

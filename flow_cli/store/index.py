@@ -51,30 +51,22 @@ from flow_cli.store.run_error import decision_error, failed_error
 
 
 def step_task(step: StepState) -> StepTask | None:
-    """The lease-able task of a step, or None once it is settled."""
-    if step.status is StepStatus.SCHEDULED and step.scheduled_at is not None:
-        return StepTask(
-            step_id=step.step_id,
-            attempt=step.attempt,
-            available_at=step.scheduled_at,
-            name=step.name,
-        )
-    if step.status is StepStatus.RUNNING and step.lease_until is not None:
-        return StepTask(
-            step_id=step.step_id,
-            attempt=step.attempt,
-            available_at=step.lease_until,
-            owner=step.worker,
-            name=step.name,
-        )
-    if step.status is StepStatus.BACKOFF and step.next_attempt_at is not None:
-        return StepTask(
-            step_id=step.step_id,
-            attempt=step.attempt,
-            available_at=step.next_attempt_at,
-            name=step.name,
-        )
-    return None
+    """The lease-able task of a step, or None once it is settled: due when scheduled, when its
+    lease runs out while running (held by its worker), or when its backoff ends."""
+    owner = None
+    if step.status is StepStatus.SCHEDULED:
+        due = step.scheduled_at
+    elif step.status is StepStatus.RUNNING:
+        due, owner = step.lease_until, step.worker
+    elif step.status is StepStatus.BACKOFF:
+        due = step.next_attempt_at
+    else:
+        return None
+    if due is None:
+        return None
+    return StepTask(
+        step_id=step.step_id, attempt=step.attempt, available_at=due, owner=owner, name=step.name
+    )
 
 
 def index_for(
