@@ -1,7 +1,7 @@
 """Flow alone on the peers' workloads W1-W4, with real `flow worker` processes.
 
     .venv/bin/python bench/workloads.py [W1,W2,W3,W3floor,W4] [--backends sqlite,postgres]
-        [--baseline /path/to/other/checkout/.venv/bin/python] [--quick]
+        [--baseline /path/to/other/checkout/.venv/bin/python] [--underneath URL] [--quick]
 
 W1: 1,000 runs x 10 sequential steps (steps/s). W2: one run of N steps, N = 200 and 2,000
 (ms/step, and the 2,000/200 ratio). W3: a one-step run, start -> completed with a warm worker,
@@ -14,17 +14,26 @@ Each figure comes from a fresh database and fresh worker processes (extra `flow 
 options from $BENCH_WORKER_ARGS, e.g. "--concurrency 4"). With --baseline, every
 measurement is also taken with that interpreter (another build of Flow), interleaved, and the
 ratio is printed: machines like ours are noisy, ratios measured in one run are what to compare.
+With --underneath URL (a database already holding many runs, e.g. one `bench/scale.py` built),
+each measurement is taken on a fresh database and on that one, interleaved, and the ratio
+big / empty is printed: whether a big database slows the hot path. Its runs stay; this run's
+get ids of their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -77,14 +86,31 @@ def _wait(engine: object, run_ids: list[str], timeout: float, poll: float) -> bo
     return False
 
 
-def measure(workload: str, backend: str, quick: bool) -> dict[str, float]:
-    """One workload in this interpreter; returns its figures."""
+@contextlib.contextmanager
+def _database(backend: str, underneath: str | None) -> Iterator[tuple[str, Path]]:
+    if underneath is None:
+        with fresh_database(backend, DEFAULT_PG) as found:
+            yield found
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="flow-bench-"))
+    try:
+        yield underneath, scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(
+    workload: str, backend: str, quick: bool, underneath: str | None = None
+) -> dict[str, float]:
+    """One workload in this interpreter (on a fresh database, or on ``underneath``); returns
+    its figures."""
     import bench_workflows
 
     from flow_cli.engine.engine import Engine
     from flow_cli.store import open_store
 
-    with fresh_database(backend, DEFAULT_PG) as (url, scratch):
+    tag = uuid.uuid4().hex[:6] if underneath else ""  # the run ids of this measurement
+    with _database(backend, underneath) as (url, scratch):
         if workload == "W3floor":
             import floor
 
@@ -96,16 +122,16 @@ def measure(workload: str, backend: str, quick: bool) -> dict[str, float]:
                 runs = 200 if quick else 1000
                 t0 = time.perf_counter()
                 for i in range(runs):
-                    engine.start("chain", {"steps": 10, "x": i}, run_id=f"w1-{i}")
-                ok = _wait(engine, [f"w1-{i}" for i in range(runs)], 600, 0.05)
+                    engine.start("chain", {"steps": 10, "x": i}, run_id=f"w1{tag}-{i}")
+                ok = _wait(engine, [f"w1{tag}-{i}" for i in range(runs)], 600, 0.05)
                 wall = time.perf_counter() - t0
                 return {"steps_per_s": 10 * runs / wall, "complete": float(ok)}
             if workload == "W2":
                 out: dict[str, float] = {}
                 for n in (200, 2000) if not quick else (100, 1000):
                     t0 = time.perf_counter()
-                    engine.start("chain", {"steps": n, "x": 0}, run_id=f"w2-{n}")
-                    _wait(engine, [f"w2-{n}"], 600, 0.01)
+                    engine.start("chain", {"steps": n, "x": 0}, run_id=f"w2{tag}-{n}")
+                    _wait(engine, [f"w2{tag}-{n}"], 600, 0.01)
                     out[f"ms_per_step_{n}"] = 1000 * (time.perf_counter() - t0) / n
                 small, large = sorted(int(k.rsplit("_", 1)[1]) for k in out)
                 out["growth"] = out[f"ms_per_step_{large}"] / out[f"ms_per_step_{small}"]
@@ -115,8 +141,8 @@ def measure(workload: str, backend: str, quick: bool) -> dict[str, float]:
                 for i in range(55):
                     time.sleep(0.05 + (i % 10) / 100)
                     t0 = time.perf_counter()
-                    engine.start("chain", {"steps": 1, "x": i}, run_id=f"w3-{i}")
-                    while engine.get_run(f"w3-{i}").status.value not in TERMINAL:
+                    engine.start("chain", {"steps": 1, "x": i}, run_id=f"w3{tag}-{i}")
+                    while engine.get_run(f"w3{tag}-{i}").status.value not in TERMINAL:
                         time.sleep(0.0005)
                     lat.append(1000 * (time.perf_counter() - t0))
                 lat = sorted(lat[5:])
@@ -150,22 +176,32 @@ def main() -> None:
     parser.add_argument("workloads", nargs="?", default="W1,W2,W3")
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--baseline", help="another Flow build's python, measured interleaved")
+    parser.add_argument(
+        "--underneath", help="a database holding many runs: measured on it and on a fresh one"
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "BACKEND"), help=argparse.SUPPRESS)
+    parser.add_argument("--on", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child measurement: one JSON line
-        print(json.dumps(measure(args.one[0], args.one[1], args.quick)))
+        print(json.dumps(measure(args.one[0], args.one[1], args.quick, args.on)))
         return
     rows = []
     for workload in args.workloads.split(","):
         for backend in args.backends.split(","):
-            pythons = [("this", sys.executable)]
-            if args.baseline:
-                pythons.append(("baseline", args.baseline))
+            pythons: list[tuple[str, str, str | None]] = []
+            if args.underneath:  # "this" is the big database, "baseline" a fresh one
+                pythons += [("this", sys.executable, args.underneath)]
+                pythons += [("baseline", sys.executable, None)]
+            else:
+                pythons += [("this", sys.executable, None)]
+            if args.baseline and not args.underneath:
+                pythons.append(("baseline", args.baseline, None))
             figures = {}
-            for label, python in pythons:
+            for label, python, on in pythons:
                 cmd = [python, __file__, "--one", workload, backend]
                 cmd += ["--quick"] if args.quick else []
+                cmd += ["--on", on] if on else []
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
                 figures[label] = json.loads(lines[-1]) if lines else {"error": out.stderr[-300:]}
