@@ -105,8 +105,12 @@ def doctor(
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         schedules = engine.schedules.all()
         limited = engine.limits.targets()
-        report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited)
-    if state.want_json(json_output):
+        as_json = state.want_json(json_output)
+        # The table shows SAMPLES runs of each cause: keep only those (memory flat in the
+        # open runs); --json lists every run.
+        keep = None if as_json else SAMPLES
+        report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited, keep=keep)
+    if as_json:
         emit_json(report.to_json())
     else:
         from flow_cli.cli import render

@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from flow_cli.engine.paging import PAGE_SIZE, paged_by_status
 from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
@@ -155,18 +156,31 @@ class DoctorReport:
     """With a ``limit`` that the page filled: the cursor for the next page (``--after``), the
     last run of the page in listing order (newest first), which ``runs`` (sorted by cause)
     does not show last."""
+    counts: Mapping[str, int] | None = None
+    """Runs per cause when ``runs`` keeps only the first few of each (``diagnose(keep=N)``);
+    ``None`` when ``runs`` lists every one."""
 
     @property
     def summary(self) -> dict[str, int]:
         """Runs per cause, every cause present (zero when none)."""
         counts = dict.fromkeys(CAUSES, 0)
+        if self.counts is not None:
+            counts.update(self.counts)
+            return counts
         for diagnosis in self.runs:
             counts[diagnosis.cause] += 1
         return counts
 
     @property
+    def total(self) -> int:
+        """Every run (and late schedule) diagnosed, listed in ``runs`` or not."""
+        return len(self.runs) if self.counts is None else sum(self.counts.values())
+
+    @property
     def ok(self) -> bool:
         """No run is stuck."""
+        if self.counts is not None:
+            return not any(n for cause, n in self.counts.items() if cause in STUCK)
         return not any(d.stuck for d in self.runs)
 
     def to_json(self) -> dict[str, object]:
@@ -195,33 +209,80 @@ def diagnose(
     overdue_after: timedelta = OVERDUE_AFTER,
     schedules: Sequence[Schedule] = (),
     limited: frozenset[str] = frozenset(),
+    *,
+    keep: int | None = None,
+    page_size: int = PAGE_SIZE,
 ) -> DoctorReport:
     """Classify the open runs that ``where`` selects (its terminal statuses are ignored), and
     the ``schedules`` that are late (``schedule_late``); ``limited``: the targets a limit is
-    in effect for (``step:NAME``, ``workflow:NAME``)."""
+    in effect for (``step:NAME``, ``workflow:NAME``).
+
+    Without a ``limit`` the runs are read ``page_size`` at a time (``paged_by_status``); with
+    ``keep``, the report lists only the first ``keep`` of each cause (longest first) and
+    counts the rest (``DoctorReport.counts``), so its memory is flat in the open runs."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
-    states = store.run_states(replace(where, statuses=statuses)) if statuses else []
-    order = {cause: n for n, cause in enumerate(CAUSES)}
+    selected = replace(where, statuses=statuses)
+    states: Iterable[RunState] = ()
+    if statuses and where.limit is not None:
+        states = store.run_states(selected)  # one page, kept for its cursor
+    elif statuses:
+        states = paged_by_status(store.run_states, selected, page_size)
     pauses = PauseSet(store.list_pauses())
-    found = [classify(state, hosting, now, overdue_after, pauses, limited) for state in states]
+    tally = _Tally(keep)
+    last: str | None = None
+    seen = 0
+    for state in states:
+        tally.add(classify(state, hosting, now, overdue_after, pauses, limited))
+        last = state.run_id
+        seen += 1
     if _schedules_wanted(where):
         live = sum(1 for w in workers if w.live(now))
-        found += [
-            late
-            for schedule in schedules
-            if (where.workflow is None or schedule.spec.workflow == where.workflow)
-            and (late := schedule_late(schedule, live, now, overdue_after)) is not None
-        ]
-    found.sort(key=lambda d: (order[d.cause], d.since, d.run_id))
-    full = where.limit is not None and len(states) >= where.limit
+        for schedule in schedules:
+            if where.workflow is None or schedule.spec.workflow == where.workflow:
+                late = schedule_late(schedule, live, now, overdue_after)
+                if late is not None:
+                    tally.add(late)
+    full = where.limit is not None and seen >= where.limit
     return DoctorReport(
-        runs=found,
+        runs=tally.listed(),
         workers_live=sum(1 for w in workers if w.live(now)),
         checked_at=now,
-        next_after=states[-1].run_id if full and states else None,
+        next_after=last if full else None,
+        counts=None if keep is None else tally.counts,
     )
+
+
+class _Tally:
+    """Diagnoses by cause: every one, or (``keep``) the first ``keep`` of each by (since, run
+    id) and a count, trimmed as they come so that at most ``4 * keep`` wait per cause."""
+
+    def __init__(self, keep: int | None) -> None:
+        self.keep = keep
+        self.counts: dict[str, int] = {}
+        self.by_cause: dict[str, list[Diagnosis]] = {}
+
+    def add(self, diagnosis: Diagnosis) -> None:
+        cause = diagnosis.cause
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        kept = self.by_cause.setdefault(cause, [])
+        kept.append(diagnosis)
+        if self.keep is not None and len(kept) > 4 * self.keep + 16:
+            kept.sort(key=_longest_first)
+            del kept[self.keep :]
+
+    def listed(self) -> list[Diagnosis]:
+        """By cause (``CAUSES`` order), then longest first."""
+        found: list[Diagnosis] = []
+        for cause in CAUSES:
+            kept = sorted(self.by_cause.get(cause, ()), key=_longest_first)
+            found += kept if self.keep is None else kept[: self.keep]
+        return found
+
+
+def _longest_first(diagnosis: Diagnosis) -> tuple[datetime, str]:
+    return diagnosis.since, diagnosis.run_id
 
 
 def _schedules_wanted(where: RunFilter) -> bool:
