@@ -1,7 +1,7 @@
 """Cost as data grows: whole `flow` commands on databases of 10,000 to 1,000,000 runs.
 
     .venv/bin/python bench/scale.py [--runs 10000,100000] [--backend sqlite|postgres]
-        [--pg URL] [--repeat 5] [--keep DIR]
+        [--pg URL] [--repeat 5] [--keep DIR] [--memory] [--baseline FLOW]
 
 Each database is built through the engine's own API (starts from 16 threads, so they group
 commit, then ``Engine.tick`` until idle) with a mix of states (``KINDS``): completed, failed,
@@ -10,6 +10,13 @@ completed. Then each command of ``COMMANDS`` runs as a whole process (start-up i
 of ``--repeat``, and the database's bytes per run are printed (SQLite: the file after a
 checkpoint; PostgreSQL: the schema's relations). SQLite databases are cached in ``--keep`` (a
 temporary directory by default) by size, so a second invocation times without building.
+
+``--memory`` also runs, once each, the commands of ``MEMORY`` that walk many runs (an export of
+every run, plain ``flow doctor``, a bulk dry run) and prints each one's peak RSS (the child's
+``ru_maxrss`` from ``wait4``) with its wall time. ``--baseline FLOW`` runs every command with
+that ``flow`` executable too (another checkout's), interleaved with this one's, and prints both
+and their ratio: ``flow doctor`` and ``flow export`` before and after a change, on the same
+database and the same noise.
 """
 
 from __future__ import annotations
@@ -49,6 +56,15 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("show RUN", ["show", "scale-000007"]),
     ("history RUN", ["history", "scale-000007"]),
 ]
+
+
+MEMORY: list[tuple[str, list[str]]] = [
+    ("doctor", ["doctor"]),
+    ("doctor --json", ["doctor", "--json"]),
+    ("cancel --status Suspended --dry-run", ["cancel", "--status", "Suspended", "--dry-run"]),
+    ("export --all -o DIR --yes", ["export", "--all", "-o", "{export}", "--yes"]),
+]
+"""Commands whose memory grew with the runs they walk (``{export}``: an empty directory)."""
 
 
 def build(url: str, runs: int) -> None:
@@ -101,18 +117,51 @@ def postgres_bytes(url: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
-def best_of(args: list[str], env: dict[str, str], cwd: Path, repeat: int) -> float:
-    """The shortest wall time of ``repeat`` runs of ``flow ARGS`` (exit 0, or 1 for doctor's
-    findings)."""
-    flow = str(Path(sys.executable).parent / "flow")
-    taken = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        done = subprocess.run([flow, *args], env=env, cwd=cwd, capture_output=True, check=False)
-        taken.append(time.perf_counter() - began)
-        if done.returncode != 0 and not (args[0] == "doctor" and done.returncode == 1):
-            raise SystemExit(f"flow {' '.join(args)}: exit {done.returncode}: {done.stderr!r}")
-    return min(taken)
+FLOW = str(Path(sys.executable).parent / "flow")
+
+
+def measured(flow: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one ``flow ARGS`` (exit 0, or 1 for doctor's
+    findings and for a bulk verb's failed runs)."""
+    began = time.perf_counter()
+    with subprocess.Popen(
+        [flow, *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    ) as child:
+        assert child.stderr is not None
+        stderr = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)  # reaped here, for its own rusage
+        child.returncode = os.waitstatus_to_exitcode(status)
+    taken = time.perf_counter() - began
+    if child.returncode not in (0, 1):
+        raise SystemExit(f"flow {' '.join(args)}: exit {child.returncode}: {stderr[-2000:]!r}")
+    return taken, usage.ru_maxrss * 1024  # Linux: kilobytes
+
+
+def best_of(
+    args: list[str], env: dict[str, str], cwd: Path, repeat: int, flow: str = FLOW
+) -> float:
+    """The shortest wall time of ``repeat`` runs of ``flow ARGS``."""
+    return min(measured(flow, args, env, cwd)[0] for _ in range(repeat))
+
+
+def memory(env: dict[str, str], keep: Path, baseline: str | None) -> None:
+    """``MEMORY``'s commands once each (with ``baseline`` first when given): time and RSS."""
+    import shutil
+
+    flows = ([("baseline", baseline)] if baseline else []) + [("this", FLOW)]
+    for name, args in MEMORY:
+        cells = []
+        for label, flow in flows:
+            out = keep / "export-out"
+            shutil.rmtree(out, ignore_errors=True)
+            taken, rss = measured(flow, [a.replace("{export}", str(out)) for a in args], env, keep)
+            cells.append(f"{label} {taken:.1f} s, {rss / 2**20:.0f} MB RSS")
+        shutil.rmtree(keep / "export-out", ignore_errors=True)
+        print(f"  flow {name}: " + "; ".join(cells), flush=True)
 
 
 def main() -> None:
@@ -122,6 +171,8 @@ def main() -> None:
     parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--keep", default=None, help="directory of cached SQLite databases")
+    parser.add_argument("--memory", action="store_true", help="time and RSS of MEMORY too")
+    parser.add_argument("--baseline", default=None, help="another checkout's flow executable")
     options = parser.parse_args()
     keep = Path(options.keep or Path(tempfile.gettempdir()) / "flow-scale")
     keep.mkdir(parents=True, exist_ok=True)
@@ -157,6 +208,25 @@ def main() -> None:
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             build(url, runs)
         env["FLOW_DB"] = url
+        if options.baseline:
+            for name, args in COMMANDS:
+                pairs = [
+                    (
+                        best_of(args, env, keep, 1, options.baseline),
+                        best_of(args, env, keep, 1),
+                    )
+                    for _ in range(options.repeat)
+                ]
+                ratios = sorted(new / old for old, new in pairs)
+                print(
+                    f"  flow {name}: baseline {min(p[0] for p in pairs) * 1000:.0f} ms, "
+                    f"this {min(p[1] for p in pairs) * 1000:.0f} ms (best of {options.repeat}); "
+                    f"median this/baseline {ratios[len(ratios) // 2]:.2f} "
+                    f"({ratios[0]:.2f}-{ratios[-1]:.2f})",
+                    flush=True,
+                )
+        if options.memory:
+            memory(env, keep, options.baseline)
         times = {name: best_of(args, env, keep, options.repeat) for name, args in COMMANDS}
         total = (
             sqlite_bytes(keep / f"scale-{runs}.db")
