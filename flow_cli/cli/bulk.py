@@ -99,10 +99,10 @@ class Targets:
         if self._engine is None or self._where is None:
             yield from ((run_id, None) for run_id in self._ids)
             return
-        from flow_cli.engine.paging import PAGE_SIZE, paged
+        from flow_cli.engine import paging
 
-        size = self._page_size or PAGE_SIZE
-        yield from ((r.run_id, r) for r in paged(self._engine.find_runs, self._where, size))
+        size = self._page_size or paging.PAGE_SIZE
+        yield from ((r.run_id, r) for r in paging.paged(self._engine.find_runs, self._where, size))
 
     def ids(self) -> Iterator[str]:
         """The run ids, in order (filters: a page at a time)."""

@@ -52,7 +52,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from flow_cli.engine.paging import PAGE_SIZE, paged_by_status
+from flow_cli.engine import paging
+from flow_cli.engine.paging import paged_by_status
 from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
@@ -211,13 +212,14 @@ def diagnose(
     limited: frozenset[str] = frozenset(),
     *,
     keep: int | None = None,
-    page_size: int = PAGE_SIZE,
+    page_size: int | None = None,
 ) -> DoctorReport:
     """Classify the open runs that ``where`` selects (its terminal statuses are ignored), and
     the ``schedules`` that are late (``schedule_late``); ``limited``: the targets a limit is
     in effect for (``step:NAME``, ``workflow:NAME``).
 
-    Without a ``limit`` the runs are read ``page_size`` at a time (``paged_by_status``); with
+    Without a ``limit`` the runs are read ``page_size`` (``PAGE_SIZE``) at a time
+    (``paged_by_status``); with
     ``keep``, the report lists only the first ``keep`` of each cause (longest first) and
     counts the rest (``DoctorReport.counts``), so its memory is flat in the open runs."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
@@ -228,7 +230,7 @@ def diagnose(
     if statuses and where.limit is not None:
         states = store.run_states(selected)  # one page, kept for its cursor
     elif statuses:
-        states = paged_by_status(store.run_states, selected, page_size)
+        states = paged_by_status(store.run_states, selected, page_size or paging.PAGE_SIZE)
     pauses = PauseSet(store.list_pauses())
     tally = _Tally(keep)
     last: str | None = None
