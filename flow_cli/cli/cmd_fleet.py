@@ -16,7 +16,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.cmd_triage import JsonlFlag, emit_rows
 from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
-from flow_cli.cli.io import emit_json, note
+from flow_cli.cli.io import emit_json_streamed, note
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
 
@@ -111,7 +111,8 @@ def doctor(
         keep = None if as_json else SAMPLES
         report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited, keep=keep)
     if as_json:
-        emit_json(report.to_json())
+        runs = (diagnosis.to_json() for diagnosis in report.runs)
+        emit_json_streamed(report.to_json(runs=False), "runs", runs)
     else:
         from flow_cli.cli import render
         from flow_cli.cli.render_fleet import doctor_view

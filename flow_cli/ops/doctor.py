@@ -184,11 +184,13 @@ class DoctorReport:
             return not any(n for cause, n in self.counts.items() if cause in STUCK)
         return not any(d.stuck for d in self.runs)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, runs: bool = True) -> dict[str, object]:
+        """The ``--json`` document; without ``runs``, ``"runs"`` is an empty list (to be
+        written a run at a time: ``flow doctor --json``)."""
         return {
             "ok": self.ok,
             "summary": self.summary,
-            "runs": [d.to_json() for d in self.runs],
+            "runs": [d.to_json() for d in self.runs] if runs else [],
             "next_after": self.next_after,
         }
 
