@@ -97,3 +97,26 @@ def test_a_bulk_verb_acts_on_every_page(
     assert all(w.limit is not None and w.limit <= 2 for w in asked)
     again = proj.invoke("cancel", "--status", "Cancelling", "--yes")
     assert again.code == 0 and again.stdout.count("\tskipped\t") == 5
+
+
+def test_an_export_by_filter_remembers_files_only_where_names_can_meet(
+    proj: TriageProject, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from flow_cli.cli import cmd_bulk, export_files
+
+    assert cmd_bulk._names_may_meet(tmp_path) is False  # this disk: case and é kept apart
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".flow-probe")] == []
+    proj.setup("start", "two-step", "--id", "Order")
+    proj.setup("start", "two-step", "--id", "order")
+    proj.setup("tick", "--until-idle")
+    # A disk that takes Order.json and order.json for one file: the second run fails, as when
+    # the runs are named.
+    monkeypatch.setattr(export_files, "export_file_name", lambda run_id: "order.json")
+    monkeypatch.setattr(cmd_bulk, "_names_may_meet", lambda directory: True)
+    out = tmp_path / "out"
+    result = proj.invoke("export", "--workflow", "two-step", "-o", str(out), "--yes")
+    assert result.code == 1
+    assert result.stdout == (
+        f"order\tdone\twrote {out}/order.json\n"
+        f"Order\tfailed\t{out}/order.json already holds the export of run 'order'; not replaced\n"
+    )

@@ -287,19 +287,34 @@ def export(
             yes=yes,
             as_json=state.want_json(json_output),
             jsonl=jsonl,
-            results=lambda ids: _export_each(engine, ids, directory, include_secrets),
+            results=lambda ids: _export_each(
+                engine,
+                ids,
+                directory,
+                include_secrets,
+                # Runs named are few (they are a list already); a walk of the runs filters
+                # select remembers its files only where two names can be one file.
+                remember=not targets.by_filter or _names_may_meet(directory),
+            ),
         )
 
 
 def _export_each(
-    engine: Engine, run_ids: Iterable[str], directory: Path, include_secrets: bool = False
+    engine: Engine,
+    run_ids: Iterable[str],
+    directory: Path,
+    include_secrets: bool = False,
+    *,
+    remember: bool = True,
 ) -> Iterator[BulkResult]:
     """Write each run's file; a file this export already wrote is never overwritten (two ids
     the file system takes for one name, e.g. on a case-insensitive disk, fail the second).
 
-    What it wrote is remembered as one integer a file (device and inode), not a run id, so the
-    memory of an export of a million runs stays small; the run a file holds is read back from
-    it only when a second id lands on the same file."""
+    What it wrote is remembered (``remember``) as one integer a file (device and inode), not a
+    run id; the run a file holds is read back from it only when a second id lands on the same
+    file. Without ``remember`` (a directory where distinct names are distinct files, as
+    ``export_file_name`` gives distinct ids), nothing is kept per run: an export of a million
+    runs holds one at a time."""
     from flow_cli.cli.export_files import export_file_name, write_file
     from flow_cli.engine.export import export_document
     from flow_cli.errors import FlowError
@@ -319,8 +334,32 @@ def _export_each(
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))
             continue
-        written.add(_file_key(done.st_dev, done.st_ino))
+        if remember:
+            written.add(_file_key(done.st_dev, done.st_ino))
         yield BulkResult(run_id, Outcome.DONE, f"wrote {target}")
+
+
+def _names_may_meet(directory: Path) -> bool:
+    """Whether ``directory``'s file system may take two different names for one file: it
+    ignores case or Unicode normalization (a probe file is made and looked for under the other
+    spelling). ``True`` when the probe cannot tell."""
+    import secrets
+    import unicodedata
+
+    stem = f".flow-probe-{secrets.token_hex(6)}-"
+    spelled = stem + "A\u00e9"  # capital A, é composed
+    probe = directory / spelled
+    try:
+        probe.touch(exist_ok=False)
+    except OSError:
+        return True
+    try:
+        others = (stem + "a\u00e9", unicodedata.normalize("NFD", spelled))
+        return any((directory / other).exists() for other in others)
+    except OSError:
+        return True
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _file_key(device: int, inode: int) -> int:
