@@ -58,7 +58,14 @@ from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
 from flow_cli.store.pauses import Pause, PauseSet
-from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
+from flow_cli.store.protocol import (
+    CauseQuery,
+    CauseTally,
+    RunFilter,
+    RunState,
+    TaskState,
+    WorkerInfo,
+)
 
 CAUSES = (
     "paused",
@@ -204,6 +211,8 @@ class FleetReads(Protocol):
 
     def list_pauses(self) -> list[Pause]: ...
 
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally: ...
+
 
 def diagnose(
     store: FleetReads,
@@ -228,13 +237,19 @@ def diagnose(
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
     selected = replace(where, statuses=statuses)
+    paused = store.list_pauses()
+    pauses = PauseSet(paused)
+    tally: _Tally | None = None
+    if keep is not None and statuses and where.limit is None and not paused and not limited:
+        tally = _counted(store, selected, hosting, now, overdue_after, keep)
     states: Iterable[RunState] = ()
-    if statuses and where.limit is not None:
+    if tally is not None:
+        pass  # counted by the database
+    elif statuses and where.limit is not None:
         states = store.run_states(selected)  # one page, kept for its cursor
     elif statuses:
         states = paged_by_status(store.run_states, selected, page_size or paging.PAGE_SIZE)
-    pauses = PauseSet(store.list_pauses())
-    tally = _Tally(keep)
+    tally = tally or _Tally(keep)
     last: str | None = None
     seen = 0
     for state in states:
@@ -256,6 +271,38 @@ def diagnose(
         next_after=last if full else None,
         counts=None if keep is None else tally.counts,
     )
+
+
+def _counted(
+    store: FleetReads,
+    where: RunFilter,
+    hosting: Hosting,
+    now: datetime,
+    overdue_after: timedelta,
+    keep: int,
+) -> _Tally | None:
+    """The runs per cause counted by the store (``cause_tally``), and the first ``keep`` of
+    each classified here; ``None`` (walk the runs instead) if ``classify`` disagrees with the
+    store about a sampled run, or a sample is missing (the run changed or went meanwhile)."""
+    query = CauseQuery(
+        now=now,
+        late=now - overdue_after,
+        hosted=hosting.live if hosting.any_live else frozenset(hosting.known),
+        last_seen=hosting.known,
+        keep=keep,
+    )
+    counted = store.cause_tally(where, query)
+    tally = _Tally(keep)
+    for cause, state in counted.samples:
+        diagnosis = classify(state, hosting, now, overdue_after)
+        if diagnosis.cause != cause:
+            return None
+        tally.by_cause.setdefault(cause, []).append(diagnosis)
+    for cause, n in counted.counts.items():
+        if len(tally.by_cause.get(cause, ())) != min(n, keep):
+            return None
+    tally.counts = dict(counted.counts)
+    return tally
 
 
 class _Tally:
