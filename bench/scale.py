@@ -120,25 +120,37 @@ def postgres_bytes(url: str, schema: str) -> int:
 FLOW = str(Path(sys.executable).parent / "flow")
 
 
+_LAUNCH = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write(f"\\nmaxrss {usage.ru_maxrss}\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+"""Runs the command from a small process: Linux counts the RSS of the process that forked it
+(until exec) in a child's ``ru_maxrss``, so forking from this script, which may hold a database
+build, would floor every figure at this script's own size."""
+
+
 def measured(flow: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one ``flow ARGS`` (exit 0, or 1 for doctor's
     findings and for a bulk verb's failed runs)."""
     began = time.perf_counter()
-    with subprocess.Popen(
-        [flow, *args],
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", _LAUNCH, flow, *args],
         env=env,
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-    ) as child:
-        assert child.stderr is not None
-        stderr = child.stderr.read()
-        _, status, usage = os.wait4(child.pid, 0)  # reaped here, for its own rusage
-        child.returncode = os.waitstatus_to_exitcode(status)
+        check=False,
+    )
     taken = time.perf_counter() - began
-    if child.returncode not in (0, 1):
-        raise SystemExit(f"flow {' '.join(args)}: exit {child.returncode}: {stderr[-2000:]!r}")
-    return taken, usage.ru_maxrss * 1024  # Linux: kilobytes
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"flow {' '.join(args)}: exit {done.returncode}: {done.stderr[-2000:]!r}")
+    rss = int(done.stderr.decode().rsplit("maxrss ", 1)[1])
+    return taken, rss * 1024  # Linux: kilobytes
 
 
 def best_of(
