@@ -199,3 +199,90 @@ def test_the_rule_table_is_classify() -> None:
         query = CauseQuery(now=NOW, late=NOW - GRACE, hosted=hosted, last_seen=hosting.known)
         expected = classify(state, hosting, NOW, GRACE)
         assert cause_of(state, query) == (expected.cause, expected.since), state
+
+
+def _insert(store: EventStore, states: list[RunState]) -> None:
+    """Write index rows as they are (no history): every combination the rule table knows,
+    including ones no workflow reaches in a short test (unknown outcomes, held leases)."""
+    runs = [
+        (
+            s.run_id,
+            s.workflow,
+            s.status.value,
+            s.build_id,
+            s.created_at,
+            s.updated_at,
+            s.decide_at,
+            s.lease_owner,
+            s.failing,
+            s.failing_since,
+            s.waiting_on,
+        )
+        for s in states
+    ]
+    tasks = [
+        (s.run_id, t.step_id, s.build_id, t.attempt, t.available_at, t.lease_owner, t.step_id)
+        for s in states
+        for t in s.tasks
+    ]
+    run_sql = (
+        "INSERT INTO runs (run_id, workflow, status, build_id, created_at, updated_at, "
+        "last_sequence, decide_at, lease_owner, failing, failing_since, waiting_on) "
+        "VALUES ({p}, {p}, {p}, {p}, {p}, {p}, 1, {p}, {p}, {p}, {p}, {p})"
+    )
+    task_sql = (
+        "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at, "
+        "lease_owner, step_name) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p})"
+    )
+    if hasattr(store, "path"):
+        import sqlite3
+
+        from flow_cli.store.sqlite.rows import ts
+
+        def text(row: tuple[object, ...]) -> tuple[object, ...]:
+            return tuple(ts(v) if isinstance(v, datetime) else v for v in row)
+
+        with sqlite3.connect(store.path) as conn:
+            conn.executemany(run_sql.format(p="?"), [text(r) for r in runs])
+            conn.executemany(task_sql.format(p="?"), [text(t) for t in tasks])
+        return
+    import os
+
+    import psycopg
+    from psycopg import sql
+
+    url = os.environ["FLOW_TEST_POSTGRES"]
+    with psycopg.connect(url) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))  # type: ignore[attr-defined]
+        with conn.cursor() as cur:
+            cur.executemany(run_sql.format(p="%s"), runs)  # type: ignore[arg-type]
+            cur.executemany(task_sql.format(p="%s"), tasks)  # type: ignore[arg-type]
+
+
+def test_the_sql_counts_random_index_rows_as_classify_does(store: EventStore) -> None:
+    if not hasattr(store, "path") and not hasattr(store, "schema"):
+        pytest.skip("the memory store's tally is the rule table itself (tested above)")
+    rng = random.Random(6)
+    states = [_random_state(rng, n) for n in range(400)]
+    _insert(store, states)
+    where = RunFilter(statuses=OPEN)
+    read = store.run_states(where)
+    assert len(read) == len(states)
+    for hosting in (
+        Hosting(frozenset({"b1"}), {"b1": NOW, "b2": NOW + timedelta(hours=1)}, any_live=True),
+        Hosting(frozenset(), {"b2": NOW - timedelta(days=1)}, any_live=False),
+    ):
+        hosted = hosting.live if hosting.any_live else frozenset(hosting.known)
+        query = CauseQuery(
+            now=NOW, late=NOW - GRACE, hosted=hosted, last_seen=hosting.known, keep=2
+        )
+        found = sorted(
+            (d.cause, d.since, d.run_id) for d in (classify(s, hosting, NOW, GRACE) for s in read)
+        )
+        tally = store.cause_tally(where, query)
+        assert dict(tally.counts) == dict(Counter(c for c, _, _ in found))
+        assert len(tally.counts) >= 10, tally.counts  # the rows reach most causes
+        firsts = [
+            (c, r) for n, (c, _, r) in enumerate(found) if [x[0] for x in found[:n]].count(c) < 2
+        ]
+        assert sorted((c, s.run_id) for c, s in tally.samples) == sorted(firsts)
