@@ -16,7 +16,10 @@ every run, plain ``flow doctor``, a bulk dry run) and prints each one's peak RSS
 ``ru_maxrss`` from ``wait4``) with its wall time. ``--baseline FLOW`` runs every command with
 that ``flow`` executable too (another checkout's), interleaved with this one's, and prints both
 and their ratio: ``flow doctor`` and ``flow export`` before and after a change, on the same
-database and the same noise.
+database and the same noise. ``--fleet`` registers a worker that hosts the runs' build and stays
+live (a heartbeat interval of years) in the database before timing, so that ``flow doctor``
+classifies the open runs as a running fleet would (without it every open run is
+``build-unhosted``): use it with a ``--keep`` directory of its own, since the worker stays.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
@@ -96,6 +100,28 @@ def build(url: str, runs: int) -> None:
     finally:
         engine.close()
     print(f"  built in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+
+
+def live_fleet(store: Any) -> None:
+    """Register a worker hosting the runs' build, live for years (``--fleet``)."""
+    from datetime import UTC, datetime
+
+    import scale_workflows
+
+    from flow_cli.store.protocol import WorkerInfo
+
+    now = datetime.now(UTC)
+    store.register_worker(
+        WorkerInfo(
+            worker_id="scale-bench-fleet",
+            host="bench",
+            pid=0,
+            builds=(scale_workflows.runtime.build_id,),
+            started_at=now,
+            heartbeat_at=now,
+            heartbeat_seconds=1e9,
+        )
+    )
 
 
 def sqlite_bytes(path: Path) -> int:
@@ -185,6 +211,7 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="directory of cached SQLite databases")
     parser.add_argument("--memory", action="store_true", help="time and RSS of MEMORY too")
     parser.add_argument("--baseline", default=None, help="another checkout's flow executable")
+    parser.add_argument("--fleet", action="store_true", help="a live worker hosts the runs")
     options = parser.parse_args()
     keep = Path(options.keep or Path(tempfile.gettempdir()) / "flow-scale")
     keep.mkdir(parents=True, exist_ok=True)
@@ -210,7 +237,10 @@ def main() -> None:
                 partial.rename(path)
             from flow_cli.store import open_store
 
-            open_store(url).close()  # a database cached by an older Flow: upgraded once here
+            opened = open_store(url)  # a database cached by an older Flow: upgraded once here
+            if options.fleet:
+                live_fleet(opened)
+            opened.close()
         else:
             schema = f"flow_scale_{runs}"
             url = f"{options.pg}{'&' if '?' in options.pg else '?'}schema={schema}"
@@ -219,6 +249,12 @@ def main() -> None:
             with psycopg.connect(options.pg, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             build(url, runs)
+            if options.fleet:
+                from flow_cli.store import open_store
+
+                opened = open_store(url)
+                live_fleet(opened)
+                opened.close()
         env["FLOW_DB"] = url
         if options.baseline:
             for name, args in COMMANDS:
