@@ -120,9 +120,12 @@ class Targets:
         return [r.run_id for r in self._engine.find_runs(replace(self._where, limit=limit))]
 
     def count(self) -> int:
-        """How many runs are selected (filters: a walk of the pages, holding one)."""
-        if self._where is None:
+        """How many runs are selected: filters without a cursor or a limit are counted by the
+        database (``count_runs``), with one by a walk of the pages (holding one)."""
+        if self._engine is None or self._where is None:
             return len(self._ids)
+        if self._where.limit is None and self._where.after is None:
+            return self._engine.count_runs(self._where).total
         return sum(1 for _ in self.ids())
 
 
