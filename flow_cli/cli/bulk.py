@@ -76,7 +76,10 @@ def read_ids(text: str, key: str = "run_id") -> list[str]:
 
 class Targets:
     """The runs a verb acts on, and how they were chosen: ids named (a list), or the runs
-    filters select, read a page at a time when walked (``records``), never all at once."""
+    filters select, read a page at a time when walked (``rows``), never all at once. A page is
+    read when the verb reaches it: a run that stops or starts matching the filters meanwhile
+    (another process moved it) is left out or acted on as that page finds it, as it would be
+    had it moved before the command began."""
 
     def __init__(
         self,
