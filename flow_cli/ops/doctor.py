@@ -2,7 +2,9 @@
 
 Served by the indexes alone — the runs table (status, build, ``decide_at`` and its lease,
 ``failing``, ``waiting_on``), the step tasks and the workers registry — never by reading a
-history, so it stays cheap enough for a cron job over a hundred thousand open runs.
+history, so it stays cheap enough for a cron job over a hundred thousand open runs. The table
+(``diagnose(keep=N)``) has the store count the runs per cause (``cause_tally``: this rule as one
+SQL statement, ``flow_cli.store.causes``) and classifies here only the few it shows.
 
 The rule lives in ``classify``; the first cause that applies wins, in this order:
 
@@ -230,9 +232,10 @@ def diagnose(
     in effect for (``step:NAME``, ``workflow:NAME``).
 
     Without a ``limit`` the runs are read ``page_size`` (``PAGE_SIZE``) at a time
-    (``paged_by_status``); with
-    ``keep``, the report lists only the first ``keep`` of each cause (longest first) and
-    counts the rest (``DoctorReport.counts``), so its memory is flat in the open runs."""
+    (``paged_by_status``); with ``keep``, the report lists only the first ``keep`` of each
+    cause (longest first) and counts the rest (``DoctorReport.counts``), so its memory is flat
+    in the open runs, and when no pause and no limit is in force the store counts them
+    (``cause_tally``) instead of returning a row per run."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
