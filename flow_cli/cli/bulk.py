@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flow_cli.cli.filters import FilterArgs
-from flow_cli.cli.io import emit_json, note, out_row
+from flow_cli.cli.io import dumps, emit_json, note, out_row
 from flow_cli.cli.options import complete_run_id
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
@@ -26,6 +27,7 @@ from flow_cli.errors import InputError
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
     from flow_cli.ops.bulk import BulkResult
+    from flow_cli.store.protocol import RunFilter, RunRecord
 
 RunsArg = Annotated[
     list[str] | None,
@@ -73,12 +75,61 @@ def read_ids(text: str, key: str = "run_id") -> list[str]:
 
 
 class Targets:
-    """The runs a verb acts on, and how they were chosen."""
+    """The runs a verb acts on, and how they were chosen: ids named (a list), or the runs
+    filters select, read a page at a time when walked (``rows``), never all at once. A page is
+    read when the verb reaches it: a run that stops or starts matching the filters meanwhile
+    (another process moved it) is left out or acted on as that page finds it, as it would be
+    had it moved before the command began."""
 
-    def __init__(self, ids: list[str], by_filter: bool, records: dict[str, Any]) -> None:
-        self.ids = ids
+    def __init__(
+        self,
+        ids: list[str],
+        by_filter: bool = False,
+        *,
+        engine: Engine | None = None,
+        where: RunFilter | None = None,
+        page_size: int | None = None,
+    ) -> None:
+        self._ids = ids
         self.by_filter = by_filter
-        self.records = records
+        self._engine = engine
+        self._where = where
+        self._page_size = page_size
+
+    def rows(self) -> Iterator[tuple[str, RunRecord | None]]:
+        """Each run id with its index row when filters selected it (``None`` for ids named:
+        look them up), in order; filters: read a page at a time."""
+        if self._engine is None or self._where is None:
+            yield from ((run_id, None) for run_id in self._ids)
+            return
+        from flow_cli.engine import paging
+
+        size = self._page_size or paging.PAGE_SIZE
+        yield from ((r.run_id, r) for r in paging.paged(self._engine.find_runs, self._where, size))
+
+    def ids(self) -> Iterator[str]:
+        """The run ids, in order (filters: a page at a time)."""
+        return (run_id for run_id, _ in self.rows())
+
+    def named(self) -> list[str]:
+        """The ids named (empty when filters select the runs)."""
+        return self._ids
+
+    def first(self, n: int) -> list[str]:
+        """At most the first ``n`` ids (filters: one query of at most ``n`` runs)."""
+        if self._engine is None or self._where is None:
+            return self._ids[:n]
+        limit = n if self._where.limit is None else min(n, self._where.limit)
+        return [r.run_id for r in self._engine.find_runs(replace(self._where, limit=limit))]
+
+    def count(self) -> int:
+        """How many runs are selected: filters without a cursor or a limit are counted by the
+        database (``count_runs``), with one by a walk of the pages (holding one)."""
+        if self._engine is None or self._where is None:
+            return len(self._ids)
+        if self._where.limit is None and self._where.after is None:
+            return self._engine.count_runs(self._where).total
+        return sum(1 for _ in self.ids())
 
 
 def select(
@@ -88,27 +139,28 @@ def select(
     *,
     follow: bool = False,
     every: bool = False,
+    page_size: int | None = None,
 ) -> Targets:
     """The targets; with ``follow``, each run named (not matched by filters) that continued as
     new stands for its live successor (said on stderr), as for every verb that names a run.
-    ``every`` (``--all``) selects every run, as filters that match them all would."""
+    ``every`` (``--all``) selects every run, as filters that match them all would. Runs that
+    filters select are read when acted on, ``page_size`` at a time."""
     if every and (runs or filters.selects):
         raise InputError("--all selects every run; drop the run ids and filters (or --all).")
     if runs and filters.selects:
         raise InputError("give run ids or filters, not both.")
     if runs == ["-"]:
-        return Targets(_named(engine, read_ids(sys.stdin.read()), follow), False, {})
+        return Targets(_named(engine, read_ids(sys.stdin.read()), follow))
     if "-" in runs:
         raise InputError("- (read run ids from stdin) must be the only RUN argument.")
     if runs:
-        return Targets(_named(engine, runs, follow), False, {})
+        return Targets(_named(engine, runs, follow))
     if not filters.selects and not every:
         raise InputError(
             "say which runs: give RUN ids, - to read them from stdin, or filters such as "
             "--status, --workflow, --failing (see --help)."
         )
-    records = engine.find_runs(filters.to_filter())
-    return Targets([r.run_id for r in records], True, {r.run_id: r for r in records})
+    return Targets([], True, engine=engine, where=filters.to_filter(), page_size=page_size)
 
 
 def _named(engine: Engine, runs: list[str], follow: bool) -> list[str]:
@@ -153,13 +205,13 @@ def act_on_all(
     act(
         state,
         engine,
-        Targets(ids, False, {}),
+        Targets(ids),
         verb=verb,
         dry_run=False,
         yes=True,
         as_json=as_json,
         jsonl=jsonl,
-        results=results,
+        results=lambda named: results(list(named)),
     )
 
 
@@ -173,67 +225,86 @@ def act(
     yes: bool,
     as_json: bool,
     jsonl: bool,
-    results: Callable[[list[str]], Iterator[BulkResult]],
+    results: Callable[[Iterable[str]], Iterator[BulkResult]],
 ) -> None:
-    """Dry run, confirmation, then one result line per run and the exit code."""
-    ids = targets.ids
+    """Dry run, confirmation, then one result line per run and the exit code. Runs selected
+    by filters stream: each result is written as it comes (``--json``: the array too), so
+    memory is flat in the number of runs."""
     if dry_run:
         if _print_dry_run(engine, targets, as_json, jsonl):
             raise typer.Exit(1)  # as the real command: a run that does not exist fails
         return
-    if not ids:
+    if not targets.first(1):
         if as_json and not jsonl:
             emit_json([])
         note(f"no runs to {verb}; nothing done")
         return
-    if targets.by_filter and len(ids) > 1 and not yes:
+    if targets.by_filter and not yes and len(targets.first(2)) > 1:
         raise InputError(
-            f"{len(ids)} runs match the filters; add --yes to {verb} them all, or --dry-run "
-            "to list them first."
+            f"{targets.count()} runs match the filters; add --yes to {verb} them all, or "
+            "--dry-run to list them first."
         )
-    collected: list[dict[str, str]] = []
     counts = {"done": 0, "skipped": 0, "failed": 0}
-    with _progress(len(ids), verb) as advance:
-        for result in results(ids):
+    array = _JsonArray() if as_json and not jsonl else None
+    with _progress(targets, verb) as advance:
+        for result in results(targets.ids()):
             counts[result.outcome.value] += 1
-            if as_json and not jsonl:
-                collected.append(result.to_json())
+            if array is not None:
+                array.add(result.to_json())
             elif jsonl:
                 emit_json(result.to_json(), compact=True)
             else:
                 out_row(result.run_id, result.outcome.value, result.detail)
             advance()
-    if as_json and not jsonl:
-        emit_json(collected)
-    if len(ids) > 1 or counts["failed"]:
+    if array is not None:
+        array.close()
+    if sum(counts.values()) > 1 or counts["failed"]:
         note(f"{counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed")
     if counts["failed"]:
         raise typer.Exit(1)
 
 
+class _JsonArray:
+    """A JSON array written to stdout an item at a time, the bytes ``emit_json(list)`` would
+    write for the whole list (indented by two, flushed at the end)."""
+
+    def __init__(self) -> None:
+        self._items = 0
+
+    def add(self, value: Any) -> None:
+        item = dumps(value).replace("\n", "\n  ")
+        sys.stdout.write(("[\n  " if not self._items else ",\n  ") + item)
+        self._items += 1
+
+    def close(self) -> None:
+        sys.stdout.write("[]\n" if not self._items else "\n]\n")
+        sys.stdout.flush()
+
+
 def _print_dry_run(engine: Engine, targets: Targets, as_json: bool, jsonl: bool) -> int:
     """List the targets (workflow and status) and say which do not exist; return how many."""
-    rows = []
     missing = 0
-    for run_id in targets.ids:
-        record = targets.records.get(run_id) or engine.find_run(run_id)
+    listed = 0
+    array = _JsonArray() if as_json and not jsonl else None
+    for run_id, known in targets.rows():
+        record = known or engine.find_run(run_id)
         row: dict[str, Any] = {"run_id": run_id}
         if record is not None:
             row.update(workflow=record.workflow, status=record.status.value)
         else:
             missing += 1
             row.update(error="does not exist")
-        rows.append(row)
-    if jsonl:
-        for row in rows:
+        listed += 1
+        if jsonl:
             emit_json(row, compact=True)
-    elif as_json:
-        emit_json(rows)
-    else:
-        for row in rows:
+        elif array is not None:
+            array.add(row)
+        else:
             out_row(*(str(v) for v in row.values()))
+    if array is not None:
+        array.close()
     if (not as_json and not jsonl) or missing:
-        acted = len(rows) - missing
+        acted = listed - missing
         gone = f"; {missing} do{'es' if missing == 1 else ''} not exist" if missing else ""
         note(f"dry run: {acted} run{'s' if acted != 1 else ''} would be acted on{gone}")
     return missing
@@ -247,20 +318,21 @@ def dry_run_one(ctx: typer.Context, run_id: str, as_json: bool, *, follow: bool 
         engine.get_run(run_id)
         if follow:
             run_id = follow_named(engine, [run_id])[0]
-        _print_dry_run(engine, Targets([run_id], False, {}), state.want_json(as_json), False)
+        _print_dry_run(engine, Targets([run_id]), state.want_json(as_json), False)
 
 
 class _progress:
     """A Rich progress bar on stderr when it is a terminal; a no-op otherwise."""
 
-    def __init__(self, total: int, verb: str) -> None:
-        self.total = total
+    def __init__(self, targets: Targets, verb: str) -> None:
+        self.targets = targets
         self.verb = verb
         self._bar: Any = None
 
     def __enter__(self) -> Callable[[], None]:
-        if self.total < 2 or not sys.stderr.isatty():
+        if not sys.stderr.isatty() or len(self.targets.first(2)) < 2:
             return lambda: None
+        self.total = self.targets.count()  # a walk of the ids, for the bar's length
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         from flow_cli.cli.render import console

@@ -14,7 +14,7 @@ always did (their single-run output and exit codes are unchanged).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 def _ending_verb(
     verb: str,
     default_reason: str,
-    results: Callable[[Engine, list[str], str], Iterator[BulkResult]],
+    results: Callable[[Engine, Iterable[str], str], Iterator[BulkResult]],
     one: Callable[[typer.Context, str, str, bool, bool], None] | None,
 ) -> Callable[..., None]:
     """The command of a verb that ends runs (``cancel``, ``terminate``): one signature for
@@ -74,8 +74,8 @@ def _ending_verb(
         state = CliState.of(ctx)
         with state.open_engine(create=False, with_runtimes=False) as engine:
             targets = select(engine, runs or [], filters, follow=True)
-            if one is None and len(targets.ids) == 1 and not targets.by_filter:
-                engine.get_run(targets.ids[0])  # one unknown run: exit 2, as for every verb
+            if one is None and len(targets.named()) == 1:
+                engine.get_run(targets.named()[0])  # one unknown run: exit 2, as for every verb
             act(
                 state,
                 engine,
@@ -102,13 +102,13 @@ def _cancel_alone(
         cancel_one(ctx, run_id, reason, json_output)
 
 
-def _cancel_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+def _cancel_runs(engine: Engine, ids: Iterable[str], reason: str) -> Iterator[BulkResult]:
     from flow_cli.ops.bulk import cancel_runs
 
     return cancel_runs(engine, ids, reason)
 
 
-def _terminate_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+def _terminate_runs(engine: Engine, ids: Iterable[str], reason: str) -> Iterator[BulkResult]:
     from flow_cli.ops.bulk import terminate_runs
 
     return terminate_runs(engine, ids, reason)
@@ -124,7 +124,7 @@ cancel.__doc__ = """Request cancellation of runs.
     """
 
 
-def _retry_runs(engine: Engine, ids: list[str], reason: str) -> Iterator[BulkResult]:
+def _retry_runs(engine: Engine, ids: Iterable[str], reason: str) -> Iterator[BulkResult]:
     from flow_cli.ops.bulk import retry_runs
 
     return retry_runs(engine, ids, reason)
@@ -272,7 +272,8 @@ def export(
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         targets = select(engine, runs or [], filters, every=every)
-        if targets.ids and not dry_run and (yes or not targets.by_filter or len(targets.ids) < 2):
+        first = targets.first(2)
+        if first and not dry_run and (yes or not targets.by_filter or len(first) < 2):
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -286,26 +287,45 @@ def export(
             yes=yes,
             as_json=state.want_json(json_output),
             jsonl=jsonl,
-            results=lambda ids: _export_each(engine, ids, directory, include_secrets),
+            results=lambda ids: _export_each(
+                engine,
+                ids,
+                directory,
+                include_secrets,
+                # Runs named are few (they are a list already); a walk of the runs filters
+                # select remembers its files only where two names can be one file.
+                remember=not targets.by_filter or _names_may_meet(directory),
+            ),
         )
 
 
 def _export_each(
-    engine: Engine, run_ids: list[str], directory: Path, include_secrets: bool = False
+    engine: Engine,
+    run_ids: Iterable[str],
+    directory: Path,
+    include_secrets: bool = False,
+    *,
+    remember: bool = True,
 ) -> Iterator[BulkResult]:
     """Write each run's file; a file this export already wrote is never overwritten (two ids
-    the file system takes for one name, e.g. on a case-insensitive disk, fail the second)."""
+    the file system takes for one name, e.g. on a case-insensitive disk, fail the second).
+
+    What it wrote is remembered (``remember``) as one integer a file (device and inode), not a
+    run id; the run a file holds is read back from it only when a second id lands on the same
+    file. Without ``remember`` (a directory where distinct names are distinct files, as
+    ``export_file_name`` gives distinct ids), nothing is kept per run: an export of a million
+    runs holds one at a time."""
     from flow_cli.cli.export_files import export_file_name, write_file
     from flow_cli.engine.export import export_document
     from flow_cli.errors import FlowError
     from flow_cli.ops.bulk import BulkResult, Outcome
 
-    written: dict[tuple[int, int], str] = {}
+    written: set[int] = set()
     for run_id in run_ids:
         target = directory / export_file_name(run_id)
         try:
-            same = written.get(_identity(target))
-            if same is not None:
+            if _identity(target) in written:
+                same = _exported_run(target)
                 raise InputError(f"{target} already holds the export of run {same!r}; not replaced")
             document = export_document(
                 run_id, engine.history(run_id), include_secrets=include_secrets
@@ -314,16 +334,55 @@ def _export_each(
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))
             continue
-        written[(done.st_dev, done.st_ino)] = run_id
+        if remember:
+            written.add(_file_key(done.st_dev, done.st_ino))
         yield BulkResult(run_id, Outcome.DONE, f"wrote {target}")
 
 
-def _identity(path: Path) -> tuple[int, int]:
+def _names_may_meet(directory: Path) -> bool:
+    """Whether ``directory``'s file system may take two different names for one file: it
+    ignores case or Unicode normalization (a probe file is made and looked for under the other
+    spelling). ``True`` when the probe cannot tell."""
+    import secrets
+    import unicodedata
+
+    stem = f".flow-probe-{secrets.token_hex(6)}-"
+    spelled = stem + "A\u00e9"  # capital A, é composed
+    probe = directory / spelled
+    try:
+        probe.touch(exist_ok=False)
+    except OSError:
+        return True
+    try:
+        others = (stem + "a\u00e9", unicodedata.normalize("NFD", spelled))
+        return any((directory / other).exists() for other in others)
+    except OSError:
+        return True
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _file_key(device: int, inode: int) -> int:
+    return device << 64 | inode
+
+
+def _exported_run(path: Path) -> str | None:
+    """The run id of an export file this export wrote."""
+    import json
+
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _identity(path: Path) -> int:
     try:
         found = path.stat()
     except OSError:
-        return (-1, -1)
-    return (found.st_dev, found.st_ino)
+        return -1
+    return _file_key(found.st_dev, found.st_ino)
 
 
 def signal_run(

@@ -16,7 +16,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.cmd_triage import JsonlFlag, emit_rows
 from flow_cli.cli.filters import FilterArgs, parse_duration, with_filters
-from flow_cli.cli.io import emit_json, note
+from flow_cli.cli.io import emit_json_streamed, note
 from flow_cli.cli.options import JsonFlag
 from flow_cli.cli.state import CliState
 
@@ -105,9 +105,14 @@ def doctor(
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         schedules = engine.schedules.all()
         limited = engine.limits.targets()
-        report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited)
-    if state.want_json(json_output):
-        emit_json(report.to_json())
+        as_json = state.want_json(json_output)
+        # The table shows SAMPLES runs of each cause: keep only those (memory flat in the
+        # open runs); --json lists every run.
+        keep = None if as_json else SAMPLES
+        report = diagnose(engine, where, engine.clock.now(), grace, schedules, limited, keep=keep)
+    if as_json:
+        runs = (diagnosis.to_json() for diagnosis in report.runs)
+        emit_json_streamed(report.to_json(runs=False), "runs", runs)
     else:
         from flow_cli.cli import render
         from flow_cli.cli.render_fleet import doctor_view

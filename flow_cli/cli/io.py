@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,25 @@ def emit_json(value: Any, *, compact: bool = False) -> None:
     """Write one JSON document (or NDJSON line) to stdout and flush it."""
     sys.stdout.write(dumps(value, compact=compact) + "\n")
     sys.stdout.flush()
+
+
+def emit_json_streamed(document: Mapping[str, Any], key: str, items: Iterable[Any]) -> None:
+    """``emit_json(document)`` where ``document[key]`` (a top-level key) is the list of
+    ``items``, written an item at a time (the same bytes): a document listing a million
+    entries is never one string or one list of dicts in memory."""
+    marker = "\x00streamed\x00"
+    head, _, tail = dumps({**document, key: marker}).partition(dumps(marker))
+    sys.stdout.write(head)
+    written = 0
+    for item in items:
+        sys.stdout.write(("[\n    " if not written else ",\n    ") + _indented(dumps(item), 4))
+        written += 1
+    sys.stdout.write(("\n  ]" if written else "[]") + tail + "\n")
+    sys.stdout.flush()
+
+
+def _indented(text: str, by: int) -> str:
+    return text.replace("\n", "\n" + " " * by)
 
 
 def out(line: str) -> None:

@@ -107,11 +107,11 @@ def doctor_view(report: DoctorReport, samples: int) -> RenderableType:
     workers = _count(report.workers_live, "live worker")
     if stuck_runs:
         verdict = Text(
-            f"{_count(stuck_runs, 'run')} stuck of {len(report.runs)} open; {workers}",
+            f"{_count(stuck_runs, 'run')} stuck of {report.total} open; {workers}",
             style="bold red",
         )
     else:
-        verdict = Text(f"No run is stuck: {_count(len(report.runs), 'open run')}; {workers}")
+        verdict = Text(f"No run is stuck: {_count(report.total, 'open run')}; {workers}")
     parts.append(verdict)
     if report.next_after is not None:
         parts.append(

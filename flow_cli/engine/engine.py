@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from flow_cli.engine.worker import TickReport, WorkerSession
     from flow_cli.model.schedule_ref import ScheduleRef
     from flow_cli.runtime import Runtime
+    from flow_cli.store.protocol import CauseQuery, CauseTally
 
 MAX_CONFLICT_RETRIES = 100
 
@@ -356,8 +357,7 @@ class Engine:
         return self._starts
 
     def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
-        """Create ``run`` (with its first decisions when ``eager_start``); False if the id
-        is taken."""
+        """Create ``run`` (with its first decisions if ``eager_start``); False if id is taken."""
         spec = run.spec
         held = self.pause_gate.holds(run.run_id, spec.workflow, spec.runtime_build_id)
         # A run a pause holds, or one waiting for a slot of its workflow's limit, is only
@@ -624,13 +624,16 @@ class Engine:
         return self.store.find_runs(where)
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where``, grouped by ``by`` (a ``GROUPINGS`` column, or
-        ``attr:KEY``) if given."""
+        """How many runs match ``where``, per ``by`` (a ``GROUPINGS`` column or ``attr:KEY``)."""
         return self.store.count_runs(where, by)
 
     def run_states(self, where: RunFilter) -> list[RunState]:
         """Runs matching ``where`` with their leases and step tasks (what ``flow doctor`` reads)."""
         return self.store.run_states(where)
+
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
+        """Open runs per ``flow doctor`` cause, counted by the store, and a few of each."""
+        return self.store.cause_tally(where, query)
 
     def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
         """Hooks of one run (``RunNotFound`` if it does not exist) or of every run."""

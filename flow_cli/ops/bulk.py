@@ -15,6 +15,7 @@ reported as ``skipped`` and change nothing.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -74,14 +75,17 @@ class StartLine:
 T = TypeVar("T")
 
 
-def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _batches(items: Iterable[T], size: int) -> Iterator[Sequence[T]]:
+    """``size`` items at a time, taken as they come: a stream of run ids (read a page at a
+    time) is never held whole."""
+    rest = iter(items)
+    while batch := list(itertools.islice(rest, size)):
+        yield batch
 
 
 def _facts(
     engine: Engine,
-    run_ids: Sequence[str],
+    run_ids: Iterable[str],
     make: Callable[[WorkflowRunSnapshot], tuple[list[Event], BulkResult]],
     one_by_one: Callable[[str], BulkResult],
     batch_size: int,
@@ -115,7 +119,7 @@ def _facts(
 
 
 def cancel_runs(
-    engine: Engine, run_ids: Sequence[str], reason: str, batch_size: int = BATCH_SIZE
+    engine: Engine, run_ids: Iterable[str], reason: str, batch_size: int = BATCH_SIZE
 ) -> Iterator[BulkResult]:
     """Request cancellation of each run (``flow cancel`` in bulk)."""
 
@@ -146,7 +150,7 @@ def cancel_runs(
 
 
 def retry_runs(
-    engine: Engine, run_ids: Sequence[str], reason: str, batch_size: int = BATCH_SIZE
+    engine: Engine, run_ids: Iterable[str], reason: str, batch_size: int = BATCH_SIZE
 ) -> Iterator[BulkResult]:
     """Try now each run's failing decision and its steps in back-off (``flow retry``)."""
 
@@ -174,7 +178,7 @@ def retry_runs(
 
 def signal_runs(
     engine: Engine,
-    run_ids: Sequence[str],
+    run_ids: Iterable[str],
     name: str,
     payload: JsonValue,
     batch_size: int = BATCH_SIZE,
@@ -213,12 +217,10 @@ def signal_runs(
 
 
 def terminate_runs(engine: Engine, run_ids: Iterable[str], reason: str) -> Iterator[BulkResult]:
-    """End each run without running its code (``flow terminate``)."""
-    seen: set[str] = set()
+    """End each run without running its code (``flow terminate``). The ids come once each
+    (names are deduplicated, a filter's walk lists a run once): nothing is kept per run, so a
+    stream of a million ids costs one at a time; a repeated id is reported skipped."""
     for run_id in run_ids:
-        if run_id in seen:
-            continue
-        seen.add(run_id)
         try:
             if engine.terminate(run_id, reason):
                 yield BulkResult(run_id, Outcome.DONE, "terminated")

@@ -2,7 +2,9 @@
 
 Served by the indexes alone — the runs table (status, build, ``decide_at`` and its lease,
 ``failing``, ``waiting_on``), the step tasks and the workers registry — never by reading a
-history, so it stays cheap enough for a cron job over a hundred thousand open runs.
+history, so it stays cheap enough for a cron job over a hundred thousand open runs. The table
+(``diagnose(keep=N)``) has the store count the runs per cause (``cause_tally``: this rule as one
+SQL statement, ``flow_cli.store.causes``) and classifies here only the few it shows.
 
 The rule lives in ``classify``; the first cause that applies wins, in this order:
 
@@ -52,11 +54,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from flow_cli.engine import paging
+from flow_cli.engine.paging import paged_by_status
 from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
 from flow_cli.store.pauses import Pause, PauseSet
-from flow_cli.store.protocol import RunFilter, RunState, TaskState, WorkerInfo
+from flow_cli.store.protocol import (
+    CauseQuery,
+    CauseTally,
+    RunFilter,
+    RunState,
+    TaskState,
+    WorkerInfo,
+)
 
 CAUSES = (
     "paused",
@@ -155,25 +166,40 @@ class DoctorReport:
     """With a ``limit`` that the page filled: the cursor for the next page (``--after``), the
     last run of the page in listing order (newest first), which ``runs`` (sorted by cause)
     does not show last."""
+    counts: Mapping[str, int] | None = None
+    """Runs per cause when ``runs`` keeps only the first few of each (``diagnose(keep=N)``);
+    ``None`` when ``runs`` lists every one."""
 
     @property
     def summary(self) -> dict[str, int]:
         """Runs per cause, every cause present (zero when none)."""
         counts = dict.fromkeys(CAUSES, 0)
+        if self.counts is not None:
+            counts.update(self.counts)
+            return counts
         for diagnosis in self.runs:
             counts[diagnosis.cause] += 1
         return counts
 
     @property
+    def total(self) -> int:
+        """Every run (and late schedule) diagnosed, listed in ``runs`` or not."""
+        return len(self.runs) if self.counts is None else sum(self.counts.values())
+
+    @property
     def ok(self) -> bool:
         """No run is stuck."""
+        if self.counts is not None:
+            return not any(n for cause, n in self.counts.items() if cause in STUCK)
         return not any(d.stuck for d in self.runs)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, runs: bool = True) -> dict[str, object]:
+        """The ``--json`` document; without ``runs``, ``"runs"`` is an empty list (to be
+        written a run at a time: ``flow doctor --json``)."""
         return {
             "ok": self.ok,
             "summary": self.summary,
-            "runs": [d.to_json() for d in self.runs],
+            "runs": [d.to_json() for d in self.runs] if runs else [],
             "next_after": self.next_after,
         }
 
@@ -187,6 +213,8 @@ class FleetReads(Protocol):
 
     def list_pauses(self) -> list[Pause]: ...
 
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally: ...
+
 
 def diagnose(
     store: FleetReads,
@@ -195,33 +223,120 @@ def diagnose(
     overdue_after: timedelta = OVERDUE_AFTER,
     schedules: Sequence[Schedule] = (),
     limited: frozenset[str] = frozenset(),
+    *,
+    keep: int | None = None,
+    page_size: int | None = None,
 ) -> DoctorReport:
     """Classify the open runs that ``where`` selects (its terminal statuses are ignored), and
     the ``schedules`` that are late (``schedule_late``); ``limited``: the targets a limit is
-    in effect for (``step:NAME``, ``workflow:NAME``)."""
+    in effect for (``step:NAME``, ``workflow:NAME``).
+
+    Without a ``limit`` the runs are read ``page_size`` (``PAGE_SIZE``) at a time
+    (``paged_by_status``); with ``keep``, the report lists only the first ``keep`` of each
+    cause (longest first) and counts the rest (``DoctorReport.counts``), so its memory is flat
+    in the open runs, and when no pause and no limit is in force the store counts them
+    (``cause_tally``) instead of returning a row per run."""
     statuses = tuple(s for s in (where.statuses or tuple(RunStatus)) if not s.terminal)
     workers = store.list_workers()
     hosting = Hosting.of(workers, now)
-    states = store.run_states(replace(where, statuses=statuses)) if statuses else []
-    order = {cause: n for n, cause in enumerate(CAUSES)}
-    pauses = PauseSet(store.list_pauses())
-    found = [classify(state, hosting, now, overdue_after, pauses, limited) for state in states]
+    selected = replace(where, statuses=statuses)
+    paused = store.list_pauses()
+    pauses = PauseSet(paused)
+    tally: _Tally | None = None
+    if keep is not None and statuses and where.limit is None and not paused and not limited:
+        tally = _counted(store, selected, hosting, now, overdue_after, keep)
+    states: Iterable[RunState] = ()
+    if tally is not None:
+        pass  # counted by the database
+    elif statuses and where.limit is not None:
+        states = store.run_states(selected)  # one page, kept for its cursor
+    elif statuses:
+        states = paged_by_status(store.run_states, selected, page_size or paging.PAGE_SIZE)
+    tally = tally or _Tally(keep)
+    last: str | None = None
+    seen = 0
+    for state in states:
+        tally.add(classify(state, hosting, now, overdue_after, pauses, limited))
+        last = state.run_id
+        seen += 1
     if _schedules_wanted(where):
         live = sum(1 for w in workers if w.live(now))
-        found += [
-            late
-            for schedule in schedules
-            if (where.workflow is None or schedule.spec.workflow == where.workflow)
-            and (late := schedule_late(schedule, live, now, overdue_after)) is not None
-        ]
-    found.sort(key=lambda d: (order[d.cause], d.since, d.run_id))
-    full = where.limit is not None and len(states) >= where.limit
+        for schedule in schedules:
+            if where.workflow is None or schedule.spec.workflow == where.workflow:
+                late = schedule_late(schedule, live, now, overdue_after)
+                if late is not None:
+                    tally.add(late)
+    full = where.limit is not None and seen >= where.limit
     return DoctorReport(
-        runs=found,
+        runs=tally.listed(),
         workers_live=sum(1 for w in workers if w.live(now)),
         checked_at=now,
-        next_after=states[-1].run_id if full and states else None,
+        next_after=last if full else None,
+        counts=None if keep is None else tally.counts,
     )
+
+
+def _counted(
+    store: FleetReads,
+    where: RunFilter,
+    hosting: Hosting,
+    now: datetime,
+    overdue_after: timedelta,
+    keep: int,
+) -> _Tally | None:
+    """The runs per cause counted by the store (``cause_tally``), and the first ``keep`` of
+    each classified here; ``None`` (walk the runs instead) if ``classify`` disagrees with the
+    store about a sampled run, or a sample is missing (the run changed or went meanwhile)."""
+    query = CauseQuery(
+        now=now,
+        late=now - overdue_after,
+        hosted=hosting.live if hosting.any_live else frozenset(hosting.known),
+        last_seen=hosting.known,
+        keep=keep,
+    )
+    counted = store.cause_tally(where, query)
+    tally = _Tally(keep)
+    for cause, state in counted.samples:
+        diagnosis = classify(state, hosting, now, overdue_after)
+        if diagnosis.cause != cause:
+            return None
+        tally.by_cause.setdefault(cause, []).append(diagnosis)
+    for cause, n in counted.counts.items():
+        if len(tally.by_cause.get(cause, ())) != min(n, keep):
+            return None
+    tally.counts = dict(counted.counts)
+    return tally
+
+
+class _Tally:
+    """Diagnoses by cause: every one, or (``keep``) the first ``keep`` of each by (since, run
+    id) and a count, trimmed as they come so that at most ``4 * keep`` wait per cause."""
+
+    def __init__(self, keep: int | None) -> None:
+        self.keep = keep
+        self.counts: dict[str, int] = {}
+        self.by_cause: dict[str, list[Diagnosis]] = {}
+
+    def add(self, diagnosis: Diagnosis) -> None:
+        cause = diagnosis.cause
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        kept = self.by_cause.setdefault(cause, [])
+        kept.append(diagnosis)
+        if self.keep is not None and len(kept) > 4 * self.keep + 16:
+            kept.sort(key=_longest_first)
+            del kept[self.keep :]
+
+    def listed(self) -> list[Diagnosis]:
+        """By cause (``CAUSES`` order), then longest first."""
+        found: list[Diagnosis] = []
+        for cause in CAUSES:
+            kept = sorted(self.by_cause.get(cause, ()), key=_longest_first)
+            found += kept if self.keep is None else kept[: self.keep]
+        return found
+
+
+def _longest_first(diagnosis: Diagnosis) -> tuple[datetime, str]:
+    return diagnosis.since, diagnosis.run_id
 
 
 def _schedules_wanted(where: RunFilter) -> bool:

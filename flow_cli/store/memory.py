@@ -21,6 +21,7 @@ from typing import Any
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
+from flow_cli.store.causes import cause_of
 from flow_cli.store.index import row_changes, start_attributes
 from flow_cli.store.limits_memory import LimitedRun, LimitedTask, MemoryLimits
 from flow_cli.store.pauses import MemoryPauses
@@ -31,6 +32,8 @@ from flow_cli.store.protocol import (
     WORKER_RETENTION,
     AppendViaCommit,
     BuildUsage,
+    CauseQuery,
+    CauseTally,
     CommitGroup,
     HookListing,
     HookRecord,
@@ -446,6 +449,17 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 )
                 for r in records
             ]
+
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
+        """``flow doctor``'s causes by ``causes.RULES`` over every run selected."""
+        every = self.run_states(replace(where, limit=None, after=None))
+        ranked = sorted((*cause_of(state, query), state.run_id, state) for state in every)
+        counts = Counter(cause for cause, _, _, _ in ranked)
+        samples: list[tuple[str, RunState]] = []
+        for cause, _, _, state in ranked:
+            if sum(1 for c, _ in samples if c == cause) < max(1, query.keep):
+                samples.append((cause, state))
+        return CauseTally(counts=dict(counts), samples=tuple(samples))
 
     def build_usage(self) -> list[BuildUsage]:
         """Every build id of some run, by build id, with its open runs."""

@@ -25,6 +25,8 @@ from flow_cli.store.queries import (
     NO_GROUP,
     WAITING_KINDS,
     BuildUsage,
+    CauseQuery,
+    CauseTally,
     HookListing,
     RunCount,
     RunFilter,
@@ -76,6 +78,8 @@ __all__ = [
     "WORKER_RETENTION",
     "AppendViaCommit",
     "BuildUsage",
+    "CauseQuery",
+    "CauseTally",
     "CommitGroup",
     "EventLog",
     "EventStore",
@@ -254,6 +258,12 @@ class RunQueries(Protocol):
 
     def build_usage(self) -> list[BuildUsage]:
         """Every build id some run is pinned to, by build id, with its open runs."""
+        ...
+
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
+        """The open runs ``where`` selects (``limit``/``after`` ignored) counted per
+        ``flow doctor`` cause by the database (one aggregate statement, no row per run
+        returned), and a few of each (``CauseQuery.keep``) with their states."""
         ...
 
     def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:

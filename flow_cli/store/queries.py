@@ -172,6 +172,32 @@ def assemble_states(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CauseQuery:
+    """What ``cause_tally`` needs to tell why each open run is where it is, as ``flow doctor``
+    does (``flow_cli.ops.doctor.classify``) when no pause and no limit is in force."""
+
+    now: datetime
+    late: datetime
+    """``now`` less the doctor's ``overdue_after``: a due time before it is overdue."""
+    hosted: frozenset[str]
+    """The builds whose runs are not ``build-unhosted`` (``Hosting``)."""
+    last_seen: Mapping[str, datetime]
+    """The last heartbeat of a worker that hosted each build, live or gone."""
+    keep: int = 3
+    """Runs sampled per cause, longest first."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CauseTally:
+    """``cause_tally``'s answer: open runs per cause, counted by the database, and the first
+    ``keep`` of each cause (by since, then run id) with their states."""
+
+    counts: Mapping[str, int]
+    samples: tuple[tuple[str, RunState], ...]
+    """(cause, state) of the sampled runs."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BuildUsage:
     """One build id as the runs index knows it (``flow builds``)."""
 

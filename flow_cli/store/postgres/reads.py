@@ -11,6 +11,7 @@ from psycopg import sql
 from flow_cli.errors import RunNotFound, StoreError
 from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
+from flow_cli.store import causes
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Connection
@@ -20,6 +21,8 @@ from flow_cli.store.protocol import (
     GROUPINGS,
     NO_GROUP,
     BuildUsage,
+    CauseQuery,
+    CauseTally,
     HookListing,
     HookRecord,
     RunCount,
@@ -154,6 +157,19 @@ class PostgresReads(PostgresConnections):
                 params,
             ).fetchall()
         return assemble_states(rows, tables.utc)
+
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
+        """``flow doctor``'s causes counted by one statement (``causes.tally_sql``), then the
+        states of the few runs sampled, in one snapshot."""
+        with self._transaction(writes=False) as conn:
+            statement, params = causes.tally_sql(where, query, tables.POSTGRES, ' COLLATE "C"')
+
+            def states(run_ids: list[str]) -> list[RunState]:
+                found, named = causes.states_sql(run_ids, tables.POSTGRES)
+                return assemble_states(conn.execute(found, named).fetchall(), tables.utc)
+
+            counts, samples = causes.tally(conn.execute(statement, params).fetchall(), states)
+        return CauseTally(counts=counts, samples=tuple(samples))
 
     def build_usage(self) -> list[BuildUsage]:
         """Every build id of some run, with its open runs. The build ids are read by skipping

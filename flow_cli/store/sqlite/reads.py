@@ -9,12 +9,14 @@ from typing import Any
 
 from flow_cli.errors import RunNotFound
 from flow_cli.model.events import EventEnvelope, event_from_data
-from flow_cli.store import damage
+from flow_cli.store import causes, damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     GROUPINGS,
     NO_GROUP,
     BuildUsage,
+    CauseQuery,
+    CauseTally,
     HookListing,
     HookRecord,
     RunCount,
@@ -144,6 +146,20 @@ class SQLiteReads(SQLiteConnections):
             params,
         )
         return assemble_states(rows, dt)
+
+    @guarded
+    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
+        """``flow doctor``'s causes counted by one statement (``causes.tally_sql``), then the
+        states of the few runs sampled."""
+        conn = self._conn()
+        statement, params = causes.tally_sql(where, query, SQLITE)
+
+        def states(run_ids: list[str]) -> list[RunState]:
+            found, named = causes.states_sql(run_ids, SQLITE)
+            return assemble_states(conn.execute(found, named), dt)
+
+        counts, samples = causes.tally(conn.execute(statement, params).fetchall(), states)
+        return CauseTally(counts=counts, samples=tuple(samples))
 
     @guarded
     def build_usage(self) -> list[BuildUsage]:
