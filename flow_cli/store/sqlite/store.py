@@ -53,6 +53,7 @@ from flow_cli.store.sqlite.rows import (
     envelopes,
     insert_events,
     lost_race,
+    micros,
     run_record,
     ts,
     ts_or_none,
@@ -460,13 +461,14 @@ class SQLiteStore(
             )
             last: dict[str, int] = {}
             events = []
+            at = micros(stamp)
             for run_id, step_id, attempt, sequence in rows:
                 started = StepStarted(
                     step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
                 )
                 ((key, data),) = encode([started])
                 last[run_id] = last.get(run_id, sequence) + 1
-                events.append((run_id, last[run_id], key, stamp, data))
+                events.append((run_id, last[run_id], key, at, data))
             conn.executemany(
                 "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
                 "VALUES (?, ?, ?, ?, ?)",
