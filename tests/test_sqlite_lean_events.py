@@ -1,5 +1,5 @@
-"""Schema version 12 on SQLite: the lean event row (``WITHOUT ROWID``, times as integer
-microseconds) and the runs index without ``runs_updated``, upgraded from a database that
+"""Schema version 12 on SQLite: the lean event row (times as integer microseconds), step
+tasks ``WITHOUT ROWID`` and the runs index without ``runs_updated``, upgraded from a database that
 version 11's Flow wrote (``tests/data/sqlite_v11.sql``, made by ``tests/data/make_sqlite_v11.py``
 at commit 21bceb8)."""
 
@@ -53,6 +53,10 @@ def test_a_version_11_database_upgrades_with_every_event_read_back_identically(
     path = tmp_path / "flow.db"
     before = v11_database(path)
     assert len(before) == 24 and sum(map(len, before.values())) == 120
+    with sqlite3.connect(path) as conn:
+        tasks = conn.execute("SELECT * FROM step_tasks ORDER BY run_id, step_id").fetchall()
+    conn.close()
+    assert tasks  # the retrying runs' next attempts
     store = SQLiteStore(path)
     try:
         after = store.read_histories(dict.fromkeys(before, 0))
@@ -67,13 +71,19 @@ def test_a_version_11_database_upgrades_with_every_event_read_back_identically(
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'step_tasks'").fetchone()
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         types = conn.execute("SELECT DISTINCT typeof(recorded_at) FROM events").fetchall()
         version = conn.execute("SELECT value FROM flow_meta").fetchone()
+        columns = "run_id, step_id, build_id, attempt, available_at, lease_owner, priority"
+        moved = conn.execute(f"SELECT {columns}, step_name FROM step_tasks ORDER BY 1, 2")
+        assert moved.fetchall() == tasks
+        # A database keeps its page size: only a new one is made with 2 KiB pages.
+        assert conn.execute("PRAGMA page_size").fetchone() == (4096,)
     conn.close()
     assert sql.endswith("WITHOUT ROWID") and types == [("integer",)]
-    assert "runs_updated" not in indexes and "sqlite_autoindex_events_1" not in indexes
+    assert "runs_updated" not in indexes and "sqlite_autoindex_step_tasks_1" not in indexes
+    assert "step_tasks_priority_ready" in indexes
     assert version == (str(MIGRATIONS[-1][0]),) == ("12",)
 
 
@@ -126,3 +136,11 @@ def test_event_times_keep_every_microsecond(tmp_path: Path, at: datetime) -> Non
         assert read == made and read.recorded_at.tzinfo is UTC
     finally:
         store.close()
+
+
+def test_a_new_database_has_small_pages(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "flow.db").close()
+    with sqlite3.connect(tmp_path / "flow.db") as conn:
+        assert conn.execute("PRAGMA page_size").fetchone() == (2048,)
+        assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)  # incremental
+    conn.close()

@@ -86,9 +86,17 @@ def _v3_fleet(db: Database) -> None:
 EVENTS_TABLE = (
     "CREATE TABLE {name} (run_id TEXT NOT NULL, sequence INTEGER NOT NULL, "
     "event_key TEXT NOT NULL, recorded_at INTEGER NOT NULL, data TEXT NOT NULL, "
-    "PRIMARY KEY (run_id, sequence)) WITHOUT ROWID"
+    "PRIMARY KEY (run_id, sequence))"
 )
-"""The events table since version 12: ``recorded_at`` in microseconds since ``EPOCH``."""
+"""The events table since version 12: ``recorded_at`` in microseconds since ``EPOCH``.
+
+A rowid table with its primary key as a second B-tree, not ``WITHOUT ROWID``, measured both
+ways: ``WITHOUT ROWID`` saves ~160 B a run (bench/scale.py's mix) but costs every commit
+more pages. New events land at the end of the rowid table, where SQLite splits a full page
+by starting a new one (one page, shared by every run of a group commit), while in a
+``WITHOUT ROWID`` tree each run's events go to the middle and a full page is rebalanced
+with its siblings (three pages). Bytes written per step with 2 KiB pages
+(bench/step_bytes.py): W1's shape 7.8 KB against 13.7 KB, W2's 19.1 KB against 20.5 KB."""
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
@@ -314,12 +322,11 @@ def _micros(text: str | int | None) -> str | int | None:
 
 
 def _v12_lean_events(db: Database) -> None:
-    """Fewer bytes a run and a step: the events table in its primary key's order (``WITHOUT
-    ROWID``: no rowid table beside a second B-tree on ``(run_id, sequence)``), each event's time
-    as integer microseconds since the epoch (8 bytes, not 32 characters), and no
-    ``runs_updated`` index (no query is served by it: ``--idle``/prune read the status or
-    creation index; yet every step moved its entry). The rows are copied in key order, so the
-    new table's pages are full."""
+    """Fewer bytes a run and a step: each event's time as integer microseconds since the
+    epoch (8 bytes, not 32 characters of text; see ``EVENTS_TABLE``), step tasks in their
+    primary key's order, and no ``runs_updated`` index (no query is served by it: ``--idle``
+    and prune read the status or creation index; yet every step moved its entry). The events
+    are copied in key order, so the new table's pages and its key's are full."""
     conn = db.conn
     conn.create_function("flow_micros", 1, _micros, deterministic=True)
     conn.execute(EVENTS_TABLE.format(name="events_v12"))
@@ -336,6 +343,22 @@ def _v12_lean_events(db: Database) -> None:
     conn.execute("DROP TABLE events")
     conn.execute("ALTER TABLE events_v12 RENAME TO events")
     conn.execute("DROP INDEX IF EXISTS runs_updated")
+    # Step tasks likewise: a row is inserted, leased and deleted for every step, and the
+    # rowid table's separate (run_id, step_id) index cost each of those a page more.
+    conn.execute(
+        "CREATE TABLE step_tasks_v12 (run_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "build_id TEXT NOT NULL, attempt INTEGER NOT NULL, available_at TEXT NOT NULL, "
+        "lease_owner TEXT, priority INTEGER NOT NULL DEFAULT 5, step_name TEXT, "
+        "PRIMARY KEY (run_id, step_id)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO step_tasks_v12 (run_id, step_id, build_id, attempt, available_at, "
+        "lease_owner, priority, step_name) SELECT run_id, step_id, build_id, attempt, "
+        "available_at, lease_owner, priority, step_name FROM step_tasks"
+    )
+    conn.execute("DROP TABLE step_tasks")
+    conn.execute("ALTER TABLE step_tasks_v12 RENAME TO step_tasks")
+    conn.execute("CREATE INDEX step_tasks_priority_ready ON step_tasks (priority, available_at)")
 
 
 MIGRATIONS: list[tuple[int, Migration]] = [
