@@ -18,6 +18,7 @@ from flow_cli.model.clock import ManualClock
 from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.sqlite import MIGRATIONS, SQLiteStore
+from flow_cli.store.sqlite.connection import PAGE_SIZE
 
 DUMP = Path(__file__).parent / "data" / "sqlite_v11.sql"
 
@@ -78,7 +79,7 @@ def test_a_version_11_database_upgrades_with_every_event_read_back_identically(
         columns = "run_id, step_id, build_id, attempt, available_at, lease_owner, priority"
         moved = conn.execute(f"SELECT {columns}, step_name FROM step_tasks ORDER BY 1, 2")
         assert moved.fetchall() == tasks
-        # A database keeps its page size: only a new one is made with 2 KiB pages.
+        # A database keeps its page size: only a new one is made with small pages.
         assert conn.execute("PRAGMA page_size").fetchone() == (4096,)
     conn.close()
     assert sql.endswith("WITHOUT ROWID") and types == [("integer",)]
@@ -141,6 +142,6 @@ def test_event_times_keep_every_microsecond(tmp_path: Path, at: datetime) -> Non
 def test_a_new_database_has_small_pages(tmp_path: Path) -> None:
     SQLiteStore(tmp_path / "flow.db").close()
     with sqlite3.connect(tmp_path / "flow.db") as conn:
-        assert conn.execute("PRAGMA page_size").fetchone() == (2048,)
+        assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,) == (1024,)
         assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)  # incremental
     conn.close()
