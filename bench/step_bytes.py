@@ -5,16 +5,18 @@
 
 Starts one `flow worker` on a fresh SQLite file, starts --runs runs of ``chain`` with --steps
 steps each (W2 of bench/workloads.py by default; ``--runs 1000 --steps 10`` is W1's shape,
-runs whose events interleave), waits for them, and reads the worker's ``write_bytes`` and ``wchar``
-from /proc/PID/io before and after: bytes it sent to the disk (WAL frames, checkpoints into the
-database file) per step, with the run's event JSON per step beside it. With --baseline, each
-measurement is also taken with that interpreter (another build of Flow), interleaved.
+runs whose events interleave), waits for them, and reads the worker's ``write_bytes`` and
+``wchar`` from /proc/PID/io before and after: bytes it sent to the disk (WAL frames,
+checkpoints into the database file) per step, with the runs' event JSON and the worker's CPU
+per step beside them. With --baseline, each measurement is also taken with that interpreter
+(another build of Flow), interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +30,12 @@ HERE = Path(__file__).resolve().parent
 def _io(pid: int) -> dict[str, int]:
     text = Path(f"/proc/{pid}/io").read_text(encoding="ascii")
     return {k: int(v) for k, v in (line.split(": ") for line in text.splitlines())}
+
+
+def _cpu(pid: int) -> float:
+    """The process's user + system CPU seconds (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(steps: int, runs: int) -> dict[str, float]:
@@ -44,7 +52,7 @@ def measure(steps: int, runs: int) -> dict[str, float]:
         engine = Engine(open_store(url), [bench_workflows.runtime])
         worker = _worker(url, scratch)
         try:
-            before = _io(worker.pid)
+            before, cpu = _io(worker.pid), _cpu(worker.pid)
             began = time.perf_counter()
             ids = [f"w2-{uuid.uuid4().hex[:12]}" for _ in range(runs)]
             for run_id in ids:
@@ -52,7 +60,7 @@ def measure(steps: int, runs: int) -> dict[str, float]:
             assert _wait(engine, ids, 900, 0.01), "the runs did not end"
             wall = time.perf_counter() - began
             time.sleep(0.5)  # a checkpoint the worker does at idle counts too
-            after = _io(worker.pid)
+            after, cpu = _io(worker.pid), _cpu(worker.pid) - cpu
             json_bytes = sum(e.size or 0 for r in ids for e in engine.history(r))
         finally:
             worker.terminate()
@@ -64,6 +72,7 @@ def measure(steps: int, runs: int) -> dict[str, float]:
         "wchar_per_step": (after["wchar"] - before["wchar"]) / total,
         "json_per_step": json_bytes / total,
         "ms_per_step": 1000 * wall / total,
+        "worker_cpu_ms_per_step": 1000 * cpu / total,
     }
 
 
