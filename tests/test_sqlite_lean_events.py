@@ -145,3 +145,32 @@ def test_a_new_database_has_small_pages(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,) == (1024,)
         assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)  # incremental
     conn.close()
+
+
+def test_the_upgrade_converts_any_recorded_time_and_keeps_what_is_not_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "flow.db"
+    before = v11_database(path)
+    first, second = sorted(before)[:2]
+    with sqlite3.connect(path) as conn:  # another offset, no fraction; and a damaged one
+        conn.execute(
+            "UPDATE events SET recorded_at = '2026-12-01T11:00:00+02:00' "
+            "WHERE run_id = ? AND sequence = 1",
+            (first,),
+        )
+        conn.execute(
+            "UPDATE events SET recorded_at = 'garbage' WHERE run_id = ? AND sequence = 1",
+            (second,),
+        )
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        [started] = store.read_history(first)[:1]
+        assert started.recorded_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+        assert store.read_history(first)[1:] == before[first][1:]
+        assert store.check_integrity() == [
+            f"run {second!r}: event 1 has no valid time (recorded_at)"
+        ]
+    finally:
+        store.close()
