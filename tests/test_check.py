@@ -32,18 +32,24 @@ def test_an_intact_database_passes(project: FlowProject) -> None:
     }
 
 
-def _scribble(path: Path, seed: int, start: int) -> None:
+def _scribble(path: Path, seed: int, start: int, length: int = 6000) -> None:
     """Random bytes over part of the file, as a bad disk or a stray write would leave it."""
     rng = random.Random(seed)
     data = bytearray(path.read_bytes())
-    for offset in range(start, min(len(data), start + 6000)):
+    for offset in range(start, min(len(data), start + length)):
         data[offset] = rng.randrange(256)
     path.write_bytes(bytes(data))
 
 
 def test_random_bytes_in_the_file_fail_the_check_with_advice(project: FlowProject) -> None:
-    size = project.db.stat().st_size
-    _scribble(project.db, seed=8, start=size // 2)  # past the header: the file still opens
+    # Over a page of events, past the header and the schema: the file still opens.
+    with sqlite3.connect(project.db) as conn:
+        (page,) = conn.execute("PRAGMA page_size").fetchone()
+        (leaf,) = conn.execute(
+            "SELECT max(pageno) FROM dbstat WHERE name = 'events' AND pagetype = 'leaf'"
+        ).fetchone()
+    conn.close()
+    _scribble(project.db, seed=8, start=(leaf - 1) * page + 64, length=page - 128)
     result = project.run("check")
     assert result.code == 1
     assert result.stdout.startswith("SQLite"), result.stdout

@@ -505,8 +505,7 @@ def test_export_to_stdout_and_to_a_regular_file(project: FlowProject, tmp_path: 
 CORRUPTIONS = {
     "time": (
         "UPDATE events SET recorded_at = 'garbage' WHERE run_id = 'a' AND sequence = 1",
-        "event 1 of run 'a' cannot be read (Invalid isoformat string: 'garbage'; or a newer "
-        "Flow wrote it)",
+        "event 1 of run 'a' cannot be read ('garbage' is not a time; or a newer Flow wrote it)",
         "run 'a': event 1 has no valid time (recorded_at)",
     ),
     "bytes": (

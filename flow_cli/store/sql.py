@@ -71,17 +71,26 @@ class SQLRole:
 
 
 def run_sets(
-    changes: RowChanges, dialect: Dialect, stamp: Any, last_sequence: int
+    changes: RowChanges,
+    dialect: Dialect,
+    stamp: Any,
+    last_sequence: int,
+    *,
+    status: bool = True,
 ) -> tuple[tuple[str, ...], list[Any]]:
     """The ``SET`` items of the runs row after a write, and their parameters; ``stamp`` is
-    the write's time as the backend stores it (``Dialect.time``).
+    the write's time as the backend stores it (``Dialect.time``). ``status=False`` leaves the
+    status out, for a backend that sets it apart only when it changes.
 
     The items depend only on which columns change, so a backend may cache the statement by
     them (PostgreSQL prepares it).
     """
     p = dialect.param
-    sets: list[str] = [f"status = {p}", f"updated_at = {p}", f"last_sequence = {p}"]
-    params: list[Any] = [changes.status.value, stamp, last_sequence]
+    sets: list[str] = [f"updated_at = {p}", f"last_sequence = {p}"]
+    params: list[Any] = [stamp, last_sequence]
+    if status:
+        sets.insert(0, f"status = {p}")
+        params.insert(0, changes.status.value)
     if changes.decide_at is not KEEP:
         # A new decision time releases the run's lease: whoever decides next leases afresh.
         sets.append(f"decide_at = {p}, lease_owner = NULL")

@@ -68,6 +68,18 @@ _LOCK_PAUSE_FIRST = 0.0002
 _LOCK_PAUSE_MAX = 0.002
 """A writer waiting for another process's write lock tries again after this long at first,
 then after pauses growing by half up to the second (or at once when the doorbell rings)."""
+PAGE_SIZE = 1024
+"""Bytes a page of a new database holds (SQLite's default is 4096). Every commit writes each
+page it changed whole to the WAL (a step changes seven or eight: its events and their key, the
+run's row and index entries, the step task's), so the page size sets the bytes written a step:
+W2 on SQLite wrote 41 KB a step with 4 KiB pages, 21 KB with 2 KiB, 15 KB with these
+(bench/step_bytes.py), for 2.0-2.2 KB a run on disk either way (bench/scale.py's mix). A row
+larger than a page spills to overflow pages, read with it. A database keeps the page size it
+was made with (changing it needs a ``VACUUM`` outside WAL mode; docs/operations.md)."""
+_CHECKPOINT_BYTES = 4 * 1024 * 1024
+"""``wal_autocheckpoint`` in bytes: the WAL is copied back into the database file once it
+holds this much, as with SQLite's default of 1000 pages of 4 KiB (in pages, the default would
+checkpoint four times as often with 1 KiB pages, copying a page each time the WAL is reset)."""
 HISTORIES_PER_QUERY = 400
 """Runs one ``read_histories`` statement reads (two parameters each: under SQLite's limit)."""
 
@@ -185,6 +197,7 @@ class SQLiteConnections:
         try:
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            self._set_checkpoint(conn)
         except BaseException:
             conn.close()
             raise
@@ -194,6 +207,16 @@ class SQLiteConnections:
                 self._conns.pop(dead).close()
             self._conns[thread] = conn
         return conn
+
+    @staticmethod
+    def _set_checkpoint(conn: sqlite3.Connection) -> None:
+        """``wal_autocheckpoint`` for ``_CHECKPOINT_BYTES`` at the file's page size; left at
+        SQLite's default on a file that is not a database (reading it says so, with advice)."""
+        try:
+            (page,) = conn.execute("PRAGMA page_size").fetchone()
+        except sqlite3.DatabaseError:
+            return
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_BYTES // page}")
 
     def _open(self, target: str | Path, *, uri: bool = False) -> sqlite3.Connection:
         return sqlite3.connect(
@@ -402,6 +425,7 @@ class SQLiteConnections:
         if found is None:
             # A new file: pages that deletes free (``flow prune``) can be given back in small
             # steps (``reclaim_space``). Only possible before the first table is created.
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self._enter_wal(conn)

@@ -52,12 +52,12 @@ _STATUSES = ", ".join(f"'{s.value}'" for s in RunStatus)
 CHECKS: tuple[tuple[str, str], ...] = (
     (
         f"SELECT {_blob('run_id')}, sequence FROM events "
-        f"WHERE NOT ({_all_utf8('run_id', 'event_key', 'recorded_at', 'data')})",
+        f"WHERE NOT ({_all_utf8('run_id', 'event_key', 'data')})",
         "run {0}: event {1} holds text that is not UTF-8",
     ),
     (
-        f"SELECT {_blob('run_id')}, sequence FROM events "
-        f"WHERE NOT flow_time({_blob('recorded_at')})",
+        # Microseconds since the epoch (schema version 12): an integer, or not a time.
+        f"SELECT {_blob('run_id')}, sequence FROM events WHERE typeof(recorded_at) <> 'integer'",
         "run {0}: event {1} has no valid time (recorded_at)",
     ),
     (

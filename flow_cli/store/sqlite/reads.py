@@ -32,7 +32,7 @@ from flow_cli.store.protocol import (
 from flow_cli.store.sql import attribute_group, hook_listing, run_filter, worker_info
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
-from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, run_record
+from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, from_micros, run_record
 from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
 
 
@@ -88,12 +88,12 @@ class SQLiteReads(SQLiteConnections):
                     EventEnvelope(
                         run_id=run_id,
                         sequence=seq,
-                        recorded_at=dt(at),
+                        recorded_at=from_micros(at),
                         event=event_from_data(key, json.loads(data)),
                         size=len(data),
                     )
                 )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise damage.unreadable_event(str(self.path), run_id, seq, exc) from exc
         return found
 

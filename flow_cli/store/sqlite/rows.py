@@ -15,7 +15,7 @@ from flow_cli.model.status import RunStatus
 from flow_cli.store import damage
 from flow_cli.store.protocol import RunRecord, StreamWrite
 from flow_cli.store.sql import Dialect
-from flow_cli.store.sqlite.schema import BUILD_KEY
+from flow_cli.store.sqlite.schema import BUILD_KEY, EPOCH, MICROSECOND
 
 
 def ts(value: datetime) -> str:
@@ -48,16 +48,31 @@ def dt_or_none(text: str | None) -> datetime | None:
     return None if text is None else dt(text)
 
 
+def micros(stamp: str) -> int:
+    """An event's time as stored (schema version 12): microseconds since the epoch, UTC, from
+    the ``ts`` text of the write (exact: ``ts`` keeps microseconds)."""
+    return (datetime.fromisoformat(stamp) - EPOCH) // MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """The time ``micros`` stored, as the aware UTC ``datetime`` it was made from (ValueError
+    for a stored value that is not one: ``flow check`` names it)."""
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not a time")
+    return EPOCH + MICROSECOND * value
+
+
 def insert_events(
     conn: sqlite3.Connection, run_id: str, expected: int, rows: list[tuple[str, str]], stamp: str
 ) -> None:
     """Insert encoded events as sequences ``expected + 1, ...``; ``EventConflict`` when the
     primary key catches a writer the sequence check could not see."""
+    at = micros(stamp)
     try:
         conn.executemany(
             "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
             "VALUES (?, ?, ?, ?, ?)",
-            [(run_id, expected + i, k, stamp, d) for i, (k, d) in enumerate(rows, 1)],
+            [(run_id, expected + i, k, at, d) for i, (k, d) in enumerate(rows, 1)],
         )
     except sqlite3.IntegrityError:
         lost_race(conn, run_id, expected, actual=expected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
@@ -82,6 +83,36 @@ def _v3_fleet(db: Database) -> None:
     )
 
 
+EVENTS_TABLE = (
+    "CREATE TABLE {name} (run_id TEXT NOT NULL, sequence INTEGER NOT NULL, "
+    "event_key TEXT NOT NULL, recorded_at INTEGER NOT NULL, data TEXT NOT NULL, "
+    "PRIMARY KEY (run_id, sequence))"
+)
+"""The events table since version 12: ``recorded_at`` in microseconds since ``EPOCH``.
+
+A rowid table with its primary key as a second B-tree, not ``WITHOUT ROWID``, measured both
+ways: ``WITHOUT ROWID`` saves ~160 B a run (bench/scale.py's mix) but costs every commit
+more pages. New events land at the end of the rowid table, where SQLite splits a full page
+by starting a new one (one page, shared by every run of a group commit), while in a
+``WITHOUT ROWID`` tree each run's events go to the middle and a full page is rebalanced
+with its siblings (three pages). Bytes written per step with 2 KiB pages
+(bench/step_bytes.py): W1's shape 7.8 KB against 13.7 KB, W2's 19.1 KB against 20.5 KB."""
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def time_text(expr: str) -> str:
+    """SQL for an event time as ``rows.ts`` text, whether stored as such (before version 12)
+    or in microseconds: the earlier migrations also run on tables today's code made (tests
+    rewind a database by dropping what a version added)."""
+    return (
+        f"CASE typeof({expr}) WHEN 'integer' THEN "
+        f"strftime('%Y-%m-%dT%H:%M:%S', {expr} / 1000000, 'unixepoch') "
+        f"|| printf('.%06d+00:00', {expr} % 1000000) ELSE {expr} END"
+    )
+
+
 TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
 """The terminal statuses as an SQL list: hooks of ended runs are not open."""
 
@@ -123,7 +154,8 @@ def _v2_triage(db: Database) -> None:
     # Hooks indexed before this version: their creation time and metadata from history.
     conn.execute(
         "UPDATE hooks SET (created_at, metadata) = ("
-        " SELECT e.recorded_at, json_quote(json_extract(e.data, '$.metadata')) FROM events e"
+        f" SELECT {time_text('e.recorded_at')}, json_quote(json_extract(e.data, '$.metadata'))"
+        " FROM events e"
         " WHERE e.run_id = hooks.run_id AND e.event_key = 'hook_created'"
         " AND json_extract(e.data, '$.hook_id') = hooks.hook_id ORDER BY e.sequence LIMIT 1)"
     )
@@ -134,8 +166,9 @@ def _v4_failing_since(db: Database) -> None:
     already get the time of their last ``decision_failed``."""
     conn = db.conn
     conn.execute("ALTER TABLE runs ADD COLUMN failing_since TEXT")
+    latest = time_text("max(e.recorded_at)")
     conn.execute(
-        "UPDATE runs SET failing_since = coalesce((SELECT max(e.recorded_at) FROM events e "
+        f"UPDATE runs SET failing_since = coalesce((SELECT {latest} FROM events e "
         "WHERE e.run_id = runs.run_id AND e.event_key = 'decision_failed'), updated_at) "
         "WHERE failing IS NOT NULL"
     )
@@ -274,6 +307,60 @@ def _v11_limits(db: Database) -> None:
     conn.execute("DROP INDEX IF EXISTS step_tasks_step_name")
 
 
+def _micros(text: str | int | None) -> str | int | None:
+    """A stored event time (``rows.ts`` text) as integer microseconds since the epoch, UTC;
+    what cannot be read as a time is kept as it was, for ``flow check`` to report."""
+    if not isinstance(text, str):
+        return text
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - EPOCH) // MICROSECOND
+
+
+def _v12_lean_events(db: Database) -> None:
+    """Fewer bytes a run and a step: each event's time as integer microseconds since the
+    epoch (8 bytes, not 32 characters of text; see ``EVENTS_TABLE``), step tasks in their
+    primary key's order, and no ``runs_updated`` index (no query is served by it: ``--idle``
+    and prune read the status or creation index; yet every step moved its entry). The events
+    are copied in key order, so the new table's pages and its key's are full."""
+    conn = db.conn
+    conn.create_function("flow_micros", 1, _micros, deterministic=True)
+    conn.execute(EVENTS_TABLE.format(name="events_v12"))
+    # The fixed-width UTC text every Flow wrote is converted in SQL; anything else in Python.
+    conn.execute(
+        "INSERT INTO events_v12 (run_id, sequence, event_key, recorded_at, data) "
+        "SELECT run_id, sequence, event_key, CASE WHEN recorded_at GLOB "
+        "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"
+        ".[0-9][0-9][0-9][0-9][0-9][0-9]+00:00' "
+        "THEN CAST(strftime('%s', substr(recorded_at, 1, 19)) AS INTEGER) * 1000000 "
+        "+ CAST(substr(recorded_at, 21, 6) AS INTEGER) "
+        "ELSE flow_micros(recorded_at) END, data FROM events ORDER BY run_id, sequence"
+    )
+    conn.execute("DROP TABLE events")
+    conn.execute("ALTER TABLE events_v12 RENAME TO events")
+    conn.execute("DROP INDEX IF EXISTS runs_updated")
+    # Step tasks likewise: a row is inserted, leased and deleted for every step, and the
+    # rowid table's separate (run_id, step_id) index cost each of those a page more.
+    conn.execute(
+        "CREATE TABLE step_tasks_v12 (run_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+        "build_id TEXT NOT NULL, attempt INTEGER NOT NULL, available_at TEXT NOT NULL, "
+        "lease_owner TEXT, priority INTEGER NOT NULL DEFAULT 5, step_name TEXT, "
+        "PRIMARY KEY (run_id, step_id)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO step_tasks_v12 (run_id, step_id, build_id, attempt, available_at, "
+        "lease_owner, priority, step_name) SELECT run_id, step_id, build_id, attempt, "
+        "available_at, lease_owner, priority, step_name FROM step_tasks"
+    )
+    conn.execute("DROP TABLE step_tasks")
+    conn.execute("ALTER TABLE step_tasks_v12 RENAME TO step_tasks")
+    conn.execute("CREATE INDEX step_tasks_priority_ready ON step_tasks (priority, available_at)")
+
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1_initial),
     (2, _v2_triage),
@@ -286,5 +373,6 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (9, _v9_leases),
     (10, _v10_priorities_pauses),
     (11, _v11_limits),
+    (12, _v12_lean_events),
 ]
 """Every schema version in order; the last one is what this code reads and writes."""

@@ -53,6 +53,7 @@ from flow_cli.store.sqlite.rows import (
     envelopes,
     insert_events,
     lost_race,
+    micros,
     run_record,
     ts,
     ts_or_none,
@@ -181,13 +182,22 @@ class SQLiteStore(
         row read, to tell a conflict from a missing run."""
         run_id, expected = write.run_id, write.expected_sequence
         changes = row_changes(write.index)
-        sets, params = run_sets(changes, SQLITE, stamp, expected + len(rows))
+        # The status apart, and only when it changes (most writes keep it): SQLite rewrites an
+        # index entry for every column an UPDATE sets, changed or not, so setting it anyway
+        # cost each step a page of runs_status_created written to the WAL. RETURNING gives
+        # the status the row had, as the update leaves it alone.
+        sets, params = run_sets(changes, SQLITE, stamp, expected + len(rows), status=False)
         moved = conn.execute(
-            f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ?",
+            f"UPDATE runs SET {', '.join(sets)} WHERE run_id = ? AND last_sequence = ? "
+            "RETURNING status",
             [*params, run_id, expected],
-        ).rowcount
-        if not moved:
+        ).fetchone()
+        if moved is None:
             lost_race(conn, run_id, expected)
+        if moved[0] != changes.status.value:
+            conn.execute(
+                "UPDATE runs SET status = ? WHERE run_id = ?", (changes.status.value, run_id)
+            )
         # A conflict the primary key catches here: the caller rolls the update above back
         # with the rest of the group or transaction.
         insert_events(conn, run_id, expected, rows, stamp)
@@ -460,13 +470,14 @@ class SQLiteStore(
             )
             last: dict[str, int] = {}
             events = []
+            at = micros(stamp)
             for run_id, step_id, attempt, sequence in rows:
                 started = StepStarted(
                     step_id=step_id, attempt=attempt, worker=worker, lease_until=until_dt
                 )
                 ((key, data),) = encode([started])
                 last[run_id] = last.get(run_id, sequence) + 1
-                events.append((run_id, last[run_id], key, stamp, data))
+                events.append((run_id, last[run_id], key, at, data))
             conn.executemany(
                 "INSERT INTO events (run_id, sequence, event_key, recorded_at, data) "
                 "VALUES (?, ?, ?, ?, ?)",
