@@ -61,6 +61,7 @@ def test_read_only_commands_leave_out_pydantic_and_the_decider(tmp_path: Path) -
     for argv in (
         ["--db", url, "runs"],
         ["--db", url, "runs", "--status", "Running", "--workflow", "w"],
+        ["--db", url, "runs", "--status", "Failed", "--limit", "50"],
         ["--db", url, "show", "nope"],
     ):
         code = f"from flow_cli.cli.app import main\nmain({argv!r})"
@@ -75,6 +76,7 @@ def test_read_only_commands_leave_out_pydantic_and_the_decider(tmp_path: Path) -
     [
         (["runs", "--limit", "abc"], "Invalid value for '--limit': Input should be a valid"),
         (["runs", "--limit", "-1"], "Input should be greater than or equal to 0"),
+        (["runs", "--limit", "1000000001"], "Input should be less than or equal to 1000000000"),
     ],
 )
 def test_values_that_need_coercion_still_get_typers(

@@ -4,8 +4,9 @@ Typer 0.29 coerces each parameter through a pydantic ``TypeAdapter`` that it bui
 time the parameter is parsed, even when the value is missing (``None``), which needs no
 coercion at all. Importing pydantic and building the adapters costs ~100 ms, more than the rest
 of ``flow show``. ``defer_adapters`` gives every parameter of a command tree a stand-in that
-returns a plain string, a list of plain strings or an empty list as Typer's adapters would, and
-builds Typer's own coercion the first time another value arrives. The coercion, the messages of
+returns a plain string, a list of plain strings, an empty list or a plain number within the
+option's bounds (``--limit 50``) as Typer's adapters would, and builds Typer's own coercion the
+first time another value arrives. The coercion, the messages of
 a bad value and the help stay Typer's own.
 
 With a Typer that has no such per-parameter coercion (before 0.29), nothing changes.
@@ -44,9 +45,25 @@ if RuntimeParam is not None:
                     and all(type(item) is str for item in value)
                 ):
                     return list(value)  # what Typer's list adapter makes of no value or strs
+                if annotation is int and type(value) is str and _in_bounds(value, self):
+                    return int(value)  # Typer's int adapter: the number, once in bounds
             if not self.built:
                 self.built.append(build_runtime_param(self.descriptor))
             return self.built[0].coerce(value, param=param, ctx=ctx)
+
+
+def _in_bounds(text: str, runtime: Any) -> bool:
+    """Whether ``text`` is plain ASCII digits whose number lies in the parameter's ``min`` /
+    ``max`` (without ``clamp``): anything else (a sign, a space, a number out of bounds) goes
+    to Typer's own coercion, which says what is wrong with it."""
+    if not (text.isascii() and text.isdigit()):
+        return False
+    info = runtime.parameter_info
+    if getattr(info, "clamp", False):
+        return False
+    number = int(text)
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    return (low is None or number >= low) and (high is None or number <= high)
 
 
 def defer_adapters(command: Any, help_names: list[str] | None = None) -> None:
