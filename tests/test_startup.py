@@ -11,6 +11,7 @@ import sys
 from dataclasses import fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,39 @@ def test_a_typer_whose_private_coercion_changed_keeps_its_own(
 
     monkeypatch.setattr(coercion, "_defer", broken)
     assert app_module.main(["--db", "memory://", "count", "--json"]) == 0
+
+
+def test_a_path_or_a_number_is_coerced_as_typer_would_without_pydantic(
+    tmp_path: Path,
+) -> None:
+    """``--config``/``FLOW_CONFIG`` and ``--limit N``: the deferred coercion gives Typer's
+    own value or message, and a command given them never imports pydantic."""
+    import typer.main
+    from typer import _click
+    from typer._coercion import build_runtime_param
+
+    from flow_cli.cli import app as app_module
+    from flow_cli.cli.coercion import defer_adapters
+
+    config = tmp_path / "flow.toml"
+    config.write_text("[flow]\n", encoding="utf-8")
+    command = typer.main.get_command(app_module.app)
+    defer_adapters(command)
+    ctx = _click.Context(command)
+    param = next(p for p in command.params if p.name == "config")
+
+    def outcome(runtime: Any, value: str) -> object:
+        try:
+            return runtime.coerce(value, param, ctx)
+        except Exception as exc:  # Typer's BadParameter: compare its message
+            return str(exc)
+
+    for value in (str(tmp_path), str(tmp_path / "missing.toml"), str(config), "-"):
+        typer_own = build_runtime_param(param.type_descriptor)
+        assert outcome(param._runtime_param, value) == outcome(typer_own, value), value
+    assert "is a directory" in str(outcome(param._runtime_param, str(tmp_path)))
+
+    db = f"sqlite:///{tmp_path / 'flow.db'}"
+    argv = ["--config", str(config), "--db", db, "runs", "--limit", "5"]
+    loaded = _loaded_after(f"from flow_cli.cli.app import main\nmain({argv!r})", tmp_path)
+    assert not loaded["pydantic"]

@@ -4,8 +4,9 @@ Typer 0.29 coerces each parameter through a pydantic ``TypeAdapter`` that it bui
 time the parameter is parsed, even when the value is missing (``None``), which needs no
 coercion at all. Importing pydantic and building the adapters costs ~100 ms, more than the rest
 of ``flow show``. ``defer_adapters`` gives every parameter of a command tree a stand-in that
-returns a plain string, a list of plain strings, an empty list or a plain number within the
-option's bounds (``--limit 50``) as Typer's adapters would, and builds Typer's own coercion the
+returns a plain string, a list of plain strings, an empty list, a plain number within the
+option's bounds (``--limit 50``) or a checked ``Path`` (``--config``, ``-o DIR``) as Typer's
+adapters would, and builds Typer's own coercion the
 first time another value arrives. The coercion, the messages of
 a bad value and the help stay Typer's own.
 
@@ -15,11 +16,13 @@ With a Typer that has no such per-parameter coercion (before 0.29), nothing chan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, get_args, get_origin
 
 try:
     from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+    from typer._param_types import coerce_cli_path
 except ImportError:  # pragma: no cover - Typer before 0.29 coerces through Click types
     RuntimeParam = None  # type: ignore[assignment,misc]
 
@@ -47,6 +50,18 @@ if RuntimeParam is not None:
                     return list(value)  # what Typer's list adapter makes of no value or strs
                 if annotation is int and type(value) is str and _in_bounds(value, self):
                     return int(value)  # Typer's int adapter: the number, once in bounds
+                if (
+                    annotation is Path
+                    and type(value) is str
+                    and value
+                    and self.parameter_info.path_type is None
+                ):
+                    # Typer's path adapter makes the Path with pydantic, then checks it (exists,
+                    # file or directory, readable ...) in coerce_cli_path: the same checks and
+                    # messages, given the Path.
+                    return coerce_cli_path(
+                        Path(value), self.parameter_info, path_type=Path, param=param, ctx=ctx
+                    )
             if not self.built:
                 self.built.append(build_runtime_param(self.descriptor))
             return self.built[0].coerce(value, param=param, ctx=ctx)
