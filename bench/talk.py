@@ -55,8 +55,7 @@ def queries(url: str, scratch: Path, events: int, count: int) -> None:
     (scratch / "flow.toml").write_text(
         '[flow]\nruntimes = ["bench_workflows:runtime"]\nbuild_id = "bench-1"\n', encoding="utf-8"
     )
-    # flow.toml found in the working directory, as a user has it (FLOW_CONFIG, a Path option
-    # given a value, makes Typer build its pydantic coercion: ~90 ms more per process).
+    # flow.toml found in the working directory, as a user has it.
     # PYTHONDONTWRITEBYTECODE would compile all of Flow from source in every process (~100 ms):
     # an installed Flow has its bytecode cached, as the first of these processes leaves it.
     env = {
