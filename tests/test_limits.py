@@ -157,6 +157,7 @@ def test_bad_overrides_write_nothing(clock: ManualClock) -> None:
     assert [(s.target, s.concurrency, s.source) for s in engine.limits.list()] == [
         ("step:charge", 3, "code"),
         ("step:ping", None, "code"),
+        ("step:solo", 1, "code"),
         ("workflow:batch", 2, "code"),
         ("workflow:sync", 1, "code"),
     ]
@@ -297,3 +298,32 @@ def test_a_pause_holds_limited_steps_and_limited_runs_too(
     engine.resume([PauseTarget(kind=PauseKind.WORKFLOW, name="sync")])
     assert len(engine.work.lease_steps(30, 10)) == 2
     assert engine.work.lease_runs(30, 10) == ["sync-a"]
+
+
+def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_room(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine.limits.declare()
+    runs = _start(engine, "pay", 5)
+    start = StartSteps("w1", 30, 10)
+    report = engine.decider.decide_many(runs[:2], start=start)
+    # Room for both (concurrency 3): started in the decisions' own commit, counted there.
+    assert sorted(lease.run_id for lease in report.started) == runs[:2]
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (2, 0)
+    # Three more decided at once: one slot is left, so one starts; the others wait ready for a
+    # lease, no attempt used (the commit that found no room was redone without the start).
+    report = engine.decider.decide_many(runs[2:], start=start)
+    assert len(report.started) == 1
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (3, 2)
+    assert engine.work.lease_steps(30, 10) == []
+    # Leases that lapse free their slots: three of the five ready attempts are leased.
+    clock.advance(31)
+    assert len(engine.work.lease_steps(30, 10)) == 3

@@ -37,9 +37,9 @@ from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
 from flow_cli.model.events import StepStarted
-from flow_cli.store.limits_sql import SQLLimits
+from flow_cli.store.limits_sql import THROTTLE_POLL, SQLLimits
 from flow_cli.store.pauses_sql import SQLPauses
-from flow_cli.store.postgres import handoffs, hints, tables
+from flow_cli.store.postgres import handoffs, hints, limited, tables
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.commits import PostgresCommits
 from flow_cli.store.postgres.connection import (
@@ -183,30 +183,37 @@ class PostgresStore(
         """
         if not ask.build_ids or ask.limit <= 0:
             return []
-        # Steps under a limit first, while the lease's time is fresh (``limits_sql``).
+        self._work_heard = False
+        self._due.forget()
+        writes = self._due.writes()
+        if not self._steps_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a transaction that locks
+                # every pass. Skipped while work is expected (see ``_steps_expected``).
+                params = _due_params(*ask)
+                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                    self._throttled_until = None
+                    return []
+        # Steps under a limit first, while the lease's time is fresh (``postgres.limited``).
         limited = self._lease_limited_steps(ask, ask.limit, read_after)
-        leases = self._lease_ready_steps(ask._replace(limit=ask.limit - len(limited)), read_after)
+        leases = self._lease_ready_steps(
+            ask._replace(limit=ask.limit - len(limited)), read_after, writes
+        )
         carried = {lease.run_id for lease in limited}
         return limited + [
             dataclasses.replace(lease, history=None) if lease.run_id in carried else lease
             for lease in leases
         ]
 
-    def _lease_ready_steps(self, ask: LeaseAsk, read_after: ReadAfter | None) -> list[StepLease]:
-        """``lease_steps`` of the steps under no limit: the ordinary lease."""
+    def _lease_ready_steps(
+        self, ask: LeaseAsk, read_after: ReadAfter | None, writes: int
+    ) -> list[StepLease]:
+        """``lease_steps`` of the steps under no limit: the ordinary lease (``writes``: the
+        store's count of writes before it, for ``DueHints``)."""
         worker, build_ids, now, lease_until, limit = ask
         if limit <= 0:
             return []
-        self._work_heard = False
-        self._due.forget()
-        writes = self._due.writes()
         params = _due_params(worker, build_ids, now, lease_until, limit)
-        if not self._steps_expected:
-            with self._reading() as conn:
-                # Look before locking: an idle worker must not open a transaction that locks
-                # every pass. Skipped while work is expected (see ``_steps_expected``).
-                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
-                    return []
         hinted = hints.usable(self._hints, build_ids, limit)
         self._hints = []
         with self._transaction(writes=False) as conn:
@@ -273,48 +280,65 @@ class PostgresStore(
     def _lease_limited_steps(
         self, ask: LeaseAsk, room: int, read_after: ReadAfter | None
     ) -> list[StepLease]:
-        """Steps under a limit, leased in a transaction of their own as their limits leave
-        slots (``limits_sql``), their ``step_started`` recorded in it."""
+        """Steps under a limit, leased as their limits leave slots (``postgres.limited``), their
+        ``step_started`` recorded: a transaction of two round trips, as ``_lease_ready``'s."""
         worker, build_ids, now, lease_until, _ = ask
+        self._throttled_until = None
         if room <= 0 or not self._step_limits_present():
-            self._throttled_until = None
             return []
-        sequences: dict[str, int] = {}
-
-        def lock_runs(conn: Connection, run_ids: list[str]) -> None:
-            for run_id, sequence in conn.execute(
-                "SELECT run_id, last_sequence FROM runs WHERE run_id = ANY(%s) "
-                "ORDER BY run_id FOR UPDATE",
-                (run_ids,),
-            ):
-                sequences[run_id] = sequence
-
-        with self._transaction() as conn:
-            rows = self._lease_limited(
-                conn, worker, build_ids, now, lease_until, room, lock_runs=lock_runs
-            )
-            with conn.pipeline():  # the writes, in one round trip
-                for run_id, step_id, attempt in rows:
-                    started = StepStarted(
-                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                    )
-                    tables.insert_events(conn, run_id, sequences[run_id], [started], now)
-                    sequences[run_id] += 1
-                for run_id in {row[0] for row in rows}:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                        "WHERE run_id = %s",
-                        (sequences[run_id], now, run_id),
-                    )
+        params = _due_params(worker, build_ids, now, lease_until, room)
+        with self._transaction(writes=False) as conn:
+            conn.autocommit = True  # the statements open and end the transaction themselves
+            try:
+                prepared = self._prepared_on(conn)
+                opening = Batch(conn, prepared)
+                opening.execute("BEGIN")
+                opening.execute(limited.LOCK_LIMITED, params)
+                opening.execute(limited.LOCK_LIMITS, params)
+                opening.execute(limited.LEASE_LIMITED, params)
+                _, locking, _, leasing = opening.results()
+                batch = Batch(conn, prepared, whole=False)
+                locked = tables.locked_runs(row[:3] for row in locking or ())
+                found = [row for row in leasing or () if row[0] is not None and row[0] in locked]
+                ready = sum(int(row[4]) for row in leasing or () if row[0] is None)
+                if ready > len(found):  # some held back: look again shortly
+                    self._throttled_until = now + THROTTLE_POLL
+                found.sort(key=lambda row: (row[3], row[0], row[1]))
+                rows = [row[:4] for row in found]
+                _queue_started(batch, rows, locked, worker, now, lease_until)
+                if rows and self._prune_starts():
+                    batch.execute(limited.PRUNE_STARTS, params)
+                after = (
+                    wanted_after((row[0] for row in rows), read_after)
+                    if read_after is not None
+                    else {}
+                )
+                if after:
+                    batch.execute(READ_HISTORIES, histories_params(after))
+                batch.execute("COMMIT")
+                done = batch.results()
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:  # could not be rolled back: never hand it out again in autocommit mode
+                    conn.close()
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
+        self._count_rows(len(rows))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
-            for run_id, step_id, attempt in rows
+            for run_id, step_id, attempt, _ in rows
         ]
-        if read_after is None or not leases:
-            return leases
-        after = wanted_after((lease.run_id for lease in leases), read_after)
-        return with_histories(leases, self.read_histories(after))
+        if after:
+            leases = with_histories(leases, self._histories(done[-2] or [], after))
+        return leases
 
     def _lease_ready(
         self,
@@ -343,20 +367,7 @@ class PostgresStore(
         found = [row for row in leasing or () if row[0] in locked]
         found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
         rows = [row[:4] for row in found]
-        for run_id, step_id, attempt, _ in rows:
-            target = locked[run_id]
-            started = StepStarted(
-                step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-            )
-            tables.insert_events(batch, run_id, target.last_sequence, [started], now)
-            target.last_sequence += 1
-        for run_id in {row[0] for row in rows}:
-            batch.execute(
-                "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                "WHERE run_id = %s",
-                (locked[run_id].last_sequence, now, run_id),
-            )
+        _queue_started(batch, rows, locked, worker, now, lease_until)
         after = _queue_lease_end(batch, params, rows, read_after)
         return _leased(batch.results(), rows, after)
 
@@ -543,6 +554,22 @@ class PostgresStore(
     def _limit_write(self) -> AbstractContextManager[Connection]:
         return self._transaction(durable=False)
 
+    def _commit_limited_names(self) -> frozenset[str]:
+        return self._limited_step_names() if self._step_limits_present() else frozenset()
+
+    def starts_in_commit(self, name: str) -> bool:
+        """Whether an attempt of limited step ``name`` may be started in the commit that
+        schedules it (``LimitedStarts``): its commits count it under the limit, and none found
+        the limit without room lately."""
+        if name not in self._commit_limited_names():
+            return False
+        with self._lock:
+            until = self._limits_tight.get(name)
+            if until is not None and monotonic() >= until:
+                del self._limits_tight[name]
+                until = None
+        return until is None
+
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False
     ) -> None:
@@ -695,6 +722,32 @@ class PostgresStore(
         finally:
             if self._closed:  # close() ran while we waited
                 self._ends.close()
+
+
+def _queue_started(
+    batch: Batch,
+    rows: Sequence[tuple[Any, ...]],
+    locked: dict[str, tables.LockedRun],
+    worker: str,
+    now: datetime,
+    lease_until: datetime,
+) -> None:
+    """Add to a lease's batch the ``step_started`` of each leased attempt (rows of run id, step
+    id, attempt) and its run row's new sequence and status."""
+    for run_id, step_id, attempt, *_ in rows:
+        target = locked[run_id]
+        started = StepStarted(
+            step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
+        )
+        tables.insert_events(batch, run_id, target.last_sequence, [started], now)
+        target.last_sequence += 1
+    for run_id in {row[0] for row in rows}:
+        batch.execute(
+            "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
+            "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
+            "WHERE run_id = %s",
+            (locked[run_id].last_sequence, now, run_id),
+        )
 
 
 def _queue_lease_end(
