@@ -327,3 +327,24 @@ def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_roo
     # Leases that lapse free their slots: three of the five ready attempts are leased.
     clock.advance(31)
     assert len(engine.work.lease_steps(30, 10)) == 3
+
+
+def test_on_postgres_attempts_under_a_generous_limit_start_in_commits_under_a_shared_lock(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine.limits.declare()
+    engine.limits.set("step:charge", concurrency=1_000_000)  # generous: a shared lock
+    runs = _start(engine, "pay", 4)
+    start = StartSteps("w1", 30, 10)
+    assert len(engine.decider.decide_many(runs[:2], start=start).started) == 2
+    engine.limits.set("step:charge", concurrency=3)  # no longer: an exclusive lock, exact
+    assert len(engine.decider.decide_many(runs[2:3], start=start).started) == 1
+    assert engine.decider.decide_many(runs[3:], start=start).started == []
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (3, 1)

@@ -296,7 +296,9 @@ class PostgresCommits(PostgresReads):
             (w for g in groups for w in g.writes), self._commit_limited_names()
         )
         if starts:  # after the step tasks, so that they count (see ``postgres.limited``)
-            limited.queue_limit_guards(batch, starts, max(g.now for g in groups))
+            limited.queue_limit_guards(
+                batch, starts, max(g.now for g in groups), self._generous_limits()
+            )
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
             batch.execute(NOTIFY_ENDED, (ENDED_CHANNEL, ended))
@@ -305,6 +307,11 @@ class PostgresCommits(PostgresReads):
     def _commit_limited_names(self) -> frozenset[str]:
         """The steps under a limit that a commit starting an attempt of counts it under
         (``PostgresStore``: those some limit is in effect for)."""
+        return frozenset()
+
+    def _generous_limits(self) -> frozenset[str]:
+        """Of those, the limits far from full whatever other commits start meanwhile
+        (``limited.GENEROUS``), as last looked up."""
         return frozenset()
 
     def _queue_hand_off(self, batch: Batch, run: NewRun, write: StreamWrite, now: datetime) -> bool:

@@ -11,7 +11,9 @@ lock:
   room: the commit's batch locks the limit's row and fails (a guard, see
   ``tables.GUARD_SEQUENCE``) unless the attempts in flight, this one included, and the ready
   ones waiting for a slot fit the limit (and its rate's window). A commit that finds no room is
-  redone without the start, which the next lease then counts like any other.
+  redone without the start, which the next lease then counts like any other. Under a generous
+  limit the lock is shared (``LOCK_LIMIT_SHARED``), so that such commits do not queue on one
+  row, and the check leaves room for what the others may be starting meanwhile.
 
 Locks are always taken runs first (in run id order), then limits (in name order): a commit
 holding a run and waiting for a limit never waits for a lease that holds the limit and waits for
@@ -105,12 +107,34 @@ PRUNE_STARTS = (
 )
 """Forget the starts every step limit's rate window has passed (now and then, with a lease)."""
 
+SHARED_STARTS = 16
+"""The most attempts of one limit a commit starts under a shared lock of its row (more: an
+exclusive one)."""
+
+_MARGIN = f"current_setting('max_connections')::bigint * {SHARED_STARTS}"
+"""What commits holding a limit's row shared may start that this one cannot see: each starts
+at most ``SHARED_STARTS``, and no more transactions than connections are open at once."""
+
 LOCK_LIMIT = (
     "SELECT 1 / count(*) FROM (SELECT 1 FROM limits WHERE kind = 'step' AND name = %(name)s"
     " AND limited = 1 FOR UPDATE) l"
 )
-"""A commit's lock of the limit its attempt starts under; fails (``division_by_zero``) when the
-limit is gone meanwhile (the commit is then redone the checking way, which starts it freely)."""
+"""A commit's exclusive lock of the limit its attempts start under; fails
+(``division_by_zero``) when the limit is gone meanwhile (the commit is then redone the checking
+way, which starts them freely)."""
+
+LOCK_LIMIT_SHARED = LOCK_LIMIT.replace("FOR UPDATE", "FOR KEY SHARE")
+"""``LOCK_LIMIT``, shared: commits starting attempts under a limit far from full do not queue
+on its row (each would hold it through its WAL flush); a lease or a commit near the limit,
+locking it exclusively, waits for them, then counts what they started."""
+
+GENEROUS = (
+    "SELECT name, (concurrency IS NULL OR concurrency >= 2 * " + _MARGIN + ")"
+    " AND (rate_count IS NULL OR rate_count >= 2 * " + _MARGIN + ")"
+    " FROM limits WHERE kind = 'step' AND limited = 1"
+)
+"""Each step limit in effect, and whether it is generous: far enough from what commits holding
+its row shared could start unseen that they take a shared lock (``LIMIT_GUARD``)."""
 
 LIMIT_GUARD = (
     "WITH l AS (SELECT concurrency, rate_count, rate_seconds FROM limits"
@@ -121,18 +145,20 @@ LIMIT_GUARD = (
     "  FROM step_tasks WHERE step_name = %(name)s),"
     " s AS (SELECT count(*) AS started FROM limit_starts, l WHERE name = %(name)s"
     "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second'),"
+    " m AS (SELECT CASE WHEN %(shared)s THEN " + _MARGIN + " ELSE 0 END AS unseen),"
     " logged AS (INSERT INTO limit_starts (name, started_at)"
     "  SELECT %(name)s, %(now)s FROM l, generate_series(1, %(starts)s)"
     "  WHERE l.rate_count IS NOT NULL)"
-    " SELECT 1 / count(*) FROM l, t, s"
-    " WHERE (l.concurrency IS NULL OR t.busy + t.ready <= l.concurrency)"
-    " AND (l.rate_count IS NULL OR s.started + t.ready + %(starts)s <= l.rate_count)"
+    " SELECT 1 / count(*) FROM l, t, s, m"
+    " WHERE (l.concurrency IS NULL OR t.busy + t.ready + m.unseen <= l.concurrency)"
+    " AND (l.rate_count IS NULL OR s.started + t.ready + m.unseen + %(starts)s <= l.rate_count)"
 )
-"""After ``LOCK_LIMIT`` (in a statement of its own, so it sees every slot taken before the
-lock), once the commit has written its started attempts (``starts`` of them, counted in
-``busy``): fail unless the limit has room for them and for every ready attempt waiting for a
-slot (a start in a commit never takes a slot an older ready attempt could have), and log the
-starts for the rate."""
+"""After ``LOCK_LIMIT`` or ``LOCK_LIMIT_SHARED`` (in a statement of its own, so it sees every
+slot taken before the lock), once the commit has written its started attempts (``starts`` of
+them, counted in ``busy``): fail unless the limit has room for them, for every ready attempt
+waiting for a slot (a start in a commit never takes a slot an older ready attempt could have)
+and, under a shared lock (``shared``), for all that other commits holding it may start unseen;
+log the starts for the rate."""
 
 
 def started_under_limits(writes: Iterable[StreamWrite], limited: frozenset[str]) -> dict[str, int]:
@@ -150,13 +176,16 @@ def started_under_limits(writes: Iterable[StreamWrite], limited: frozenset[str])
     return dict(sorted(counts.items()))
 
 
-def queue_limit_guards(batch: Batch, starts: Mapping[str, int], now: datetime) -> None:
+def queue_limit_guards(
+    batch: Batch, starts: Mapping[str, int], now: datetime, generous: frozenset[str]
+) -> None:
     """Add to a guarded commit's batch, after its step tasks, the lock and the check of each
-    limit it starts attempts under: the batch fails (and is redone the checking way) when one
-    has no room."""
+    limit it starts attempts under (shared, for a ``generous`` limit and a few attempts): the
+    batch fails (and is redone the checking way) when one has no room."""
     for name, count in starts.items():
-        params = {"name": name, "now": now, "starts": count}
-        batch.execute(LOCK_LIMIT, params)
+        shared = name in generous and count <= SHARED_STARTS
+        params = {"name": name, "now": now, "starts": count, "shared": shared}
+        batch.execute(LOCK_LIMIT_SHARED if shared else LOCK_LIMIT, params)
         batch.execute(LIMIT_GUARD, params)
 
 
@@ -165,7 +194,7 @@ def full_limit(conn: Connection, starts: Mapping[str, int], now: datetime) -> st
     attempts under (as ``queue_limit_guards``); the name of the first with no room (the
     statement failed: roll back to before it), else ``None``."""
     for name, count in starts.items():
-        params = {"name": name, "now": now, "starts": count}
+        params = {"name": name, "now": now, "starts": count, "shared": False}
         locked = conn.execute(
             "SELECT 1 FROM limits WHERE kind = 'step' AND name = %(name)s AND limited = 1 "
             "FOR UPDATE",

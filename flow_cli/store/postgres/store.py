@@ -37,7 +37,7 @@ from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
 from flow_cli.model.events import StepStarted
-from flow_cli.store.limits_sql import THROTTLE_POLL, SQLLimits
+from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS, THROTTLE_POLL, SQLLimits
 from flow_cli.store.pauses_sql import SQLPauses
 from flow_cli.store.postgres import handoffs, hints, limited, tables
 from flow_cli.store.postgres.batch import Batch, Connection
@@ -100,6 +100,7 @@ class PostgresStore(
     """
 
     stats: StoreStats
+    _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
 
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds, earliest first.
@@ -555,7 +556,23 @@ class PostgresStore(
         return self._transaction(durable=False)
 
     def _commit_limited_names(self) -> frozenset[str]:
-        return self._limited_step_names() if self._step_limits_present() else frozenset()
+        return frozenset(self._step_limit_sizes())
+
+    def _generous_limits(self) -> frozenset[str]:
+        return frozenset(name for name, generous in self._step_limit_sizes().items() if generous)
+
+    def _step_limit_sizes(self) -> dict[str, bool]:
+        """Each step limit in effect and whether it is generous (``limited.GENEROUS``), as
+        looked up at most ``LIMITS_LOOK_SECONDS`` ago (and again whenever limits change here)."""
+        if not self._step_limits_present():
+            return {}
+        looked, sizes, seen = self._limit_sizes
+        if monotonic() - looked < LIMITS_LOOK_SECONDS and seen == self._limits_seen[0]:
+            return sizes
+        with self._reading() as conn:
+            sizes = {name: bool(generous) for name, generous in conn.execute(limited.GENEROUS)}
+        self._limit_sizes = (monotonic(), sizes, self._limits_seen[0])
+        return sizes
 
     def starts_in_commit(self, name: str) -> bool:
         """Whether an attempt of limited step ``name`` may be started in the commit that
