@@ -28,18 +28,18 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing, suppress
-from datetime import datetime
+from datetime import datetime, timedelta
 from time import monotonic
-from typing import Any, TypeAlias
+from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
-from flow_cli.model.events import StepStarted
 from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS, THROTTLE_POLL, SQLLimits
 from flow_cli.store.pauses_sql import SQLPauses
 from flow_cli.store.postgres import handoffs, hints, limited, tables
+from flow_cli.store.postgres import leasing as parts
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.commits import PostgresCommits
 from flow_cli.store.postgres.connection import (
@@ -67,15 +67,6 @@ from flow_cli.store.protocol import (
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 
-_Leased: TypeAlias = tuple[
-    list[tuple[Any, ...]],
-    dict[str, int],
-    list[tuple[Any, ...]] | None,
-    tuple[datetime | None, datetime | None],
-]
-"""A step lease's rows, the sequences its histories were read after, the histories' rows,
-and when runs and steps are next due (see ``DueHints``)."""
-
 
 class PostgresStore(
     PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, SQLLimits, AppendViaCommit
@@ -100,6 +91,8 @@ class PostgresStore(
     """
 
     stats: StoreStats
+    _skipped_at: datetime | None = None
+    """When the last ordinary lease passed over a ready task (``tables.LOCK_READY``)."""
     _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
 
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
@@ -121,7 +114,7 @@ class PostgresStore(
                 limit -= len(admitted)
                 if limit <= 0:
                     return admitted
-                params = _due_params(worker, build_ids, now, lease_until, limit)
+                params = parts.due_params(worker, build_ids, now, lease_until, limit)
                 with self._transaction(durable=False, pipelined=True) as conn:
                     cursor = conn.execute(tables.LEASE_RUNS, params)
                 rows = cursor.fetchall()
@@ -131,7 +124,7 @@ class PostgresStore(
         if self._due.no_run_due(build_ids, now):
             self._runs_expected = False
             return []
-        params = _due_params(worker, build_ids, now, lease_until, limit)
+        params = parts.due_params(worker, build_ids, now, lease_until, limit)
         if not self._runs_expected:
             with self._reading() as conn:
                 # Look before locking: an idle worker must not open a write transaction every
@@ -191,7 +184,7 @@ class PostgresStore(
             with self._reading() as conn:
                 # Look before locking: an idle worker must not open a transaction that locks
                 # every pass. Skipped while work is expected (see ``_steps_expected``).
-                params = _due_params(*ask)
+                params = parts.due_params(*ask)
                 if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
                     self._throttled_until = None
                     return []
@@ -214,17 +207,19 @@ class PostgresStore(
         worker, build_ids, now, lease_until, limit = ask
         if limit <= 0:
             return []
-        params = _due_params(worker, build_ids, now, lease_until, limit)
+        params = parts.due_params(worker, build_ids, now, lease_until, limit)
         hinted = hints.usable(self._hints, build_ids, limit)
         self._hints = []
         with self._transaction(writes=False) as conn:
             # Two round trips, each one query string of several statements (no per-statement
             # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
-            # step_started events, the run rows, the histories and COMMIT. Waiting for a run
-            # another transaction holds (not skipping it) is short, and keeps a ready step
-            # from being reported as absent; the lease re-checks readiness after the wait.
-            # Steps a notification named are tried first, in one round trip.
+            # step_started events, the run rows, the histories and COMMIT. Tasks and runs
+            # another transaction holds are passed over, not waited for (``LOCK_READY``).
+            # Steps a notification named are tried first, in one round trip; when another
+            # worker took them (every idle worker heard the same notification), a look without
+            # locks says whether anything else is ready before the lease that locks.
             conn.autocommit = True  # the statements open and end the transaction themselves
+            nothing = False
             try:
                 for attempt in (1, 2):
                     try:
@@ -240,6 +235,12 @@ class PostgresStore(
                                 lease_until,
                                 read_after,
                             )
+                            if (
+                                leased is None
+                                and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
+                            ):
+                                nothing = True
+                                break
                         if leased is None:
                             leased = self._lease_ready(
                                 conn, worker, params, now, lease_until, read_after
@@ -264,7 +265,17 @@ class PostgresStore(
                     conn.autocommit = False
                 else:  # could not be rolled back: never hand it out again in autocommit mode
                     conn.close()
-        self._steps_expected = bool(rows)
+        if nothing:
+            self._steps_expected = False
+            return []
+        self._steps_expected = bool(rows) or self._skipped_at is not None
+        if self._skipped_at is not None:
+            # Passed over a ready task whose run another transaction held: not waited for,
+            # looked at again shortly (``tables.LOCK_READY``).
+            soon = now + timedelta(seconds=tables.SKIPPED_POLL_SECONDS)
+            held = self._throttled_until
+            self._throttled_until = soon if held is None or soon < held else held
+            self._skipped_at = None
         self._due.offer(build_ids, *due, writes=writes)
         if rows:
             with self._lock:
@@ -287,7 +298,7 @@ class PostgresStore(
         self._throttled_until = None
         if room <= 0 or not self._step_limits_present():
             return []
-        params = _due_params(worker, build_ids, now, lease_until, room)
+        params = parts.due_params(worker, build_ids, now, lease_until, room)
         with self._transaction(writes=False) as conn:
             conn.autocommit = True  # the statements open and end the transaction themselves
             try:
@@ -306,7 +317,7 @@ class PostgresStore(
                     self._throttled_until = now + THROTTLE_POLL
                 found.sort(key=lambda row: (row[3], row[0], row[1]))
                 rows = [row[:4] for row in found]
-                _queue_started(batch, rows, locked, worker, now, lease_until)
+                parts.queue_started(batch, rows, locked, worker, now, lease_until)
                 if rows and self._prune_starts():
                     batch.execute(limited.PRUNE_STARTS, params)
                 after = (
@@ -349,7 +360,7 @@ class PostgresStore(
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> _Leased:
+    ) -> parts.Leased:
         """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
         statements open and end it): the leased rows, the sequences their histories were read
         after, the histories' rows, and when runs and steps are next due (see ``DueHints``)."""
@@ -361,16 +372,18 @@ class PostgresStore(
         _, locking, leasing = opening.results()
         # The rest of the transaction BEGIN opened: not one to send again on its own.
         batch = Batch(conn, prepared, whole=False)
-        locked = tables.locked_runs(row[:3] for row in locking or ())
+        locked = tables.locked_runs(row[:3] for row in locking or () if row[0] is not None)
+        if len(locked) < len(locking or ()):  # some ready task's run was held: look again soon
+            self._skipped_at = now
         # A candidate's run always exists (its step tasks go with it); should one have
         # gone meanwhile, its tasks are not started without a row (they are leasable
         # again once this lease runs out).
         found = [row for row in leasing or () if row[0] in locked]
         found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
         rows = [row[:4] for row in found]
-        _queue_started(batch, rows, locked, worker, now, lease_until)
-        after = _queue_lease_end(batch, params, rows, read_after)
-        return _leased(batch.results(), rows, after)
+        parts.queue_started(batch, rows, locked, worker, now, lease_until)
+        after = parts.queue_lease_end(batch, params, rows, read_after)
+        return parts.leased(batch.results(), rows, after)
 
     def _lease_hinted(
         self,
@@ -382,14 +395,14 @@ class PostgresStore(
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> _Leased | None:
+    ) -> parts.Leased | None:
         """``lease_steps``'s transaction for the hinted steps, in one round trip; ``None``
         (nothing written) when any of them was taken or its run moved meanwhile."""
         batch = Batch(conn, self._prepared_on(conn))
         batch.execute("BEGIN")
         hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
         rows = hints.leased_rows(hinted)
-        after = _queue_lease_end(batch, params, rows, read_after)
+        after = parts.queue_lease_end(batch, params, rows, read_after)
         try:
             done = batch.results()
         except tables.GUARD_FAILURES:
@@ -397,7 +410,7 @@ class PostgresStore(
                 self._rolled_back(conn)
                 conn.execute("ROLLBACK")
             return None
-        return _leased(done, rows, after)
+        return parts.leased(done, rows, after)
 
     def renew_step(
         self,
@@ -739,75 +752,3 @@ class PostgresStore(
         finally:
             if self._closed:  # close() ran while we waited
                 self._ends.close()
-
-
-def _queue_started(
-    batch: Batch,
-    rows: Sequence[tuple[Any, ...]],
-    locked: dict[str, tables.LockedRun],
-    worker: str,
-    now: datetime,
-    lease_until: datetime,
-) -> None:
-    """Add to a lease's batch the ``step_started`` of each leased attempt (rows of run id, step
-    id, attempt) and its run row's new sequence and status."""
-    for run_id, step_id, attempt, *_ in rows:
-        target = locked[run_id]
-        started = StepStarted(
-            step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-        )
-        tables.insert_events(batch, run_id, target.last_sequence, [started], now)
-        target.last_sequence += 1
-    for run_id in {row[0] for row in rows}:
-        batch.execute(
-            "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-            "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-            "WHERE run_id = %s",
-            (locked[run_id].last_sequence, now, run_id),
-        )
-
-
-def _queue_lease_end(
-    batch: Batch,
-    params: dict[str, Any],
-    rows: Sequence[tuple[Any, ...]],
-    read_after: ReadAfter | None,
-) -> dict[str, int]:
-    """End a step lease's batch: when work is next due (read with the lease, so the worker's
-    pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
-    the histories are read after."""
-    batch.execute(tables.NEXT_DUE, params)
-    after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
-    if after:
-        # Read before COMMIT: the histories cost no round trip of their own, and include the
-        # step_started events just written.
-        batch.execute(READ_HISTORIES, histories_params(after))
-    batch.execute("COMMIT")
-    return after
-
-
-def _leased(
-    done: Sequence[list[tuple[Any, ...]] | None],
-    rows: list[tuple[Any, ...]],
-    after: dict[str, int],
-) -> _Leased:
-    """A lease's result from the answers of a batch that ``_queue_lease_end`` ended."""
-    due_rows = done[-3] if after else done[-2]
-    runs, steps = due_rows[0] if due_rows else (None, None)
-    due = (
-        None if runs is None else tables.utc(runs),
-        None if steps is None else tables.utc(steps),
-    )
-    return rows, after, (done[-2] if after else None), due
-
-
-def _due_params(
-    worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime, limit: int
-) -> dict[str, Any]:
-    return {
-        "worker": worker,
-        "builds": list(build_ids),
-        "now": now,
-        "until": lease_until,
-        "limit": limit,
-    }
