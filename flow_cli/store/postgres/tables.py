@@ -87,9 +87,10 @@ LOCK_READY = (
     " locked AS MATERIALIZED (SELECT run_id, last_sequence, build_id FROM runs"
     "  WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE SKIP LOCKED)"
     " SELECT run_id, last_sequence, build_id,"
-    "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM locked), true),"
-    "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready"
-    "   WHERE run_id IN (SELECT run_id FROM locked)), true)"
+    "  set_config('flow.ready_runs', (SELECT array_agg(run_id ORDER BY run_id, step_id)::text"
+    "   FROM ready WHERE run_id IN (SELECT run_id FROM locked)), true),"
+    "  set_config('flow.ready_steps', (SELECT array_agg(step_id ORDER BY run_id, step_id)::text"
+    "   FROM ready WHERE run_id IN (SELECT run_id FROM locked)), true)"
     " FROM locked"
     " UNION ALL SELECT NULL, NULL, NULL, NULL, NULL FROM ready"
     "  WHERE run_id NOT IN (SELECT run_id FROM locked)"
@@ -113,18 +114,18 @@ transaction) looks again: the holder is a commit or a lease, over in a few milli
 LEASE_READY = (
     "UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
     " FROM (SELECT available_at AS was, run_id, step_id FROM step_tasks"
-    "       WHERE run_id = ANY(coalesce("
-    "         nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[])"
-    "       AND step_id = ANY(coalesce("
-    "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
+    "       WHERE (run_id, step_id) IN (SELECT r, s FROM unnest("
+    "         coalesce(nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[],"
+    "         coalesce(nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
+    "         AS u(r, s))"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
     " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was,"
     " step_tasks.priority"
 )
-"""Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
-have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at,
-priority).
+"""Lease the step tasks ``LOCK_READY`` found and locked (those pairs alone: another lease may
+hold a task of the same run or with the same step id), re-checking that they are still ready:
+rows of (run_id, step_id, attempt, old available_at, priority).
 The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
 leases nothing."""
 
