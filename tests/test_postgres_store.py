@@ -1201,35 +1201,3 @@ def test_a_step_lease_passes_over_a_held_run_and_looks_again_soon(
     [lease] = store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
     assert lease.run_id == "r1"
     assert [e.event_key for e in store.read_history("r1")][-1] == "step_started"
-
-
-def test_a_worker_woken_for_a_step_another_took_backs_off_on_its_next_wake(
-    url: str, schema: str
-) -> None:
-    """Every idle worker hears each notification; one leases the step. The others found
-    nothing: each waits a little, at random, before the lease after its next wake, and stops
-    once it leases something again."""
-    from flow_cli.store.postgres.store import WAKE_BACKOFF
-
-    first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
-    other = PostgresStore(url, schema=schema)
-    until = NOW + timedelta(seconds=30)
-    try:
-        for store in (first, second):
-            store.wait_for_change(0)  # listening
-        for run_id in ("r1", "r2"):
-            other.create_run(new_run(run_id, decide_at=None), NOW)
-            task = StepTask(step_id="s", attempt=1, available_at=NOW)
-            scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
-            index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
-            other.append_if_sequence(run_id, 1, [scheduled], index, NOW)
-            for store in (first, second):
-                store.wait_for_change(5)
-            leased = first.lease_steps(LeaseAsk("w1", [BUILD], NOW, until, 10))
-            assert [lease.run_id for lease in leased] == [run_id]
-            assert second.lease_steps(LeaseAsk("w2", [BUILD], NOW, until, 10)) == []
-        assert first._wake_backoff == 0.0
-        assert second._wake_backoff == 2 * WAKE_BACKOFF  # lost twice
-    finally:
-        for store in (first, second, other):
-            store.close()

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
-import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing, suppress
 from datetime import datetime, timedelta
@@ -69,12 +67,6 @@ from flow_cli.store.protocol import (
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 
-WAKE_BACKOFF = 0.002
-"""Seconds a worker woken for work that another worker took first waits, at most, before the
-lease after its next wake; doubled each time it loses again, up to ``MAX_WAKE_BACKOFF``."""
-
-MAX_WAKE_BACKOFF = 0.016
-
 
 class PostgresStore(
     PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, SQLLimits, AppendViaCommit
@@ -99,10 +91,6 @@ class PostgresStore(
     """
 
     stats: StoreStats
-    _woken = False
-    """Whether the last wait ended for work announced (the next step lease follows it)."""
-    _wake_backoff = 0.0
-    """Up to how long the next wait woken for work sleeps first (``lease_steps``)."""
     _skipped_at: datetime | None = None
     """When the last ordinary lease passed over a ready task (``tables.LOCK_READY``)."""
     _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
@@ -187,18 +175,6 @@ class PostgresStore(
         that worker's commit, guarded by the sequence alone, would be built on a history that
         no longer exists.
         """
-        woken, self._woken = self._woken, False
-        leases = self._lease_steps(ask, read_after)
-        if woken:
-            # A worker that a notification woke and that found nothing (another took it) waits
-            # a little, at random, before its next such lease: of the idle workers every
-            # notification wakes, those that keep losing leave the work to the others.
-            self._wake_backoff = (
-                0.0 if leases else min(max(2 * self._wake_backoff, WAKE_BACKOFF), MAX_WAKE_BACKOFF)
-            )
-        return leases
-
-    def _lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None) -> list[StepLease]:
         if not ask.build_ids or ask.limit <= 0:
             return []
         self._work_heard = False
@@ -671,13 +647,7 @@ class PostgresStore(
             with closing(self._listener.notifies(timeout=0)) as queued:
                 for note in queued:
                     woke = max(woke, self._heard(note.payload, heard))
-            if woke == WORK and not self._handed and self._wake_backoff > 0:
-                time.sleep(random.uniform(0.0, self._wake_backoff))  # see ``lease_steps``
-                with closing(self._listener.notifies(timeout=0)) as queued:
-                    for note in queued:
-                        woke = max(woke, self._heard(note.payload, heard))
             if woke == WORK:  # a hand-off alone leaves nothing for a lease to find
-                self._woken = True
                 self._steps_expected = True
                 # With steps handed too, the pass takes those and does not look (see
                 # ``_work_heard``).
