@@ -10,6 +10,7 @@ from typing import Any, TypeAlias
 from flow_cli.model.events import StepStarted
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Batch
+from flow_cli.store.postgres.limited import ANY_LIMITED_READY
 from flow_cli.store.postgres.reads import READ_HISTORIES, histories_params
 from flow_cli.store.protocol import ReadAfter, wanted_after
 
@@ -54,10 +55,14 @@ def queue_lease_end(
     params: dict[str, Any],
     rows: Sequence[tuple[Any, ...]],
     read_after: ReadAfter | None,
+    limited: bool = False,
 ) -> dict[str, int]:
-    """End a step lease's batch: when work is next due (read with the lease, so the worker's
+    """End a step lease's batch: with ``limited``, whether an attempt of a limited step is
+    ready (``limited_ready``); when work is next due (read with the lease, so the worker's
     pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
     the histories are read after."""
+    if limited:
+        batch.execute(ANY_LIMITED_READY, params)
     batch.execute(tables.NEXT_DUE, params)
     after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
     if after:
@@ -81,6 +86,12 @@ def leased(
         None if steps is None else tables.utc(steps),
     )
     return rows, after, (done[-2] if after else None), due
+
+
+def limited_ready(done: Sequence[list[tuple[Any, ...]] | None], after: dict[str, int]) -> bool:
+    """The answer of ``ANY_LIMITED_READY`` in a batch that ``queue_lease_end`` ended."""
+    rows = done[-4] if after else done[-3]
+    return bool(rows and rows[0][0])
 
 
 def due_params(

@@ -62,6 +62,15 @@ hide another's), lock their runs' rows in run id order, and leave the attempts i
 transaction's ``flow.limited_*`` settings for the next statements. Rows of ``tables.LOCK_RUNS``
 (then the settings' values)."""
 
+ANY_LIMITED_READY = (
+    "SELECT EXISTS (SELECT 1 FROM step_tasks t WHERE t.available_at <= %(now)s"
+    " AND t.build_id = ANY(%(builds)s)"
+    " AND t.step_name IN (SELECT name FROM limits WHERE kind = 'step' AND limited = 1)"
+    f" AND {_TASK_NOT_HELD})"
+)
+"""Whether an attempt of a limited step is ready: asked in the ordinary lease's round trip, so
+that the limited lease runs only when it has something to count (``PostgresStore``)."""
+
 LOCK_LIMITS = (
     "SELECT name FROM limits WHERE kind = 'step' AND limited = 1 AND name IN"
     f" (SELECT t.step_name FROM step_tasks t WHERE {_CANDIDATES}) ORDER BY name FOR UPDATE"

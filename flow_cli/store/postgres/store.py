@@ -91,6 +91,9 @@ class PostgresStore(
     """
 
     stats: StoreStats
+    _limited_expected = True
+    """Whether the next step lease runs the limited lease first: the last lease saw an attempt
+    of a limited step ready (``limited.ANY_LIMITED_READY``), or work was announced since."""
     _skipped_at: datetime | None = None
     """When the last ordinary lease passed over a ready task (``tables.LOCK_READY``)."""
     _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
@@ -187,12 +190,23 @@ class PostgresStore(
                 params = parts.due_params(*ask)
                 if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
                     self._throttled_until = None
+                    self._limited_expected = False
                     return []
-        # Steps under a limit first, while the lease's time is fresh (``postgres.limited``).
-        limited = self._lease_limited_steps(ask, ask.limit, read_after)
+        # Steps under a limit first, while the lease's time is fresh (``postgres.limited``),
+        # when the last lease saw one ready (or work was announced since).
+        limited: list[StepLease] = []
+        tried = self._limited_expected
+        if tried:
+            limited = self._lease_limited_steps(ask, ask.limit, read_after)
+        else:
+            self._throttled_until = None
         leases = self._lease_ready_steps(
             ask._replace(limit=ask.limit - len(limited)), read_after, writes
         )
+        if not tried and self._limited_expected and len(leases) < ask.limit:
+            # One became ready unannounced (a retry's time came, a lease lapsed): now, not a
+            # pass later.
+            limited = self._lease_limited_steps(ask, ask.limit - len(leases), read_after)
         carried = {lease.run_id for lease in limited}
         return limited + [
             dataclasses.replace(lease, history=None) if lease.run_id in carried else lease
@@ -239,7 +253,8 @@ class PostgresStore(
                                 leased is None
                                 and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
                             ):
-                                nothing = True
+                                nothing = True  # (limited steps included)
+                                self._limited_expected = False
                                 break
                         if leased is None:
                             leased = self._lease_ready(
@@ -313,6 +328,7 @@ class PostgresStore(
                 locked = tables.locked_runs(row[:3] for row in locking or ())
                 found = [row for row in leasing or () if row[0] is not None and row[0] in locked]
                 ready = sum(int(row[4]) for row in leasing or () if row[0] is None)
+                self._limited_expected = ready > len(found)
                 if ready > len(found):  # some held back: look again shortly
                     self._throttled_until = now + THROTTLE_POLL
                 found.sort(key=lambda row: (row[3], row[0], row[1]))
@@ -382,8 +398,12 @@ class PostgresStore(
         found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
         rows = [row[:4] for row in found]
         parts.queue_started(batch, rows, locked, worker, now, lease_until)
-        after = parts.queue_lease_end(batch, params, rows, read_after)
-        return parts.leased(batch.results(), rows, after)
+        limits = self._step_limits_present()
+        after = parts.queue_lease_end(batch, params, rows, read_after, limits)
+        done = batch.results()
+        if limits:
+            self._limited_expected = parts.limited_ready(done, after)
+        return parts.leased(done, rows, after)
 
     def _lease_hinted(
         self,
@@ -402,7 +422,8 @@ class PostgresStore(
         batch.execute("BEGIN")
         hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
         rows = hints.leased_rows(hinted)
-        after = parts.queue_lease_end(batch, params, rows, read_after)
+        limits = self._step_limits_present()
+        after = parts.queue_lease_end(batch, params, rows, read_after, limits)
         try:
             done = batch.results()
         except tables.GUARD_FAILURES:
@@ -410,6 +431,8 @@ class PostgresStore(
                 self._rolled_back(conn)
                 conn.execute("ROLLBACK")
             return None
+        if limits:
+            self._limited_expected = parts.limited_ready(done, after)
         return parts.leased(done, rows, after)
 
     def renew_step(
@@ -649,6 +672,7 @@ class PostgresStore(
                     woke = max(woke, self._heard(note.payload, heard))
             if woke == WORK:  # a hand-off alone leaves nothing for a lease to find
                 self._steps_expected = True
+                self._limited_expected = True
                 # With steps handed too, the pass takes those and does not look (see
                 # ``_work_heard``).
                 self._work_heard = bool(self._handed)
