@@ -1170,34 +1170,3 @@ def test_version_8_schema_gains_run_attributes(url: str, schema: str, store: Pos
     with admin(url, schema) as conn:
         version = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'")
         assert version.fetchone() == (str(postgres_schema.SCHEMA_VERSION),)
-
-
-def test_a_step_lease_passes_over_a_held_run_and_looks_again_soon(
-    url: str, schema: str, store: PostgresStore
-) -> None:
-    """A ready step whose run's row another transaction holds (a commit, another lease) is
-    passed over, not waited for, and the lease says to look again in a few milliseconds
-    (``next_due``): no ready step waits for the poll interval."""
-    for run_id in ("r1", "r2"):
-        store.create_run(new_run(run_id, decide_at=None), NOW)
-        task = StepTask(step_id="s", attempt=1, available_at=NOW)
-        scheduled = StepScheduled(step_id="s", name="work", input=None, retry=RetryPolicy())
-        index = RunIndex(status=RunStatus.RUNNING, steps={"s": task})
-        store.append_if_sequence(run_id, 1, [scheduled], index, NOW)
-    until = NOW + timedelta(seconds=30)
-    holder = admin(url, schema)
-    try:
-        holder.execute("BEGIN")
-        holder.execute("SELECT 1 FROM runs WHERE run_id = 'r1' FOR UPDATE")
-        began = time.monotonic()
-        [lease] = store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
-        assert lease.run_id == "r2" and time.monotonic() - began < 2.0  # not waited for
-        due = store.next_due([BUILD])
-        assert due is not None and due <= NOW + timedelta(milliseconds=50)
-        assert store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10)) == []  # still held
-        holder.execute("COMMIT")
-    finally:
-        holder.close()
-    [lease] = store.lease_steps(LeaseAsk("w", [BUILD], NOW, until, 10))
-    assert lease.run_id == "r1"
-    assert [e.event_key for e in store.read_history("r1")][-1] == "step_started"

@@ -82,50 +82,33 @@ LOCK_READY = (
     "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM step_tasks t"
     f" WHERE {PRIORITY_IN} AND available_at <= %(now)s AND build_id = ANY(%(builds)s)"
     f" AND {unlimited_step('t')} AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
-    " ORDER BY priority, available_at, run_id, step_id LIMIT %(limit)s"
-    " FOR UPDATE SKIP LOCKED),"
-    " locked AS MATERIALIZED (SELECT run_id, last_sequence, build_id FROM runs"
-    "  WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE SKIP LOCKED)"
+    " ORDER BY priority, available_at, run_id, step_id LIMIT %(limit)s)"
     " SELECT run_id, last_sequence, build_id,"
-    "  set_config('flow.ready_runs', (SELECT array_agg(run_id ORDER BY run_id, step_id)::text"
-    "   FROM ready WHERE run_id IN (SELECT run_id FROM locked)), true),"
-    "  set_config('flow.ready_steps', (SELECT array_agg(step_id ORDER BY run_id, step_id)::text"
-    "   FROM ready WHERE run_id IN (SELECT run_id FROM locked)), true)"
-    " FROM locked"
-    " UNION ALL SELECT NULL, NULL, NULL, NULL, NULL FROM ready"
-    "  WHERE run_id NOT IN (SELECT run_id FROM locked)"
+    "  set_config('flow.ready_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
+    "  set_config('flow.ready_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
+    " FROM runs WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE"
 )
-"""Find the oldest ``limit`` ready step tasks no other lease holds, lock them and their runs'
-rows, and leave the steps in the transaction's ``flow.ready_*`` settings for ``LEASE_READY``, the
-next statement of the same round trip: a statement cannot read another's answer before the
-round trip ends. Rows of ``LOCK_RUNS`` (then the settings' values), then a row of NULLs for each
-task whose run another transaction holds (a commit, or a lease of another of its steps):
-skipped, not waited for, and looked at again shortly (``SKIPPED_POLL``).
-
-Nothing here waits: two workers leasing at once take different tasks (the second passes over
-the first's instead of queueing behind its locks to then find them taken), and a lease never
-holds a lock that a commit waits for while it waits for one itself (no deadlock, whatever the
-order)."""
-
-SKIPPED_POLL_SECONDS = 0.005
-"""How soon a worker whose lease passed over a ready task (its run's row held by another
-transaction) looks again: the holder is a commit or a lease, over in a few milliseconds."""
+"""Find the oldest ``limit`` ready step tasks, lock their runs' rows in run id order (the order
+``commit`` locks them in, so a lease and a commit never deadlock), and leave the steps in the
+transaction's ``flow.ready_*`` settings for ``LEASE_READY``, the next statement of the same round
+trip: a statement cannot read another's answer before the round trip ends. Rows of
+``LOCK_RUNS`` (then the settings' values)."""
 
 LEASE_READY = (
     "UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
     " FROM (SELECT available_at AS was, run_id, step_id FROM step_tasks"
-    "       WHERE (run_id, step_id) IN (SELECT r, s FROM unnest("
-    "         coalesce(nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[],"
-    "         coalesce(nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
-    "         AS u(r, s))"
+    "       WHERE run_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_runs', true), ''), '{}')::text[])"
+    "       AND step_id = ANY(coalesce("
+    "         nullif(current_setting('flow.ready_steps', true), ''), '{}')::text[])"
     "       AND available_at <= %(now)s AND build_id = ANY(%(builds)s)) due"
     " WHERE step_tasks.run_id = due.run_id AND step_tasks.step_id = due.step_id"
     " RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, due.was,"
     " step_tasks.priority"
 )
-"""Lease the step tasks ``LOCK_READY`` found and locked (those pairs alone: another lease may
-hold a task of the same run or with the same step id), re-checking that they are still ready:
-rows of (run_id, step_id, attempt, old available_at, priority).
+"""Lease the step tasks ``LOCK_READY`` found, re-checking that they are still ready (it may
+have waited for a run's lock meanwhile): rows of (run_id, step_id, attempt, old available_at,
+priority).
 The settings are local to the transaction, so after a ``LOCK_READY`` that found nothing this
 leases nothing."""
 
