@@ -311,34 +311,18 @@ class PostgresStore(
         with self._transaction(writes=False) as conn:
             conn.autocommit = True  # the statements open and end the transaction themselves
             try:
-                prepared = self._prepared_on(conn)
-                opening = Batch(conn, prepared)
-                opening.execute("BEGIN")
-                opening.execute(limited.LOCK_LIMITED, params)
-                opening.execute(limited.LOCK_LIMITS, params)
-                opening.execute(limited.LEASE_LIMITED, params)
-                _, locking, _, leasing = opening.results()
-                batch = Batch(conn, prepared, whole=False)
-                locked = tables.locked_runs(row[:3] for row in locking or ())
-                found = [row for row in leasing or () if row[0] is not None and row[0] in locked]
-                ready = sum(int(row[4]) for row in leasing or () if row[0] is None)
-                self._limited_expected = ready > len(found)
-                if ready > len(found):  # some held back: look again shortly
-                    self._throttled_until = now + THROTTLE_POLL
-                found.sort(key=lambda row: (row[3], row[0], row[1]))
-                rows = [row[:4] for row in found]
-                parts.queue_started(batch, rows, locked, worker, now, lease_until)
-                if rows and self._prune_starts():
-                    batch.execute(limited.PRUNE_STARTS, params)
-                after = (
-                    wanted_after((row[0] for row in rows), read_after)
-                    if read_after is not None
-                    else {}
-                )
-                if after:
-                    batch.execute(READ_HISTORIES, histories_params(after))
-                batch.execute("COMMIT")
-                done = batch.results()
+                for attempt in (1, 2):
+                    try:
+                        rows, after, done = self._lease_limited_batch(
+                            conn, params, worker, now, lease_until, read_after
+                        )
+                        break
+                    except psycopg.errors.InvalidSqlStatementName:
+                        # As in ``_lease_ready_steps``: nothing was written; lease again.
+                        if attempt == 2:
+                            raise
+                        self._rolled_back(conn)
+                        conn.execute("ROLLBACK")
             except BaseException:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     self._rolled_back(conn)
@@ -361,6 +345,42 @@ class PostgresStore(
         if after:
             leases = with_histories(leases, self._histories(done[-2] or [], after))
         return leases
+
+    def _lease_limited_batch(
+        self,
+        conn: Connection,
+        params: dict[str, Any],
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int], list[list[tuple[Any, ...]] | None]]:
+        """``_lease_limited_steps``'s transaction on ``conn`` (autocommit mode): the leased
+        rows, the sequences their histories were read after, the second batch's answers."""
+        prepared = self._prepared_on(conn)
+        opening = Batch(conn, prepared)
+        opening.execute("BEGIN")
+        opening.execute(limited.LOCK_LIMITED, params)
+        opening.execute(limited.LOCK_LIMITS, params)
+        opening.execute(limited.LEASE_LIMITED, params)
+        _, locking, _, leasing = opening.results()
+        batch = Batch(conn, prepared, whole=False)
+        locked = tables.locked_runs(row[:3] for row in locking or ())
+        found = [row for row in leasing or () if row[0] is not None and row[0] in locked]
+        ready = sum(int(row[4]) for row in leasing or () if row[0] is None)
+        self._limited_expected = ready > len(found)
+        if ready > len(found):  # some held back: look again shortly
+            self._throttled_until = now + THROTTLE_POLL
+        found.sort(key=lambda row: (row[3], row[0], row[1]))
+        rows = [row[:4] for row in found]
+        parts.queue_started(batch, rows, locked, worker, now, lease_until)
+        if rows and self._prune_starts():
+            batch.execute(limited.PRUNE_STARTS, params)
+        after = wanted_after((r[0] for r in rows), read_after) if read_after is not None else {}
+        if after:
+            batch.execute(READ_HISTORIES, histories_params(after))
+        batch.execute("COMMIT")
+        return rows, after, batch.results()
 
     def _lease_ready(
         self,
