@@ -7,10 +7,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -93,4 +95,13 @@ def bench_worker(url: str, scratch: Path) -> subprocess.Popen[bytes]:
     )
     if worker.stderr is not None:
         worker.stderr.readline()
+        # Keep reading what it logs (into BENCH_WORKER_LOG, if set): a full pipe would stop it.
+        threading.Thread(target=_drain, args=(worker.stderr,), daemon=True).start()
     return worker
+
+
+def _drain(stream: IO[bytes]) -> None:
+    log = os.environ.get("BENCH_WORKER_LOG")
+    with open(log or os.devnull, "ab") as out:
+        for line in stream:
+            out.write(line)

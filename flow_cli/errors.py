@@ -132,6 +132,19 @@ class EventConflict(FlowError):
         self.actual_sequence = actual_sequence
 
 
+class LimitFull(EventConflict):
+    """A commit would start a step attempt that its step's limit has no room for: nothing was
+    written. Decided again, the attempt is left ready for a lease that counts it."""
+
+    def __init__(self, run_id: str, expected_sequence: int, name: str) -> None:
+        super().__init__(run_id, expected_sequence, expected_sequence)
+        self.args = (
+            f"Run {run_id!r}: the limit of step {name!r} has no room for an attempt started "
+            "in this commit. Decide again; the attempt waits for a lease.",
+        )
+        self.name = name
+
+
 @dataclass(frozen=True, slots=True)
 class Mismatch:
     """One field of one identity that differs between history and the proposed command."""

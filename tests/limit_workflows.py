@@ -1,5 +1,6 @@
 """Workflows for the flow-control limit tests (``tests/test_limits*.py``): a one-step workflow
-whose step has a concurrency limit, one whose step has a rate, and one with no limit."""
+whose step has a concurrency limit, one whose step has a rate, one with no limit, and one of
+three steps under a concurrency of 1."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def ping(value: Any, info: StepInfo) -> Any:
     return value
 
 
+@runtime.step("solo", concurrency=1)
+def solo(value: Any, info: StepInfo) -> Any:
+    time.sleep(PAUSE / 4)
+    return value
+
+
 @runtime.step("plain")
 def plain(value: Any, info: StepInfo) -> Any:
     return value
@@ -41,6 +48,13 @@ def pay(ctx: WorkflowContext) -> RuntimeCommand:
 @runtime.workflow("poll")
 def poll(ctx: WorkflowContext) -> RuntimeCommand:
     return ctx.complete(ctx.step("ping", ping, ctx.input))
+
+
+@runtime.workflow("solos")
+def solos(ctx: WorkflowContext) -> RuntimeCommand:
+    for i in range(3):  # each next attempt may start in the commit that ends the one before
+        ctx.step(f"solo{i}", solo, ctx.input)
+    return ctx.complete(ctx.input)
 
 
 @runtime.workflow("simple")

@@ -43,6 +43,8 @@ def test_list_set_and_unset(project: FlowProject) -> None:
          "source": "code"},
         {"target": "step:ping", "concurrency": None, "rate": "20/1s", "in_use": 0, "waiting": 0,
          "source": "code"},
+        {"target": "step:solo", "concurrency": 1, "rate": None, "in_use": 0, "waiting": 0,
+         "source": "code"},
         {"target": "workflow:batch", "concurrency": 2, "rate": None, "in_use": 0, "waiting": 0,
          "source": "code"},
         {"target": "workflow:sync", "concurrency": 1, "rate": None, "in_use": 0, "waiting": 0,
@@ -59,7 +61,7 @@ def test_list_set_and_unset(project: FlowProject) -> None:
         "override",
     )
     table = _ok(project, "limits").stdout
-    assert "step:charge" in table and "override" in table and "5 limits in effect" in table
+    assert "step:charge" in table and "override" in table and "6 limits in effect" in table
     _ok(project, "limits", "unset", "step:plain")
     _ok(project, "limits", "unset", "step:charge")
     assert {row["source"] for row in _ok(project, "limits", "--json").json()} == {"code"}

@@ -157,6 +157,7 @@ def test_bad_overrides_write_nothing(clock: ManualClock) -> None:
     assert [(s.target, s.concurrency, s.source) for s in engine.limits.list()] == [
         ("step:charge", 3, "code"),
         ("step:ping", None, "code"),
+        ("step:solo", 1, "code"),
         ("workflow:batch", 2, "code"),
         ("workflow:sync", 1, "code"),
     ]
@@ -269,8 +270,12 @@ def test_a_limited_step_is_never_started_in_the_commit_that_schedules_it(
     store: EventStore, clock: ManualClock
 ) -> None:
     from flow_cli.engine.decider import StartSteps
+    from flow_cli.store.protocol import LimitedStarts
 
+    if isinstance(store, LimitedStarts):
+        pytest.skip("its commits count a start under the limit (the tests on_postgres_ below)")
     engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine.limits.declare()
     _start(engine, "pay", 2)
     _start(engine, "simple", 2)
     start = StartSteps("w1", 30, 10)
@@ -297,3 +302,65 @@ def test_a_pause_holds_limited_steps_and_limited_runs_too(
     engine.resume([PauseTarget(kind=PauseKind.WORKFLOW, name="sync")])
     assert len(engine.work.lease_steps(30, 10)) == 2
     assert engine.work.lease_runs(30, 10) == ["sync-a"]
+
+
+def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_room(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine.limits.declare()
+    runs = _start(engine, "pay", 5)
+    start = StartSteps("w1", 30, 10)
+    report = engine.decider.decide_many(runs[:2], start=start)
+    # Room for both (concurrency 3): started in the decisions' own commit, counted there.
+    assert sorted(lease.run_id for lease in report.started) == runs[:2]
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (2, 0)
+    # Three more decided at once: one slot is left, so one starts; the others wait ready for a
+    # lease, no attempt used (the commit that found no room was redone without the start).
+    report = engine.decider.decide_many(runs[2:], start=start)
+    assert len(report.started) == 1
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (3, 2)
+    assert engine.work.lease_steps(30, 10) == []
+    # Leases that lapse free their slots: three of the five ready attempts are leased.
+    clock.advance(31)
+    assert len(engine.work.lease_steps(30, 10)) == 3
+
+
+def test_on_postgres_attempts_under_a_generous_limit_start_in_commits_under_a_shared_lock(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.engine.decider import StartSteps
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine.limits.declare()
+    engine.limits.set("step:charge", concurrency=1_000_000)  # generous: a shared lock
+    runs = _start(engine, "pay", 4)
+    start = StartSteps("w1", 30, 10)
+    assert len(engine.decider.decide_many(runs[:2], start=start).started) == 2
+    engine.limits.set("step:charge", concurrency=3)  # no longer: an exclusive lock, exact
+    assert len(engine.decider.decide_many(runs[2:3], start=start).started) == 1
+    assert engine.decider.decide_many(runs[3:], start=start).started == []
+    state = {s.target: s for s in engine.limits.list()}["step:charge"]
+    assert (state.in_use, state.waiting) == (3, 1)
+
+
+def test_limited_attempts_whose_leases_lapsed_are_leased_in_one_call(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "pay", 3)
+    assert len(engine.work.lease_steps(30, 10)) == 3  # w1 then vanishes with them
+    other = _engine(store, clock, "w2")
+    assert other.work.lease_steps(30, 10) == []  # nothing ready at all
+    clock.advance(31)  # no notification says so: the leases lapsed
+    assert len(other.work.lease_steps(30, 10)) == 3

@@ -24,7 +24,7 @@ from limit_workflows import runtime
 from flow_cli.engine.engine import Engine
 from flow_cli.model.events import StepCompleted, StepStarted
 from flow_cli.model.status import RunStatus
-from flow_cli.store.protocol import EventStore
+from flow_cli.store.protocol import EventStore, LimitedStarts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,6 +150,39 @@ def test_a_step_rate_of_20_per_second_holds_across_worker_processes(
     busiest = max(sum(1 for t in starts if s <= t < s + second) for s in starts)
     assert busiest == 20  # the first second takes all it may, and no window more
     assert starts[-1] - starts[0] >= 2 * second - timedelta(milliseconds=50)
+
+
+def test_a_step_concurrency_of_1_holds_when_attempts_start_in_commits(
+    fleet: tuple[Engine, Spawn, int],
+) -> None:
+    engine, spawn, _ = fleet
+    spawn()
+    spawn()
+    # Alone, a run's attempts find the limit with room and no attempt waiting: each next one
+    # starts in the commit that ends the one before. Then six at once contend for the slot.
+    run_ids = [engine.start("solos", 0, run_id="solos-alone").run_id]
+    _until(lambda: _ended(engine, run_ids), 60, "the first run to complete")
+    run_ids += [engine.start("solos", i, run_id=f"solos-{i}").run_id for i in range(6)]
+    _until(lambda: _ended(engine, run_ids), 60, "the runs to complete")
+    spans = []
+    in_commit = 0
+    for run_id in run_ids:
+        history = engine.history(run_id)
+        started = {e.event.step_id: e for e in history if isinstance(e.event, StepStarted)}
+        ended = {e.event.step_id: e for e in history if isinstance(e.event, StepCompleted)}
+        assert sorted(started) == sorted(ended) == ["solo0", "solo1", "solo2"], history
+        spans += [(started[s].recorded_at, ended[s].recorded_at) for s in started]
+        # Started in the commit that ended the step before (PostgreSQL, while the limit has
+        # room): recorded at the same time.
+        in_commit += sum(
+            1
+            for s in ("solo1", "solo2")
+            if started[s].sequence > ended[f"solo{int(s[-1]) - 1}"].sequence
+            and started[s].recorded_at == ended[f"solo{int(s[-1]) - 1}"].recorded_at
+        )
+    assert _most_at_once(spans) == 1
+    if isinstance(engine.store, LimitedStarts):
+        assert in_commit > 0  # the fast path was taken, and the limit still held
 
 
 def test_the_slots_of_a_killed_worker_come_back_when_its_leases_lapse(

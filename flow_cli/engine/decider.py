@@ -555,19 +555,28 @@ class Decider:
 class Gate(Protocol):
     def holds(self, name: str) -> bool: ...
 
+    def starts_in_commit(self, name: str) -> bool: ...
+
     def holds_run(self, workflow: str) -> bool: ...
 
 
-def startable_step(pending: Pending, gate: Gate | None = None) -> str | None:
+def startable_step(
+    pending: Pending, gate: Gate | None = None, *, in_commit: bool = False
+) -> str | None:
     """The first step the decisions in ``pending`` just scheduled that can start now (one
-    ``gate`` holds, a step under a limit, is left for a lease that counts it)."""
+    ``gate`` holds, a step under a limit, is left for a lease that counts it; ``in_commit``:
+    started in the decision's own commit, which may count it, see ``LimitedStarts``)."""
     snap = pending.snapshot
     if snap.terminal:
         return None
     scheduled = [e.step_id for e in pending.events if isinstance(e, StepScheduled)]
     for step_id in scheduled:
         step = snap.steps[step_id]
-        if step.status is StepStatus.SCHEDULED and (gate is None or not gate.holds(step.name)):
+        if step.status is not StepStatus.SCHEDULED:
+            continue
+        if gate is None or not gate.holds(step.name):
+            return step_id
+        if in_commit and gate.starts_in_commit(step.name):
             return step_id
     return None
 
@@ -577,7 +586,7 @@ def start_scheduled(
 ) -> StepLease | None:
     """Lease to ``worker`` the first step the decisions in ``pending`` just scheduled, recording
     its ``step_started`` in the same commit: the worker runs it without another transaction."""
-    step_id = startable_step(pending, gate)
+    step_id = startable_step(pending, gate, in_commit=True)
     if step_id is None:
         return None
     step = pending.snapshot.steps[step_id]

@@ -22,6 +22,7 @@ from flow_cli.model.limits import (
     parse_target,
 )
 from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS
+from flow_cli.store.protocol import LimitedStarts
 
 if TYPE_CHECKING:
     from flow_cli.engine.engine import Engine
@@ -55,6 +56,12 @@ class StepGate:
         """Whether step ``name`` must be leased under its limit (never started in a commit
         that did not count it)."""
         return self._limited(f"step:{name}")
+
+    def starts_in_commit(self, name: str) -> bool:
+        """Whether an attempt of limited step ``name`` may start in the commit that schedules
+        it: the store counts it there under the limit (``LimitedStarts``)."""
+        store = self._store
+        return isinstance(store, LimitedStarts) and store.starts_in_commit(name)
 
     def holds_run(self, workflow: str) -> bool:
         """Whether a new run of ``workflow`` waits to be admitted under its limit (never

@@ -255,14 +255,23 @@ class SQLLimits(SQLRole):
     def _limit_kinds(self) -> frozenset[str]:
         """The kinds (``step``, ``workflow``) some limit is in effect for, as last looked up
         (at most ``LIMITS_LOOK_SECONDS`` ago, else looked up now)."""
-        looked, kinds = self._limits_seen
+        return frozenset(target.split(":", 1)[0] for target in self._limits_in_effect())
+
+    def _limits_in_effect(self) -> frozenset[str]:
+        """The targets (``step:NAME``, ``workflow:NAME``) some limit is in effect for, as last
+        looked up (at most ``LIMITS_LOOK_SECONDS`` ago, else looked up now)."""
+        looked, targets = self._limits_seen
         if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
-            return kinds
-        with self._sql_read() as conn:
-            rows = conn.execute("SELECT kind FROM limits WHERE limited = 1 GROUP BY kind")
-            kinds = frozenset(row[0] for row in rows)
-        self._limits_seen = (time.monotonic(), kinds)
-        return kinds
+            return targets
+        targets = self.limited_targets()
+        self._limits_seen = (time.monotonic(), targets)
+        return targets
+
+    def _limited_step_names(self) -> frozenset[str]:
+        """The steps some limit is in effect for, as last looked up (``_limits_in_effect``)."""
+        return frozenset(
+            target[5:] for target in self._limits_in_effect() if target.startswith("step:")
+        )
 
     def _step_limits_present(self) -> bool:
         """Whether any step limit is in effect, as last looked up (``_limit_kinds``)."""

@@ -406,6 +406,20 @@ class Limits(Protocol):
 
 
 @runtime_checkable
+class LimitedStarts(Protocol):
+    """Optional: a store whose commits count a step attempt started in them under its step's
+    limit, failing with ``LimitFull`` (nothing written) when the limit has no room
+    (PostgreSQL). The engine then starts an attempt of a limited step in the commit that
+    schedules it, as it does an unlimited one; without it, such an attempt always waits for a
+    lease."""
+
+    def starts_in_commit(self, name: str) -> bool:
+        """Whether an attempt of limited step ``name`` may start in the commit that schedules
+        it: the store counts it there, and found the limit with room lately."""
+        ...
+
+
+@runtime_checkable
 class HandOffs(Protocol):
     """Optional: a store that can hand a new run's first step to an idle worker in the start's
     own commit (PostgreSQL). The engine checks for it with ``isinstance``; a store without it

@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from time import monotonic
 from typing import TypeVar
 
 import psycopg
 
-from flow_cli.errors import EventConflict, FlowError, RunNotFound, StoreRefused
+from flow_cli.errors import EventConflict, FlowError, LimitFull, RunNotFound, StoreRefused
 from flow_cli.model.events import EventEnvelope, RunStarted
 from flow_cli.store.index import row_changes
-from flow_cli.store.postgres import handoffs, hints, tables
+from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS
+from flow_cli.store.postgres import handoffs, hints, limited, tables
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.connection import NOTIFY, NOTIFY_CHANNEL, NOTIFY_ENDED
 from flow_cli.store.postgres.ends import ENDED_CHANNEL, ended_payload
@@ -290,10 +292,27 @@ class PostgresCommits(PostgresReads):
             named = hints.payload(self.schema, hints.ready_hints(groups, once - handing, after))
             if named is not None:  # a second notification: older listeners wait for the plain one
                 batch.execute(NOTIFY, (NOTIFY_CHANNEL, named))
+        starts = limited.started_under_limits(
+            (w for g in groups for w in g.writes), self._commit_limited_names()
+        )
+        if starts:  # after the step tasks, so that they count (see ``postgres.limited``)
+            limited.queue_limit_guards(
+                batch, starts, max(g.now for g in groups), self._generous_limits()
+            )
         ended = self._ended([w for g in groups for w in g.writes])
         if ended:
             batch.execute(NOTIFY_ENDED, (ENDED_CHANNEL, ended))
         return results
+
+    def _commit_limited_names(self) -> frozenset[str]:
+        """The steps under a limit that a commit starting an attempt of counts it under
+        (``PostgresStore``: those some limit is in effect for)."""
+        return frozenset()
+
+    def _generous_limits(self) -> frozenset[str]:
+        """Of those, the limits far from full whatever other commits start meanwhile
+        (``limited.GENEROUS``), as last looked up."""
+        return frozenset()
 
     def _queue_hand_off(self, batch: Batch, run: NewRun, write: StreamWrite, now: datetime) -> bool:
         """Add to a commit that creates ``run`` with its first decisions (``write``) the hand-off
@@ -390,6 +409,15 @@ class PostgresCommits(PostgresReads):
             ended = self._ended(writes)
             if ended:
                 conn.execute(NOTIFY_ENDED, (ENDED_CHANNEL, ended))
+        starts = limited.started_under_limits(writes, self._commit_limited_names())
+        full = limited.full_limit(conn, starts, now) if starts else None
+        if full is not None:
+            # Not started in commits for a while: the decision is made again, and leaves the
+            # attempt ready for a lease that counts it.
+            with self._lock:
+                self._limits_tight[full] = monotonic() + LIMITS_LOOK_SECONDS
+            write = next(w for w in writes if limited.started_under_limits([w], frozenset([full])))
+            raise LimitFull(write.run_id, write.expected_sequence, full)
         return results
 
     def _ended(self, writes: Iterable[StreamWrite]) -> list[str]:

@@ -112,6 +112,9 @@ class PostgresConnections:
         # or a NOTIFY announced work since. A lock that finds nothing costs a read-only
         # transaction (two round trips) where a look costs one.
         self._steps_expected = False
+        # Step limits a commit found no room under lately (name -> monotonic time until which
+        # attempts under it are not started in commits: ``postgres.limited``).
+        self._limits_tight: dict[str, float] = {}
         # Ready steps the notifications that ended the last wait named (``postgres.hints``).
         self._hints: list[hints.Hint] = []
         # This process's worker as offered for hand-offs (``postgres.handoffs``): its id, its

@@ -30,16 +30,16 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing, suppress
 from datetime import datetime
 from time import monotonic
-from typing import Any, TypeAlias
+from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
-from flow_cli.model.events import StepStarted
-from flow_cli.store.limits_sql import SQLLimits
+from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS, THROTTLE_POLL, SQLLimits
 from flow_cli.store.pauses_sql import SQLPauses
-from flow_cli.store.postgres import handoffs, hints, tables
+from flow_cli.store.postgres import handoffs, hints, limited, tables
+from flow_cli.store.postgres import leasing as parts
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.commits import PostgresCommits
 from flow_cli.store.postgres.connection import (
@@ -69,15 +69,6 @@ from flow_cli.store.protocol import (
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
 
-_Leased: TypeAlias = tuple[
-    list[tuple[Any, ...]],
-    dict[str, int],
-    list[tuple[Any, ...]] | None,
-    tuple[datetime | None, datetime | None],
-]
-"""A step lease's rows, the sequences its histories were read after, the histories' rows,
-and when runs and steps are next due (see ``DueHints``)."""
-
 
 class PostgresStore(
     PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, SQLLimits, AppendViaCommit
@@ -102,6 +93,10 @@ class PostgresStore(
     """
 
     stats: StoreStats
+    _limited_expected = True
+    """Whether the next step lease runs the limited lease first: the last lease saw an attempt
+    of a limited step ready (``limited.ANY_LIMITED_READY``), or work was announced since."""
+    _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
 
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds, earliest first.
@@ -122,7 +117,7 @@ class PostgresStore(
                 limit -= len(admitted)
                 if limit <= 0:
                     return admitted
-                params = _due_params(worker, build_ids, now, lease_until, limit)
+                params = parts.due_params(worker, build_ids, now, lease_until, limit)
                 with self._transaction(durable=False, pipelined=True) as conn:
                     cursor = conn.execute(tables.LEASE_RUNS, params)
                 rows = cursor.fetchall()
@@ -132,7 +127,7 @@ class PostgresStore(
         if self._due.no_run_due(build_ids, now):
             self._runs_expected = False
             return []
-        params = _due_params(worker, build_ids, now, lease_until, limit)
+        params = parts.due_params(worker, build_ids, now, lease_until, limit)
         if not self._runs_expected:
             with self._reading() as conn:
                 # Look before locking: an idle worker must not open a write transaction every
@@ -185,30 +180,48 @@ class PostgresStore(
         """
         if not ask.build_ids or ask.limit <= 0:
             return []
-        # Steps under a limit first, while the lease's time is fresh (``limits_sql``).
-        limited = self._lease_limited_steps(ask, ask.limit, read_after)
-        leases = self._lease_ready_steps(ask._replace(limit=ask.limit - len(limited)), read_after)
+        self._work_heard = False
+        self._due.forget()
+        writes = self._due.writes()
+        if not self._steps_expected:
+            with self._reading() as conn:
+                # Look before locking: an idle worker must not open a transaction that locks
+                # every pass. Skipped while work is expected (see ``_steps_expected``).
+                params = parts.due_params(*ask)
+                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                    self._throttled_until = None
+                    self._limited_expected = False
+                    return []
+        # Steps under a limit first, while the lease's time is fresh (``postgres.limited``),
+        # when the last lease saw one ready (or work was announced since).
+        limited: list[StepLease] = []
+        tried = self._limited_expected
+        if tried:
+            limited = self._lease_limited_steps(ask, ask.limit, read_after)
+        else:
+            self._throttled_until = None
+        leases = self._lease_ready_steps(
+            ask._replace(limit=ask.limit - len(limited)), read_after, writes
+        )
+        if not tried and self._limited_expected and len(leases) < ask.limit:
+            # One became ready unannounced (a retry's time came, a lease lapsed): now, not a
+            # pass later.
+            limited = self._lease_limited_steps(ask, ask.limit - len(leases), read_after)
         carried = {lease.run_id for lease in limited}
         return limited + [
             dataclasses.replace(lease, history=None) if lease.run_id in carried else lease
             for lease in leases
         ]
 
-    def _lease_ready_steps(self, ask: LeaseAsk, read_after: ReadAfter | None) -> list[StepLease]:
-        """``lease_steps`` of the steps under no limit: the ordinary lease."""
+    def _lease_ready_steps(
+        self, ask: LeaseAsk, read_after: ReadAfter | None, writes: int
+    ) -> list[StepLease]:
+        """``lease_steps`` of the steps under no limit: the ordinary lease (``writes``: the
+        store's count of writes before it, for ``DueHints``)."""
         worker, build_ids, now, lease_until, limit = ask
         if limit <= 0:
             return []
-        self._work_heard = False
-        self._due.forget()
-        writes = self._due.writes()
-        params = _due_params(worker, build_ids, now, lease_until, limit)
-        if not self._steps_expected:
-            with self._reading() as conn:
-                # Look before locking: an idle worker must not open a transaction that locks
-                # every pass. Skipped while work is expected (see ``_steps_expected``).
-                if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
-                    return []
+        params = parts.due_params(worker, build_ids, now, lease_until, limit)
         hinted = hints.usable(self._hints, build_ids, limit)
         self._hints = []
         with self._transaction(writes=False) as conn:
@@ -217,8 +230,13 @@ class PostgresStore(
             # step_started events, the run rows, the histories and COMMIT. Waiting for a run
             # another transaction holds (not skipping it) is short, and keeps a ready step
             # from being reported as absent; the lease re-checks readiness after the wait.
-            # Steps a notification named are tried first, in one round trip.
+            # (Skipping, FOR UPDATE SKIP LOCKED on the tasks and the runs, measured 0.96x
+            # with four workers in bench/fleet.py.)
+            # Steps a notification named are tried first, in one round trip; when another
+            # worker took them (every idle worker heard the same notification), a look without
+            # locks says whether anything else is ready before the lease that locks.
             conn.autocommit = True  # the statements open and end the transaction themselves
+            nothing = False
             try:
                 for attempt in (1, 2):
                     try:
@@ -234,6 +252,13 @@ class PostgresStore(
                                 lease_until,
                                 read_after,
                             )
+                            if (
+                                leased is None
+                                and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
+                            ):
+                                nothing = True  # (limited steps included)
+                                self._limited_expected = False
+                                break
                         if leased is None:
                             leased = self._lease_ready(
                                 conn, worker, params, now, lease_until, read_after
@@ -258,6 +283,9 @@ class PostgresStore(
                     conn.autocommit = False
                 else:  # could not be rolled back: never hand it out again in autocommit mode
                     conn.close()
+        if nothing:
+            self._steps_expected = False
+            return []
         self._steps_expected = bool(rows)
         self._due.offer(build_ids, *due, writes=writes)
         if rows:
@@ -275,45 +303,86 @@ class PostgresStore(
     def _lease_limited_steps(
         self, ask: LeaseAsk, room: int, read_after: ReadAfter | None
     ) -> list[StepLease]:
-        """Steps under a limit, leased in a transaction of their own as their limits leave
-        slots (``limits_sql``), their ``step_started`` recorded in it."""
+        """Steps under a limit, leased as their limits leave slots (``postgres.limited``), their
+        ``step_started`` recorded: a transaction of two round trips, as ``_lease_ready``'s."""
         worker, build_ids, now, lease_until, _ = ask
+        self._throttled_until = None
         if room <= 0 or not self._step_limits_present():
-            self._throttled_until = None
             return []
-        sequences: dict[str, int] = {}
-
-        def lock_runs(conn: Connection, run_ids: list[str]) -> None:
-            for run_id, sequence in conn.execute(
-                "SELECT run_id, last_sequence FROM runs WHERE run_id = ANY(%s) "
-                "ORDER BY run_id FOR UPDATE",
-                (run_ids,),
-            ):
-                sequences[run_id] = sequence
-
-        with self._transaction() as conn:
-            rows = self._lease_limited(
-                conn, worker, build_ids, now, lease_until, room, lock_runs=lock_runs
-            )
-            with conn.pipeline():  # the writes, in one round trip
-                for run_id, step_id, attempt in rows:
-                    started = StepStarted(
-                        step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-                    )
-                    tables.insert_events(conn, run_id, sequences[run_id], [started], now)
-                    sequences[run_id] += 1
-                for run_id in {row[0] for row in rows}:
-                    conn.execute(
-                        "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                        "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                        "WHERE run_id = %s",
-                        (sequences[run_id], now, run_id),
-                    )
+        params = parts.due_params(worker, build_ids, now, lease_until, room)
+        with self._transaction(writes=False) as conn:
+            conn.autocommit = True  # the statements open and end the transaction themselves
+            try:
+                for attempt in (1, 2):
+                    try:
+                        rows, after, done = self._lease_limited_batch(
+                            conn, params, worker, now, lease_until, read_after
+                        )
+                        break
+                    except psycopg.errors.InvalidSqlStatementName:
+                        # As in ``_lease_ready_steps``: nothing was written; lease again.
+                        if attempt == 2:
+                            raise
+                        self._rolled_back(conn)
+                        conn.execute("ROLLBACK")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:  # could not be rolled back: never hand it out again in autocommit mode
+                    conn.close()
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
+        self._count_rows(len(rows))
         leases = [
             StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
-            for run_id, step_id, attempt in rows
+            for run_id, step_id, attempt, _ in rows
         ]
-        return carry_histories(leases, read_after, self.read_histories)
+        if after:
+            leases = with_histories(leases, self._histories(done[-2] or [], after))
+        return leases
+
+    def _lease_limited_batch(
+        self,
+        conn: Connection,
+        params: dict[str, Any],
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+        read_after: ReadAfter | None,
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int], list[list[tuple[Any, ...]] | None]]:
+        """``_lease_limited_steps``'s transaction on ``conn`` (autocommit mode): the leased
+        rows, the sequences their histories were read after, the second batch's answers."""
+        prepared = self._prepared_on(conn)
+        opening = Batch(conn, prepared)
+        opening.execute("BEGIN")
+        opening.execute(limited.LOCK_LIMITED, params)
+        opening.execute(limited.LOCK_LIMITS, params)
+        opening.execute(limited.LEASE_LIMITED, params)
+        _, locking, _, leasing = opening.results()
+        batch = Batch(conn, prepared, whole=False)
+        locked = tables.locked_runs(row[:3] for row in locking or ())
+        found = [row for row in leasing or () if row[0] is not None and row[0] in locked]
+        ready = sum(int(row[4]) for row in leasing or () if row[0] is None)
+        self._limited_expected = ready > len(found)
+        if ready > len(found):  # some held back: look again shortly
+            self._throttled_until = now + THROTTLE_POLL
+        found.sort(key=lambda row: (row[3], row[0], row[1]))
+        rows = [row[:4] for row in found]
+        parts.queue_started(batch, rows, locked, worker, now, lease_until)
+        if rows and self._prune_starts():
+            batch.execute(limited.PRUNE_STARTS, params)
+        after = wanted_after((r[0] for r in rows), read_after) if read_after is not None else {}
+        if after:
+            batch.execute(READ_HISTORIES, histories_params(after))
+        batch.execute("COMMIT")
+        return rows, after, batch.results()
 
     def _lease_ready(
         self,
@@ -323,7 +392,7 @@ class PostgresStore(
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> _Leased:
+    ) -> parts.Leased:
         """``lease_steps``'s transaction, in two round trips on ``conn`` (autocommit mode: the
         statements open and end it): the leased rows, the sequences their histories were read
         after, the histories' rows, and when runs and steps are next due (see ``DueHints``)."""
@@ -342,22 +411,13 @@ class PostgresStore(
         found = [row for row in leasing or () if row[0] in locked]
         found.sort(key=lambda row: (row[4], row[3], row[0], row[1]))  # by priority, then age
         rows = [row[:4] for row in found]
-        for run_id, step_id, attempt, _ in rows:
-            target = locked[run_id]
-            started = StepStarted(
-                step_id=step_id, attempt=attempt, worker=worker, lease_until=lease_until
-            )
-            tables.insert_events(batch, run_id, target.last_sequence, [started], now)
-            target.last_sequence += 1
-        for run_id in {row[0] for row in rows}:
-            batch.execute(
-                "UPDATE runs SET last_sequence = %s, updated_at = %s, status = CASE "
-                "WHEN status = 'Cancelling' THEN status ELSE 'Running' END "
-                "WHERE run_id = %s",
-                (locked[run_id].last_sequence, now, run_id),
-            )
-        after = _queue_lease_end(batch, params, rows, read_after)
-        return _leased(batch.results(), rows, after)
+        parts.queue_started(batch, rows, locked, worker, now, lease_until)
+        limits = self._step_limits_present()
+        after = parts.queue_lease_end(batch, params, rows, read_after, limits)
+        done = batch.results()
+        if limits:
+            self._limited_expected = parts.limited_ready(done, after)
+        return parts.leased(done, rows, after)
 
     def _lease_hinted(
         self,
@@ -369,14 +429,15 @@ class PostgresStore(
         now: datetime,
         lease_until: datetime,
         read_after: ReadAfter | None,
-    ) -> _Leased | None:
+    ) -> parts.Leased | None:
         """``lease_steps``'s transaction for the hinted steps, in one round trip; ``None``
         (nothing written) when any of them was taken or its run moved meanwhile."""
         batch = Batch(conn, self._prepared_on(conn))
         batch.execute("BEGIN")
         hints.queue_lease(batch, hinted, worker, build_ids, now, lease_until)
         rows = hints.leased_rows(hinted)
-        after = _queue_lease_end(batch, params, rows, read_after)
+        limits = self._step_limits_present()
+        after = parts.queue_lease_end(batch, params, rows, read_after, limits)
         try:
             done = batch.results()
         except tables.GUARD_FAILURES:
@@ -384,7 +445,9 @@ class PostgresStore(
                 self._rolled_back(conn)
                 conn.execute("ROLLBACK")
             return None
-        return _leased(done, rows, after)
+        if limits:
+            self._limited_expected = parts.limited_ready(done, after)
+        return parts.leased(done, rows, after)
 
     def renew_step(self, renewal: StepRenewal) -> bool:
         """Extend the step's lease if ``worker`` still holds it (storing ``heartbeat`` with
@@ -526,6 +589,38 @@ class PostgresStore(
     def _limit_write(self) -> AbstractContextManager[Connection]:
         return self._transaction(durable=False)
 
+    def _commit_limited_names(self) -> frozenset[str]:
+        return frozenset(self._step_limit_sizes())
+
+    def _generous_limits(self) -> frozenset[str]:
+        return frozenset(name for name, generous in self._step_limit_sizes().items() if generous)
+
+    def _step_limit_sizes(self) -> dict[str, bool]:
+        """Each step limit in effect and whether it is generous (``limited.GENEROUS``), as
+        looked up at most ``LIMITS_LOOK_SECONDS`` ago (and again whenever limits change here)."""
+        if not self._step_limits_present():
+            return {}
+        looked, sizes, seen = self._limit_sizes
+        if monotonic() - looked < LIMITS_LOOK_SECONDS and seen == self._limits_seen[0]:
+            return sizes
+        with self._reading() as conn:
+            sizes = {name: bool(generous) for name, generous in conn.execute(limited.GENEROUS)}
+        self._limit_sizes = (monotonic(), sizes, self._limits_seen[0])
+        return sizes
+
+    def starts_in_commit(self, name: str) -> bool:
+        """Whether an attempt of limited step ``name`` may be started in the commit that
+        schedules it (``LimitedStarts``): its commits count it under the limit, and none found
+        the limit without room lately."""
+        if name not in self._commit_limited_names():
+            return False
+        with self._lock:
+            until = self._limits_tight.get(name)
+            if until is not None and monotonic() >= until:
+                del self._limits_tight[name]
+                until = None
+        return until is None
+
     def wait_for_change(
         self, timeout: float, *, ending: str | None = None, work_only: bool = False
     ) -> None:
@@ -575,6 +670,7 @@ class PostgresStore(
                     woke = max(woke, self._heard(note.payload, heard))
             if woke == WORK:  # a hand-off alone leaves nothing for a lease to find
                 self._steps_expected = True
+                self._limited_expected = True
                 # With steps handed too, the pass takes those and does not look (see
                 # ``_work_heard``).
                 self._work_heard = bool(self._handed)
@@ -675,49 +771,3 @@ class PostgresStore(
         finally:
             if self._closed:  # close() ran while we waited
                 self._ends.close()
-
-
-def _queue_lease_end(
-    batch: Batch,
-    params: dict[str, Any],
-    rows: Sequence[tuple[Any, ...]],
-    read_after: ReadAfter | None,
-) -> dict[str, int]:
-    """End a step lease's batch: when work is next due (read with the lease, so the worker's
-    pass need not ask again), the leased runs' histories, ``COMMIT``. Returns the sequences
-    the histories are read after."""
-    batch.execute(tables.NEXT_DUE, params)
-    after = wanted_after((row[0] for row in rows), read_after) if read_after is not None else {}
-    if after:
-        # Read before COMMIT: the histories cost no round trip of their own, and include the
-        # step_started events just written.
-        batch.execute(READ_HISTORIES, histories_params(after))
-    batch.execute("COMMIT")
-    return after
-
-
-def _leased(
-    done: Sequence[list[tuple[Any, ...]] | None],
-    rows: list[tuple[Any, ...]],
-    after: dict[str, int],
-) -> _Leased:
-    """A lease's result from the answers of a batch that ``_queue_lease_end`` ended."""
-    due_rows = done[-3] if after else done[-2]
-    runs, steps = due_rows[0] if due_rows else (None, None)
-    due = (
-        None if runs is None else tables.utc(runs),
-        None if steps is None else tables.utc(steps),
-    )
-    return rows, after, (done[-2] if after else None), due
-
-
-def _due_params(
-    worker: str, build_ids: Sequence[str], now: datetime, lease_until: datetime, limit: int
-) -> dict[str, Any]:
-    return {
-        "worker": worker,
-        "builds": list(build_ids),
-        "now": now,
-        "until": lease_until,
-        "limit": limit,
-    }
