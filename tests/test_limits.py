@@ -44,6 +44,22 @@ def test_a_step_concurrency_holds_in_the_lease_and_waits_ready(
     assert len(other.work.lease_steps(30, 10)) == 1
 
 
+def test_limited_attempts_are_taken_by_their_runs_priority_then_age(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _engine(store, clock)
+    _start(engine, "pay", 3)
+    engine.work.lease_steps(30, 10)  # the limit's three slots are taken
+    engine.start("pay", 3, run_id="pay-late")
+    engine.start("pay", 4, run_id="pay-urgent", priority=1)
+    assert engine.work.lease_steps(30, 10) == []
+    clock.advance(31)  # five attempts ready; by age alone the urgent one would come second
+    (first,) = engine.work.lease_steps(30, 1)
+    assert first.run_id == "pay-urgent"
+    # Then by age: the late one (ready since its start), then the lapsed (ready since then).
+    assert [lease.run_id for lease in engine.work.lease_steps(30, 10)] == ["pay-late", "pay-0"]
+
+
 def test_a_slot_held_by_a_vanished_worker_comes_back_when_its_lease_lapses(
     store: EventStore, clock: ManualClock
 ) -> None:

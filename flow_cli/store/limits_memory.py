@@ -210,11 +210,16 @@ class MemoryLimits:
         """Whether a pause holds the run (the store says): its ready attempts wait."""
         return False
 
+    def _limit_priority(self, run_id: str) -> int:
+        """The run's priority (the store says): its ready attempts are taken by it, then age."""
+        return 5
+
     def _lease_limited(
         self, builds: set[str], now: datetime, room: int
     ) -> list[tuple[tuple[str, str], LimitedTask]]:
-        """Ready tasks of limited steps that their limits leave slots for, oldest first per
-        step, their starts logged; the caller leases them (``limits_sql._lease_limited``)."""
+        """Ready tasks of limited steps that their limits leave slots for, by their runs'
+        priority then oldest first per step, their starts logged; the caller leases them
+        (``limits_sql._lease_limited``)."""
         self._throttled_until = None
         taken: list[tuple[tuple[str, str], LimitedTask]] = []
         tasks = list(self._limit_tasks())
@@ -225,7 +230,7 @@ class MemoryLimits:
             mine = [(key, t) for key, t in tasks if t.name == name]
             ready = sorted(
                 ((t.available_at, key, t) for key, t in mine if t.build_id in builds),
-                key=lambda item: (item[0], item[1]),
+                key=lambda item: (self._limit_priority(item[1][0]), item[0], item[1]),
             )
             ready = [item for item in ready if item[0] <= now and not self._limit_held(item[1][0])][
                 : room - len(taken)

@@ -291,11 +291,11 @@ class SQLLimits(SQLRole):
         room: int,
         lock_runs: Callable[[Any, list[str]], None] | None = None,
     ) -> list[tuple[str, str, int]]:
-        """In the caller's write transaction on ``conn``: lease up to ``room`` ready attempts
-        of limited steps of these builds, as their limits leave slots free, oldest first per
-        step, and log their starts for the rates. Rows of (run_id, step_id, attempt); the caller
-        records their ``step_started``. ``lock_runs`` locks the runs' rows first (PostgreSQL:
-        in the order a commit locks them)."""
+        """In the caller's write transaction on ``conn``: lease up to ``room`` ready attempts of
+        limited steps of these builds, as their limits leave slots free, by their runs' priority
+        then oldest first per step, and log their starts for the rates. Rows of (run_id, step_id,
+        attempt); the caller records their ``step_started``. ``lock_runs`` locks the runs' rows
+        first (PostgreSQL: in the order a commit locks them)."""
         self._throttled_until = None
         if room <= 0 or not build_ids or not self._step_limits_present():
             return []
@@ -325,7 +325,7 @@ class SQLLimits(SQLRole):
                 f"(SELECT count(*) FROM limit_starts WHERE name = {p} AND started_at > {p}) "
                 f"FROM step_tasks WHERE step_name = {p} AND available_at <= {p} "
                 f"AND build_id IN ({marks}) AND {_TASK_NOT_HELD} "
-                f"ORDER BY available_at, run_id, step_id LIMIT {p}",
+                f"ORDER BY priority, available_at, run_id, step_id LIMIT {p}",
                 (
                     name,
                     d.time(now),

@@ -626,6 +626,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
     def _limit_held(self, run_id: str) -> bool:
         return self._held(run_id)
 
+    def _limit_priority(self, run_id: str) -> int:
+        return self._runs[run_id].priority
+
     def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
         return list(self._tasks.items())
 

@@ -48,7 +48,7 @@ _CANDIDATES = (
 LOCK_LIMITED = (
     "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM (SELECT t.run_id, t.step_id,"
     "  row_number() OVER (PARTITION BY t.step_name"
-    "   ORDER BY t.available_at, t.run_id, t.step_id) AS rank"
+    "   ORDER BY t.priority, t.available_at, t.run_id, t.step_id) AS rank"
     "  FROM step_tasks t WHERE t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)"
     "  AND t.step_name IN (SELECT name FROM limits WHERE kind = 'step' AND limited = 1)"
     f"  AND {_TASK_NOT_HELD}) c WHERE rank <= %(limit)s)"
@@ -57,9 +57,9 @@ LOCK_LIMITED = (
     "  set_config('flow.limited_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
     " FROM runs WHERE run_id IN (SELECT run_id FROM ready) ORDER BY run_id FOR UPDATE"
 )
-"""Find the oldest ``limit`` ready attempts of each limited step (one limit's backlog does not
-hide another's), lock their runs' rows in run id order, and leave the attempts in the
-transaction's ``flow.limited_*`` settings for the next statements. Rows of ``tables.LOCK_RUNS``
+"""Find the first ``limit`` ready attempts (by priority, then age) of each limited step (one limit's
+backlog does not hide another's), lock their runs' rows in run id order, and leave the attempts in
+the transaction's ``flow.limited_*`` settings for the next statements. Rows of ``tables.LOCK_RUNS``
 (then the settings' values)."""
 
 ANY_LIMITED_READY = (
@@ -79,9 +79,9 @@ LOCK_LIMITS = (
 own: the next one's snapshot, taken after the locks, sees every slot taken before them."""
 
 LEASE_LIMITED = (
-    "WITH cand AS (SELECT t.run_id, t.step_id, t.step_name, t.available_at,"
+    "WITH cand AS (SELECT t.run_id, t.step_id, t.step_name, t.available_at, t.priority,"
     "  row_number() OVER (PARTITION BY t.step_name"
-    "   ORDER BY t.available_at, t.run_id, t.step_id) AS rank"
+    "   ORDER BY t.priority, t.available_at, t.run_id, t.step_id) AS rank"
     f"  FROM step_tasks t WHERE {_CANDIDATES}"
     "  AND t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)),"
     " lim AS (SELECT l.name, l.rate_count IS NOT NULL AS rated, least("
@@ -94,7 +94,7 @@ LEASE_LIMITED = (
     "  AND l.name IN (SELECT step_name FROM cand)),"
     " chosen AS (SELECT c.run_id, c.step_id, c.step_name, c.available_at, lim.rated FROM cand c"
     "  JOIN lim ON lim.name = c.step_name WHERE c.rank <= lim.free"
-    "  ORDER BY c.available_at, c.run_id, c.step_id LIMIT %(limit)s),"
+    "  ORDER BY c.priority, c.available_at, c.run_id, c.step_id LIMIT %(limit)s),"
     " moved AS (UPDATE step_tasks SET available_at = %(until)s, lease_owner = %(worker)s"
     "  FROM chosen WHERE step_tasks.run_id = chosen.run_id"
     "  AND step_tasks.step_id = chosen.step_id"
@@ -105,8 +105,8 @@ LEASE_LIMITED = (
     " SELECT run_id, step_id, attempt, available_at, NULL::bigint FROM moved"
     " UNION ALL SELECT NULL, NULL, NULL, NULL, count(*) FROM cand"
 )
-"""Lease as many of the found attempts as their limits leave slots for (attempts in flight:
-leased, lease not lapsed; starts in the rate's window), oldest first per limit, at most
+"""Lease as many of the found attempts as their limits leave slots for (attempts in flight: leased,
+lease not lapsed; starts in the rate's window), by priority then oldest first per limit, at most
 ``limit`` in all, logging the rated ones' starts. Rows of (run_id, step_id, attempt, old
 available_at, NULL), then one of (NULL, ..., how many attempts were found ready)."""
 
