@@ -286,3 +286,26 @@ def test_the_sql_counts_random_index_rows_as_classify_does(store: EventStore) ->
             (c, r) for n, (c, _, r) in enumerate(found) if [x[0] for x in found[:n]].count(c) < 2
         ]
         assert sorted((c, s.run_id) for c, s in tally.samples) == sorted(firsts)
+
+
+def test_ranking_in_passing_is_the_databases_ranking() -> None:
+    """``ranked_in_passing`` (SQLite's tally) counts and picks as ``tally_sql``'s window does:
+    by since with none first, then run id in code point order, ``keep`` a cause."""
+    from flow_cli.store.causes import ranked_in_passing
+
+    rows = [
+        ("stuck", "2026-01-02", "r9"),
+        ("late", "2026-01-01", "r1"),
+        ("stuck", None, "r5"),
+        ("stuck", "2026-01-01", "rB"),
+        ("stuck", "2026-01-01", "ra"),
+        ("late", "2026-01-03", "r2"),
+        ("stuck", "2026-01-01", "rA"),
+    ]
+    assert ranked_in_passing(iter(rows), 3) == [
+        ("late", "2026-01-01", "r1", 2),
+        ("late", "2026-01-03", "r2", 2),
+        ("stuck", None, "r5", 5),
+        ("stuck", "2026-01-01", "rA", 5),
+        ("stuck", "2026-01-01", "rB", 5),
+    ]

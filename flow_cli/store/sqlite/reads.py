@@ -149,16 +149,18 @@ class SQLiteReads(SQLiteConnections):
 
     @guarded
     def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
-        """``flow doctor``'s causes counted by one statement (``causes.tally_sql``), then the
-        states of the few runs sampled."""
+        """``flow doctor``'s causes: every open run classified by one statement
+        (``causes.tally_sql``), counted and ranked as the rows stream by, then the states of
+        the few runs sampled."""
         conn = self._conn()
-        statement, params = causes.tally_sql(where, query, SQLITE)
+        statement, params = causes.tally_sql(where, query, SQLITE, ranked=False)
 
         def states(run_ids: list[str]) -> list[RunState]:
             found, named = causes.states_sql(run_ids, SQLITE)
             return assemble_states(conn.execute(found, named), dt)
 
-        counts, samples = causes.tally(conn.execute(statement, params).fetchall(), states)
+        ranked = causes.ranked_in_passing(conn.execute(statement, params), query.keep)
+        counts, samples = causes.tally(ranked, states)
         return CauseTally(counts=counts, samples=tuple(samples))
 
     @guarded
