@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +162,29 @@ def test_an_old_hint_is_not_trusted(
     assert _lease_runs(store, now) == []  # the hint is young: not looked for yet
     monkeypatch.setattr(due, "MAX_AGE", 0.0)
     _finds_due(store, now)
+
+
+def test_a_look_up_to_a_time_need_not_see_work_due_after_it(
+    pair: tuple[EventStore, Any], clock: ManualClock
+) -> None:
+    """A worker wakes every second or so: it asks only up to then (``until``), so the store
+    reads the due-time index no further, while a look without a bound finds any time."""
+    store, _ = pair
+    now = clock.now()
+    later = now + timedelta(minutes=5)
+    create(store, "later", now, decide_at=later)
+    assert store.next_due([BUILD], now + timedelta(seconds=60)) is None
+    assert store.next_due([BUILD], now + timedelta(minutes=10)) == later
+    assert store.next_due([BUILD]) == later
+
+
+def test_a_hint_that_looked_so_far_answers_only_as_far() -> None:
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    horizon = now + due.HORIZON
+    found = due.DueHint(("b",), now + timedelta(seconds=5), None, 0, 0.0, until=horizon)
+    empty = due.DueHint(("b",), None, None, 0, 0.0, until=horizon)
+    whole = due.DueHint(("b",), None, None, 0, 0.0)
+    assert found.answers(None) and found.answers(horizon + timedelta(days=1))
+    assert empty.answers(now + timedelta(seconds=1)) and empty.answers(horizon)
+    assert not empty.answers(None) and not empty.answers(horizon + timedelta(seconds=1))
+    assert whole.answers(None)

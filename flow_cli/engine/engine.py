@@ -13,7 +13,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from flow_cli.engine.group_commit import GroupCommitter
@@ -415,7 +415,7 @@ class Engine:
         from flow_cli.model.signals import check_declared, earlier_delivery
 
         check_name(name, "signal name")
-        value = _payload(payload)
+        value = json_input(payload, "payload")
         event = SignalReceived(signal_name=name, payload=value, key=key)
         earlier: list[int] = []
 
@@ -465,7 +465,7 @@ class Engine:
         one that belongs to another run than ``run_id``), ``HookAlreadyResolved`` the second
         time, ``RunFinished`` if the run ended.
         """
-        value = _payload(payload)
+        value = json_input(payload, "payload")
         record = self.store.find_hook(token)
         if record is None:
             raise HookNotFound(token)
@@ -788,12 +788,10 @@ class Engine:
                     break
         return report
 
-    def next_due(self) -> datetime | None:
-        return self.store.next_due(self.build_ids)
-
-
-def _payload(payload: JsonValue) -> JsonValue:
-    return json_input(payload, "payload")
+    def next_due(self, within: float | None = None) -> datetime | None:
+        """When work is next due (``within`` seconds: ``None`` may mean not that soon)."""
+        until = None if within is None else self.clock.now() + timedelta(seconds=within)
+        return self.store.next_due(self.build_ids, until)
 
 
 __all__ = ["Engine", "SignalDelivery", "StartResult"]

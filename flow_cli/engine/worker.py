@@ -420,7 +420,7 @@ class Worker:
                 self._stop.wait(HANDOFF_AFTER)
         self._step_done.clear()
         timeout = self.max_idle_sleep
-        due = self.engine.next_due()
+        due = self.engine.next_due(within=timeout)  # later than that, it looks again anyway
         fire = self.engine.schedules.next_due()  # as last looked up: no round trip
         if fire is not None and (due is None or fire < due):
             due = fire

@@ -15,11 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 MAX_AGE = 0.25
 """Seconds a hint is trusted at most (a worker's pass is far shorter; a caller that never
 waits, as ``flow tick`` between leases, still sees commits elsewhere this soon)."""
+
+HORIZON = timedelta(seconds=60)
+"""How far ahead a lease looks for when work is next due. A worker wakes every second or so
+anyway; an unbounded look walks the due-time index over every waiting run of other builds
+(a million-run database: ~120 ms a look, where a bounded one reads a few rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +38,21 @@ class DueHint:
     """The store's count of writes by this process that the hint's transaction saw."""
     taken: float
     """``time.monotonic()`` when it was taken."""
+    until: datetime | None = None
+    """The times were looked for up to this time only (``None``: all of them)."""
 
     @property
     def earliest(self) -> datetime | None:
         found = [t for t in (self.runs, self.steps) if t is not None]
         return min(found, default=None)
+
+    def answers(self, until: datetime | None) -> bool:
+        """Whether it answers a look up to ``until`` (``None``: every time): a time it found
+        is the earliest whatever the bound (nothing earlier was left out); finding none
+        answers only a look no further than its own."""
+        if self.until is None or self.earliest is not None:
+            return True
+        return until is not None and until <= self.until
 
 
 class DueHints:
@@ -71,12 +86,16 @@ class DueHints:
         steps: datetime | None,
         *,
         writes: int,
+        until: datetime | None = None,
     ) -> None:
-        """Keep what a transaction read, if this process wrote nothing since ``writes`` was
-        counted (before the transaction began; its own commit counted in, if it wrote)."""
+        """Keep what a transaction read (looking up to ``until``), if this process wrote
+        nothing since ``writes`` was counted (before the transaction began; its own commit
+        counted in, if it wrote)."""
         with self._lock:
             if self._writes == writes:
-                self._hint = DueHint(tuple(builds), runs, steps, writes, time.monotonic())
+                self._hint = DueHint(
+                    tuple(builds), runs, steps, writes, time.monotonic(), until=until
+                )
 
     def fresh(self, builds: Sequence[str]) -> DueHint | None:
         """The hint, if it is about ``builds`` and may still be trusted."""
@@ -90,17 +109,21 @@ class DueHints:
             return hint
 
     def next_due(
-        self, builds: Sequence[str], read: Callable[[], Iterable[datetime | None]]
+        self,
+        builds: Sequence[str],
+        read: Callable[[datetime | None], Iterable[datetime | None]],
+        until: datetime | None = None,
     ) -> datetime | None:
-        """The earliest time work of ``builds`` is due: from a fresh hint, else the earliest
-        of the times ``read`` gets from the database (a run's ``decide_at``, a step's
-        ``available_at``; ``None`` where there is none)."""
+        """The earliest time work of ``builds`` is due (with ``until``: ``None`` when none is
+        due by then): from a fresh hint that answers it, else the earliest of the times
+        ``read(until)`` gets from the database (a run's ``decide_at``, a step's
+        ``available_at``, looked for up to ``until``; ``None`` where there is none)."""
         if not builds:
             return None
         hint = self.fresh(builds)
-        if hint is not None:
+        if hint is not None and hint.answers(until):
             return hint.earliest
-        return min((t for t in read() if t is not None), default=None)
+        return min((t for t in read(until) if t is not None), default=None)
 
     def no_run_due(self, builds: Sequence[str], now: datetime) -> bool:
         """Whether a fresh hint shows that no run of ``builds`` is due at ``now``."""

@@ -219,8 +219,10 @@ class Scheduler(Protocol):
         """The last stored heartbeat of each of the run's steps that sent one."""
         ...
 
-    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
-        """The earliest ``decide_at`` or step ``available_at`` for these builds."""
+    def next_due(self, build_ids: Sequence[str], until: datetime | None = None) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` for these builds. With
+        ``until``, a store may answer ``None`` when nothing is due by then (it need not look
+        further: a worker that wakes every second asks no more)."""
         ...
 
     def wait_for_change(

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 from flow_cli.model.events import StepStarted
+from flow_cli.store.due import HORIZON
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Batch
 from flow_cli.store.postgres.limited import ANY_LIMITED_READY
@@ -103,4 +104,5 @@ def due_params(
         "now": now,
         "until": lease_until,
         "limit": limit,
+        "due_until": now + HORIZON,  # how far ahead ``NEXT_DUE`` looks with the lease
     }

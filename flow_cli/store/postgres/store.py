@@ -28,7 +28,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, closing, suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
@@ -68,6 +68,9 @@ from flow_cli.store.protocol import (
 )
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
+
+_END_OF_TIME = datetime(9999, 12, 31, tzinfo=UTC)
+"""``NEXT_DUE``'s bound when the whole future is wanted (``next_due`` without ``until``)."""
 
 
 class PostgresStore(
@@ -287,7 +290,7 @@ class PostgresStore(
             self._steps_expected = False
             return []
         self._steps_expected = bool(rows)
-        self._due.offer(build_ids, *due, writes=writes)
+        self._due.offer(build_ids, *due, writes=writes, until=params["due_until"])
         if rows:
             with self._lock:
                 self.stats.durable_commits += 1
@@ -500,15 +503,17 @@ class PostgresStore(
             for row in rows
         ]
 
-    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
-        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
+    def next_due(self, build_ids: Sequence[str], until: datetime | None = None) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds (with
+        ``until``, looked for up to then)."""
         return self._throttled_due(
-            self._due.next_due(build_ids, lambda: self._due_times(build_ids))
+            self._due.next_due(build_ids, lambda bound: self._due_times(build_ids, bound), until)
         )
 
-    def _due_times(self, build_ids: Sequence[str]) -> list[datetime]:
+    def _due_times(self, build_ids: Sequence[str], until: datetime | None) -> list[datetime]:
+        params = {"builds": list(build_ids), "due_until": until or _END_OF_TIME}
         with self._reading() as conn:
-            row = conn.execute(tables.NEXT_DUE, {"builds": list(build_ids)}).fetchone()
+            row = conn.execute(tables.NEXT_DUE, params).fetchone()
         found = [tables.utc(value) for value in row or () if value is not None]
         self._count_rows(len(found))
         return found

@@ -117,20 +117,21 @@ _PRIORITIES = f"unnest(ARRAY[{', '.join(str(p) for p in PRIORITIES)}]) AS q(prio
 
 NEXT_DUE = (
     "SELECT (SELECT min((SELECT decide_at FROM runs"
-    "        WHERE priority = q.priority AND decide_at IS NOT NULL"
+    "        WHERE priority = q.priority AND decide_at <= %(due_until)s"
     f"       AND build_id = ANY(%(builds)s) AND {unlimited_run('runs')}"
     f"       AND {unpaused_or_not_held('runs')}"
     f"       ORDER BY decide_at LIMIT 1)) FROM {_PRIORITIES}),"
     "       (SELECT min((SELECT available_at FROM step_tasks t"
-    "        WHERE priority = q.priority AND build_id = ANY(%(builds)s)"
-    f"       AND {unlimited_step('t')}"
+    "        WHERE priority = q.priority AND available_at <= %(due_until)s"
+    f"       AND build_id = ANY(%(builds)s) AND {unlimited_step('t')}"
     f"       AND {unpaused_or_not_held('t', workflow=_TASK_WORKFLOW)}"
     f"       ORDER BY available_at LIMIT 1)) FROM {_PRIORITIES})"
 )
-"""The earliest run and step due times of some builds, of runs no pause holds (an idle worker
-would spin on a due run it may not lease): one row of two (maybe NULL) times. Each is the
-earliest of each priority's first, read from the (priority, due time) indexes (there is no
-index on the due time alone: a write keeps one index entry less)."""
+"""The earliest run and step due times of some builds up to ``due_until``, of runs no pause
+holds (an idle worker would spin on a due run it may not lease): one row of two (maybe NULL)
+times. Each is the earliest of each priority's first, read from the (priority, due time)
+indexes (there is no index on the due time alone: a write keeps one index entry less); the
+bound keeps each look to the entries due by then, not every waiting run of other builds."""
 
 
 @dataclass(slots=True)

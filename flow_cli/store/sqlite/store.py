@@ -17,6 +17,7 @@ from flow_cli.model.clock import parse_utc
 from flow_cli.model.events import EventEnvelope, RunStarted, StepStarted
 from flow_cli.model.spec import PRIORITIES
 from flow_cli.model.status import RunStatus
+from flow_cli.store.due import HORIZON
 from flow_cli.store.index import RowChanges, decided_row, row_changes, start_attributes
 from flow_cli.store.limits_sql import SQLLimits, unlimited_run, unlimited_step
 from flow_cli.store.pauses_sql import PRIORITY_IN
@@ -490,8 +491,11 @@ class SQLiteStore(
                 [(sequence, stamp, run_id) for run_id, sequence in last.items()],
             )
             # When work is next due, read with the lease: the worker's pass need not ask again.
-            runs_due, steps_due = self._due_times(conn, build_ids, paused)
-        self._due.offer(build_ids, runs_due, steps_due, writes=writes + 1)  # + the lease's own
+            horizon = now + HORIZON
+            runs_due, steps_due = self._due_times(conn, build_ids, paused, until=horizon)
+        self._due.offer(  # + the lease's own write
+            build_ids, runs_due, steps_due, writes=writes + 1, until=horizon
+        )
         self.stats.scheduler_rows_read += len(rows)
         leases = [
             StepLease(run_id=r, step_id=s, attempt=a, lease_until=until_dt) for r, s, a, _ in rows
@@ -545,28 +549,39 @@ class SQLiteStore(
         ]
 
     @guarded
-    def next_due(self, build_ids: Sequence[str]) -> datetime | None:
-        """The earliest ``decide_at`` or step ``available_at`` of these builds."""
-        due = self._due.next_due(build_ids, lambda: self._due_times(self._conn(), build_ids))
+    def next_due(self, build_ids: Sequence[str], until: datetime | None = None) -> datetime | None:
+        """The earliest ``decide_at`` or step ``available_at`` of these builds (with
+        ``until``, looked for up to then)."""
+        due = self._due.next_due(
+            build_ids, lambda bound: self._due_times(self._conn(), build_ids, until=bound), until
+        )
         return self._throttled_due(due)
 
     def _due_times(
-        self, conn: sqlite3.Connection, build_ids: Sequence[str], paused: bool | None = None
+        self,
+        conn: sqlite3.Connection,
+        build_ids: Sequence[str],
+        paused: bool | None = None,
+        until: datetime | None = None,
     ) -> tuple[datetime | None, datetime | None]:
         """The earliest ``decide_at`` and the earliest step ``available_at`` of these builds,
-        of runs no pause holds (``paused``: whether anything is, when the caller looked)."""
+        of runs no pause holds (``paused``: whether anything is, when the caller looked), up
+        to ``until`` (the due-time index read as far as that, not over every waiting run)."""
         if paused is None:
             paused = self._probe_pauses(conn)
         marks = ", ".join("?" * len(build_ids))
+        bound = "" if until is None else "AND {column} <= ? "
+        params = ((ts(until),) if until is not None else ()) + tuple(build_ids)
         # A held run (``flow pause``) is not due: an idle worker would spin on it.
         workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
         found = [
-            conn.execute(sql, tuple(build_ids) * len(PRIORITIES)).fetchone()[0]
+            conn.execute(sql, params * len(PRIORITIES)).fetchone()[0]
             for sql in (
                 earliest(
                     unheld(
                         "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
-                        f"NULL AND build_id IN ({marks}) AND {unlimited_run('runs')} "
+                        f"NULL {bound.format(column='decide_at')}"
+                        f"AND build_id IN ({marks}) AND {unlimited_run('runs')} "
                         "{held}ORDER BY decide_at LIMIT 1",
                         "runs",
                         paused,
@@ -575,6 +590,7 @@ class SQLiteStore(
                 earliest(
                     unheld(
                         "SELECT available_at FROM step_tasks WHERE priority = @P "
+                        f"{bound.format(column='available_at')}"
                         f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
                         "{held}ORDER BY available_at LIMIT 1",
                         "step_tasks",
