@@ -893,7 +893,14 @@ def test_due_work_queries_use_the_due_time_indexes(
         )
         conn.execute("ANALYZE runs")
         conn.execute("ANALYZE step_tasks")
-        params = {"now": NOW, "builds": [BUILD], "until": NOW, "worker": "w", "limit": 10}
+        params = {
+            "now": NOW,
+            "builds": [BUILD],
+            "until": NOW,
+            "worker": "w",
+            "limit": 10,
+            "due_until": NOW + timedelta(seconds=60),
+        }
         conn.execute("ANALYZE pauses")
         # The (priority, due time) indexes serve every due-work query (there is no index on
         # the due time alone); when work is next due is the earliest of each priority's first.

@@ -127,7 +127,9 @@ def test_a_lease_that_fails_still_restores_the_durable_mode(
     store = SQLiteStore(db_path)
     _ready_step(store, "r1")
 
-    def broken(conn: sqlite3.Connection, build_ids: object, paused: object = None) -> None:
+    def broken(
+        conn: sqlite3.Connection, build_ids: object, paused: object = None, until: object = None
+    ) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(store, "_due_times", broken)
