@@ -229,6 +229,28 @@ class PostgresConnections:
                 conn.autocommit = False
 
     @contextmanager
+    def _self_transacting(self) -> Iterator[Connection]:
+        """A pooled connection in autocommit mode for batches that open and end their own
+        transaction (``BEGIN`` ... ``COMMIT`` in their statements, as the leases send them).
+        One left inside a transaction by an error is rolled back; one that cannot be is closed,
+        never handed out again in autocommit mode."""
+        with self._transaction(writes=False) as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    self._rolled_back(conn)
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    conn.autocommit = False
+                else:
+                    conn.close()
+
+    @contextmanager
     def _transaction(
         self, *, durable: bool = True, writes: bool = True, pipelined: bool = False
     ) -> Iterator[Connection]:

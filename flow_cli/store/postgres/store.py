@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, closing, suppress
+from contextlib import AbstractContextManager, closing
 from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
@@ -227,7 +227,7 @@ class PostgresStore(
         params = parts.due_params(worker, build_ids, now, lease_until, limit)
         hinted = hints.usable(self._hints, build_ids, limit)
         self._hints = []
-        with self._transaction(writes=False) as conn:
+        with self._self_transacting() as conn:
             # Two round trips, each one query string of several statements (no per-statement
             # exchange, as in a pipeline): BEGIN, the locks and the lease; then the
             # step_started events, the run rows, the histories and COMMIT. Waiting for a run
@@ -238,54 +238,41 @@ class PostgresStore(
             # Steps a notification named are tried first, in one round trip; when another
             # worker took them (every idle worker heard the same notification), a look without
             # locks says whether anything else is ready before the lease that locks.
-            conn.autocommit = True  # the statements open and end the transaction themselves
             nothing = False
-            try:
-                for attempt in (1, 2):
-                    try:
-                        leased = None
-                        if hinted:
-                            leased = self._lease_hinted(
-                                conn,
-                                hinted,
-                                worker,
-                                build_ids,
-                                params,
-                                now,
-                                lease_until,
-                                read_after,
-                            )
-                            if (
-                                leased is None
-                                and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
-                            ):
-                                nothing = True  # (limited steps included)
-                                self._limited_expected = False
-                                break
-                        if leased is None:
-                            leased = self._lease_ready(
-                                conn, worker, params, now, lease_until, read_after
-                            )
-                        rows, after, history_rows, due = leased
-                        break
-                    except psycopg.errors.InvalidSqlStatementName:
-                        # A statement of the second round trip was dropped behind our back
-                        # (see ``Prepared``): nothing was written; roll back, lease again.
-                        if attempt == 2:
-                            raise
-                        self._rolled_back(conn)
-                        conn.execute("ROLLBACK")
-            except BaseException:
-                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            for attempt in (1, 2):
+                try:
+                    leased = None
+                    if hinted:
+                        leased = self._lease_hinted(
+                            conn,
+                            hinted,
+                            worker,
+                            build_ids,
+                            params,
+                            now,
+                            lease_until,
+                            read_after,
+                        )
+                        if (
+                            leased is None
+                            and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
+                        ):
+                            nothing = True  # (limited steps included)
+                            self._limited_expected = False
+                            break
+                    if leased is None:
+                        leased = self._lease_ready(
+                            conn, worker, params, now, lease_until, read_after
+                        )
+                    rows, after, history_rows, due = leased
+                    break
+                except psycopg.errors.InvalidSqlStatementName:
+                    # A statement of the second round trip was dropped behind our back
+                    # (see ``Prepared``): nothing was written; roll back, lease again.
+                    if attempt == 2:
+                        raise
                     self._rolled_back(conn)
-                    with suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
-                raise
-            finally:
-                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                    conn.autocommit = False
-                else:  # could not be rolled back: never hand it out again in autocommit mode
-                    conn.close()
+                    conn.execute("ROLLBACK")
         if nothing:
             self._steps_expected = False
             return []
@@ -313,32 +300,19 @@ class PostgresStore(
         if room <= 0 or not self._step_limits_present():
             return []
         params = parts.due_params(worker, build_ids, now, lease_until, room)
-        with self._transaction(writes=False) as conn:
-            conn.autocommit = True  # the statements open and end the transaction themselves
-            try:
-                for attempt in (1, 2):
-                    try:
-                        rows, after, done = self._lease_limited_batch(
-                            conn, params, worker, now, lease_until, read_after
-                        )
-                        break
-                    except psycopg.errors.InvalidSqlStatementName:
-                        # As in ``_lease_ready_steps``: nothing was written; lease again.
-                        if attempt == 2:
-                            raise
-                        self._rolled_back(conn)
-                        conn.execute("ROLLBACK")
-            except BaseException:
-                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        with self._self_transacting() as conn:
+            for attempt in (1, 2):
+                try:
+                    rows, after, done = self._lease_limited_batch(
+                        conn, params, worker, now, lease_until, read_after
+                    )
+                    break
+                except psycopg.errors.InvalidSqlStatementName:
+                    # As in ``_lease_ready_steps``: nothing was written; lease again.
+                    if attempt == 2:
+                        raise
                     self._rolled_back(conn)
-                    with suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
-                raise
-            finally:
-                if conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                    conn.autocommit = False
-                else:  # could not be rolled back: never hand it out again in autocommit mode
-                    conn.close()
+                    conn.execute("ROLLBACK")
         if rows:
             with self._lock:
                 self.stats.durable_commits += 1
