@@ -6,9 +6,8 @@ coercion at all. Importing pydantic and building the adapters costs ~100 ms, mor
 of ``flow show``. ``defer_adapters`` gives every parameter of a command tree a stand-in that
 returns a plain string, a list of plain strings, an empty list, a plain number within the
 option's bounds (``--limit 50``) or a checked ``Path`` (``--config``, ``-o DIR``) as Typer's
-adapters would, and builds Typer's own coercion the
-first time another value arrives. The coercion, the messages of
-a bad value and the help stay Typer's own.
+adapters would, and builds Typer's own coercion the first time another value arrives. The
+coercion, the messages of a bad value and the help stay Typer's own.
 
 With a Typer that has no such per-parameter coercion (before 0.29), nothing changes.
 """
