@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from limit_workflows import runtime
 
+from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.engine import Engine
 from flow_cli.errors import LimitInvalid
 from flow_cli.model.clock import ManualClock
@@ -285,7 +286,6 @@ def test_a_bad_declaration_fails_at_import_with_what_is_right() -> None:
 def test_a_limited_step_is_never_started_in_the_commit_that_schedules_it(
     store: EventStore, clock: ManualClock
 ) -> None:
-    from flow_cli.engine.decider import StartSteps
     from flow_cli.store.protocol import LimitedStarts
 
     if isinstance(store, LimitedStarts):
@@ -320,16 +320,22 @@ def test_a_pause_holds_limited_steps_and_limited_runs_too(
     assert engine.work.lease_runs(30, 10) == ["sync-a"]
 
 
-def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_room(
-    store: EventStore, clock: ManualClock
-) -> None:
-    from flow_cli.engine.decider import StartSteps
+def _committing_engine(store: EventStore, clock: ManualClock) -> Engine:
+    """An engine whose decisions start limited steps in their own commits (PostgreSQL only:
+    the test is skipped elsewhere), its code's limits declared."""
     from flow_cli.store.protocol import LimitedStarts
 
     if not isinstance(store, LimitedStarts):
         pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
     engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
     engine.limits.declare()
+    return engine
+
+
+def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_room(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _committing_engine(store, clock)
     runs = _start(engine, "pay", 5)
     start = StartSteps("w1", 30, 10)
     report = engine.decider.decide_many(runs[:2], start=start)
@@ -352,13 +358,7 @@ def test_on_postgres_a_limited_step_starts_in_its_commit_while_its_limit_has_roo
 def test_on_postgres_attempts_under_a_generous_limit_start_in_commits_under_a_shared_lock(
     store: EventStore, clock: ManualClock
 ) -> None:
-    from flow_cli.engine.decider import StartSteps
-    from flow_cli.store.protocol import LimitedStarts
-
-    if not isinstance(store, LimitedStarts):
-        pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
-    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
-    engine.limits.declare()
+    engine = _committing_engine(store, clock)
     engine.limits.set("step:charge", concurrency=1_000_000)  # generous: a shared lock
     runs = _start(engine, "pay", 4)
     start = StartSteps("w1", 30, 10)
