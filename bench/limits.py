@@ -1,11 +1,13 @@
 """What flow-control limits cost, with a real `flow worker` process.
 
     .venv/bin/python bench/limits.py [--backends sqlite,postgres] [--repeats 3] [--quick]
+        [--cases W1,W1+run-limit,keyed]
 
 (a) W1 (runs of 10 sequential steps, bench/workloads.py) with a generous step limit declared
 (concurrency 100,000 and a rate of 10,000,000/1s: never reached) against no limit: steps/s,
 and limited/free as a ratio.
-(b) A 3-step workflow under `concurrency=1` per key with 100 keys, against the same workflow
+(b) The same, while another workflow has a run limit declared too (case W1+run-limit).
+(c) A 3-step workflow under `concurrency=1` per key with 100 keys, against the same workflow
 unlimited: runs/s, and limited/free as a ratio (the target is at least 0.8).
 
 Each figure comes from a fresh database and a fresh worker; the two sides are measured in this
@@ -89,25 +91,34 @@ def measure(case: str, runtime_name: str, backend: str, quick: bool) -> float:
             engine.close()
 
 
+CASES = {
+    "W1": ("W1", "generous", "steps/s", "W1, generous step limit vs none"),
+    "W1+run-limit": (
+        "W1",
+        "both",
+        "steps/s",
+        "W1, generous step limit and another workflow's run limit vs none",
+    ),
+    "keyed": ("keyed", "per_key", "runs/s", "3 steps, concurrency=1 per key (100 keys) vs none"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="sqlite")
+    parser.add_argument("--cases", default=",".join(CASES), help="of: " + ", ".join(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     args = parser.parse_args()
     for backend in args.backends.split(","):
-        for case, unit in (("W1", "steps/s"), ("keyed", "runs/s")):
+        for name in args.cases.split(","):
+            case, runtime, unit, what = CASES[name]
             free: list[float] = []
             limited: list[float] = []
             for _ in range(args.repeats):
                 free.append(measure(case, "free", backend, args.quick))
-                limited.append(measure(case, "generous", backend, args.quick))
+                limited.append(measure(case, runtime, backend, args.quick))
             f, g = statistics.median(free), statistics.median(limited)
-            what = (
-                "W1, generous step limit vs none"
-                if case == "W1"
-                else "3 steps, concurrency=1 per key (100 keys) vs none"
-            )
             print(
                 f"{backend:8} {what}: free {f:,.0f} {unit} {[round(x) for x in free]}, "
                 f"limited {g:,.0f} {unit} {[round(x) for x in limited]}, ratio {g / f:.2f}",

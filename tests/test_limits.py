@@ -228,6 +228,26 @@ def test_an_unkeyed_run_limit_admits_that_many_runs_and_waiting_counts(
     assert _statuses(engine, run_ids) == ["Completed"] + ["Suspended"] * 3 + ["Pending"]
 
 
+def test_a_run_started_after_a_lease_found_no_limited_run_waiting_is_admitted(
+    store: EventStore, clock: ManualClock
+) -> None:
+    # A lease that finds no run of a limited workflow waiting skips the limited lease until one
+    # is Pending again (it asks first, without a lock): the next start must not be missed.
+    engine = _engine(store, clock)
+    other = _engine(store, clock, "w2")
+    assert engine.work.lease_runs(30, 10) == []
+    assert other.work.lease_runs(30, 10) == []
+    engine.start("batch", 0, run_id="b0")
+    assert other.work.lease_runs(30, 10) == ["b0"]  # another worker's start, no notification
+    assert engine.work.lease_runs(30, 10) == []
+    engine.start("batch", 1, run_id="b1")
+    engine.start("batch", 2, run_id="b2")
+    assert engine.work.lease_runs(30, 10) == ["b1"]  # the limit (2) has one slot left
+    assert engine.work.lease_runs(30, 10) == []  # b2 waits for a slot
+    clock.advance(31)  # the leases lapse: b0 and b1 are leased again, b2 still waits
+    assert sorted(other.work.lease_runs(30, 10)) == ["b0", "b1"]
+
+
 def test_doctor_says_throttled_for_runs_and_steps_a_limit_holds_back(
     store: EventStore, clock: ManualClock
 ) -> None:

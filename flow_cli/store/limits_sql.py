@@ -13,9 +13,10 @@ its lease lapses: an attempt counts only while ``available_at`` (its lease's end
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +41,32 @@ UNLIMITED_STEP = (
 )
 """The condition the ordinary step lease adds: the task's step has no limit in effect (a task
 indexed before limits existed has no ``step_name`` and none)."""
+
+ANY_LIMITED_RUN_PENDING = (
+    "SELECT 1 FROM runs r WHERE r.status = 'Pending' AND EXISTS (SELECT 1 FROM limits l"
+    " WHERE l.kind = 'workflow' AND l.name = r.workflow AND l.limited = 1) LIMIT 1"
+)
+"""A row when some run of a limited workflow is ``Pending``: the limited run lease has something
+to look at (a read, so that a worker with nothing to admit takes no lock of the limits)."""
+
+_LOOKING = threading.Lock()
+
+
+@contextmanager
+def looking_alone(first: bool) -> Iterator[bool]:
+    """Whether this thread looks up what limits are in effect now: one thread at a time, so
+    that a worker's step threads, all finding the last look too old at once, do not each ask
+    (and each take a connection for it). The ``first`` look always asks: nothing was seen."""
+    if first:
+        yield True
+        return
+    alone = _LOOKING.acquire(blocking=False)
+    try:
+        yield alone
+    finally:
+        if alone:
+            _LOOKING.release()
+
 
 LIMITS_LOOK_SECONDS = 2.0
 """How long a store trusts what it last saw of whether any limit is in effect, before it looks
@@ -106,6 +133,9 @@ class SQLLimits(SQLRole):
     _limits_seen: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
     _throttled_until: datetime | None = None
     _starts_seen: int = 0
+    _limited_runs_left = True
+    """Whether the last limited run lease left runs of a limited workflow ``Pending`` (waiting
+    for a slot, or admitted and not yet decided): the next one looks without asking first."""
 
     def _limit_write(self) -> AbstractContextManager[Any]:
         """The transaction ``declare_limits`` writes in: no wait for the disk (a worker
@@ -263,8 +293,10 @@ class SQLLimits(SQLRole):
         looked, targets = self._limits_seen
         if time.monotonic() - looked < LIMITS_LOOK_SECONDS:
             return targets
-        targets = self.limited_targets()
-        self._limits_seen = (time.monotonic(), targets)
+        with looking_alone(first=looked == float("-inf")) as alone:
+            if alone:  # else another thread is looking: what was last seen serves meanwhile
+                targets = self.limited_targets()
+                self._limits_seen = (time.monotonic(), targets)
         return targets
 
     def _limited_step_names(self) -> frozenset[str]:
@@ -388,6 +420,17 @@ class SQLLimits(SQLRole):
         self._starts_seen += 1
         return self._starts_seen % PRUNE_EVERY == 1
 
+    def _limited_runs_pending(self) -> bool:
+        """Whether the limited run lease may find something: a run limit is in effect and the
+        last lease left runs waiting, or a run of a limited workflow is ``Pending`` now
+        (``ANY_LIMITED_RUN_PENDING``, read before the lease takes any lock)."""
+        if not self._run_limits_present():
+            return False
+        if self._limited_runs_left:
+            return True
+        with self._sql_read() as conn:
+            return conn.execute(ANY_LIMITED_RUN_PENDING).fetchone() is not None
+
     def _lease_limited_runs(
         self,
         conn: Any,
@@ -403,6 +446,7 @@ class SQLLimits(SQLRole):
         A run admitted before (its lease lapsed) is leased again without another slot."""
         if room <= 0 or not build_ids or not self._run_limits_present():
             return []
+        self._limited_runs_left = True  # until this lease has seen every limit's waiting runs
         d = self._sql_dialect
         p = d.param
         hosted = set(build_ids)
@@ -414,8 +458,10 @@ class SQLLimits(SQLRole):
         if not limits or len(limits) < int(limits[0][3]):
             self._throttled_until = now + THROTTLE_POLL  # (as for steps)
         chosen: list[tuple[str, bool]] = []
+        left = False
         for name, concurrency, field, _ in limits:
             if len(chosen) >= room:
+                left = True
                 break
             if self._prune_starts():  # now and then: the count below reads open runs only
                 conn.execute(
@@ -452,6 +498,7 @@ class SQLLimits(SQLRole):
                 "ORDER BY r.created_at, r.run_id",
                 (name,),
             ).fetchall()
+            left = left or bool(waiting)
             for run_id, key, admitted, decide_at, build_id in waiting:
                 if len(chosen) >= room:
                     break
@@ -467,6 +514,8 @@ class SQLLimits(SQLRole):
                     continue
                 used[key] = int(used.get(key, 0)) + 1
                 chosen.append((run_id, True))
+        # A run a limit skipped (locked by another worker) may still wait: look again.
+        self._limited_runs_left = left or self._throttled_until is not None
         if not chosen:
             return []
         ids = sorted(run_id for run_id, _ in chosen)

@@ -36,7 +36,12 @@ import psycopg
 from psycopg import pq, sql
 
 from flow_cli.errors import StoreError
-from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS, THROTTLE_POLL, SQLLimits
+from flow_cli.store.limits_sql import (
+    LIMITS_LOOK_SECONDS,
+    THROTTLE_POLL,
+    SQLLimits,
+    looking_alone,
+)
 from flow_cli.store.pauses_sql import SQLPauses
 from flow_cli.store.postgres import handoffs, hints, limited, tables
 from flow_cli.store.postgres import leasing as parts
@@ -73,6 +78,9 @@ _END_OF_TIME = datetime(9999, 12, 31, tzinfo=UTC)
 """``NEXT_DUE``'s bound when the whole future is wanted (``next_due`` without ``until``)."""
 
 
+_NO_SIZES: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+
+
 class PostgresStore(
     PostgresCommits, SQLSchedules, SQLRetention, SQLPauses, SQLLimits, AppendViaCommit
 ):
@@ -99,7 +107,11 @@ class PostgresStore(
     _limited_expected = True
     """Whether the next step lease runs the limited lease first: the last lease saw an attempt
     of a limited step ready (``limited.ANY_LIMITED_READY``), or work was announced since."""
-    _limit_sizes: tuple[float, dict[str, bool], float] = (float("-inf"), {}, 0.0)
+    _limit_sizes: tuple[float, tuple[frozenset[str], frozenset[str]], float] = (
+        float("-inf"),
+        (frozenset(), frozenset()),
+        0.0,
+    )
 
     def lease_runs(self, ask: LeaseAsk) -> list[str]:
         """Lease up to ``limit`` due runs of these builds, earliest first.
@@ -110,7 +122,7 @@ class PostgresStore(
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
-        if self._run_limits_present():  # (looked up at most every LIMITS_LOOK_SECONDS)
+        if self._limited_runs_pending():  # (limits looked up at most every LIMITS_LOOK_SECONDS)
             # Runs of limited workflows: admitted as their limits leave slots (``limits_sql``).
             with self._transaction(durable=False) as conn:
                 admitted = self._lease_limited_runs(
@@ -569,22 +581,29 @@ class PostgresStore(
         return self._transaction(durable=False)
 
     def _commit_limited_names(self) -> frozenset[str]:
-        return frozenset(self._step_limit_sizes())
+        return self._step_limit_sizes()[0]
 
     def _generous_limits(self) -> frozenset[str]:
-        return frozenset(name for name, generous in self._step_limit_sizes().items() if generous)
+        return self._step_limit_sizes()[1]
 
-    def _step_limit_sizes(self) -> dict[str, bool]:
-        """Each step limit in effect and whether it is generous (``limited.GENEROUS``), as
-        looked up at most ``LIMITS_LOOK_SECONDS`` ago (and again whenever limits change here)."""
+    def _step_limit_sizes(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The step limits in effect, and those of them that are generous
+        (``limited.GENEROUS``), as looked up at most ``LIMITS_LOOK_SECONDS`` ago (and again
+        whenever limits change here)."""
         if not self._step_limits_present():
-            return {}
+            return _NO_SIZES
         looked, sizes, seen = self._limit_sizes
         if monotonic() - looked < LIMITS_LOOK_SECONDS and seen == self._limits_seen[0]:
             return sizes
-        with self._reading() as conn:
-            sizes = {name: bool(generous) for name, generous in conn.execute(limited.GENEROUS)}
-        self._limit_sizes = (monotonic(), sizes, self._limits_seen[0])
+        with looking_alone(first=looked == float("-inf")) as alone:
+            if alone:  # else another thread is looking: what was last seen serves meanwhile
+                with self._reading() as conn:
+                    rows = conn.execute(limited.GENEROUS).fetchall()
+                sizes = (
+                    frozenset(name for name, _ in rows),
+                    frozenset(name for name, generous in rows if generous),
+                )
+                self._limit_sizes = (monotonic(), sizes, self._limits_seen[0])
         return sizes
 
     def starts_in_commit(self, name: str) -> bool:

@@ -395,7 +395,7 @@ class SQLiteStore(
         worker, build_ids, now, lease_until, limit = ask
         if not build_ids or limit <= 0:
             return []
-        limited = self._run_limits_present()
+        limited = self._limited_runs_pending()
         if not limited and self._due.no_run_due(build_ids, now):
             return []
         marks = ", ".join("?" * len(build_ids))
