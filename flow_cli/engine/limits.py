@@ -47,6 +47,8 @@ class StepGate:
 
     def __init__(self, store: EventStore, runtimes: Iterable[Runtime]) -> None:
         self._store = store
+        # Asked once: a runtime protocol's isinstance looks at every method of it, per step.
+        self._starts: LimitedStarts | None = store if isinstance(store, LimitedStarts) else None
         self._code = frozenset(limit.target for limit in declared_limits(runtimes) if limit.limited)
         self._stored: frozenset[str] = frozenset()
         self._looked = float("-inf")
@@ -60,8 +62,7 @@ class StepGate:
     def starts_in_commit(self, name: str) -> bool:
         """Whether an attempt of limited step ``name`` may start in the commit that schedules
         it: the store counts it there under the limit (``LimitedStarts``)."""
-        store = self._store
-        return isinstance(store, LimitedStarts) and store.starts_in_commit(name)
+        return self._starts is not None and self._starts.starts_in_commit(name)
 
     def holds_run(self, workflow: str) -> bool:
         """Whether a new run of ``workflow`` waits to be admitted under its limit (never

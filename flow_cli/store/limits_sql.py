@@ -131,6 +131,7 @@ class SQLLimits(SQLRole):
     """What locks the limits' rows a lease counts under (PostgreSQL: ``FOR UPDATE SKIP LOCKED``:
     two workers never count at once, and one never waits for the other)."""
     _limits_seen: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+    _kinds_seen: tuple[frozenset[str] | None, frozenset[str]] = (None, frozenset())
     _throttled_until: datetime | None = None
     _starts_seen: int = 0
     _limited_runs_left = True
@@ -285,7 +286,12 @@ class SQLLimits(SQLRole):
     def _limit_kinds(self) -> frozenset[str]:
         """The kinds (``step``, ``workflow``) some limit is in effect for, as last looked up
         (at most ``LIMITS_LOOK_SECONDS`` ago, else looked up now)."""
-        return frozenset(target.split(":", 1)[0] for target in self._limits_in_effect())
+        targets = self._limits_in_effect()
+        seen, kinds = self._kinds_seen
+        if seen is not targets:  # derived once per look: asked for every step and lease
+            kinds = frozenset(target.split(":", 1)[0] for target in targets)
+            self._kinds_seen = (targets, kinds)
+        return kinds
 
     def _limits_in_effect(self) -> frozenset[str]:
         """The targets (``step:NAME``, ``workflow:NAME``) some limit is in effect for, as last

@@ -78,6 +78,22 @@ LOCK_LIMITS = (
 """Lock the rows of the limits the found attempts are under, in name order. A statement of its
 own: the next one's snapshot, taken after the locks, sees every slot taken before them."""
 
+BUCKETS = 16
+"""How many time buckets a rate's window is counted in (``limit_start_counts``)."""
+
+BUCKET_END = (
+    "to_timestamp((floor(extract(epoch FROM {at})::float8 * "
+    f"{BUCKETS} / l.rate_seconds) + 1) * l.rate_seconds / {BUCKETS}.0)"
+)
+"""The end of the bucket a start at ``{at}`` is counted in, under the limit ``l``."""
+
+COUNT_STARTS = (
+    "INSERT INTO limit_start_counts (name, bucket_end, pid, n) {rows}"
+    " ON CONFLICT (name, bucket_end, pid) DO UPDATE SET n = limit_start_counts.n + EXCLUDED.n"
+)
+"""Add starts to their bucket's count, in a row of this connection's own (``pg_backend_pid``):
+commits on other connections never wait for it."""
+
 LEASE_LIMITED = (
     "WITH cand AS (SELECT t.run_id, t.step_id, t.step_name, t.available_at, t.priority,"
     "  row_number() OVER (PARTITION BY t.step_name"
@@ -101,7 +117,15 @@ LEASE_LIMITED = (
     "  RETURNING step_tasks.run_id, step_tasks.step_id, step_tasks.attempt, chosen.available_at,"
     "  chosen.step_name, chosen.rated),"
     " logged AS (INSERT INTO limit_starts (name, started_at)"
-    "  SELECT step_name, %(now)s FROM moved WHERE rated)"
+    "  SELECT step_name, %(now)s FROM moved WHERE rated),"
+    " counted AS ("
+    + COUNT_STARTS.format(
+        rows="SELECT l.name, "
+        + BUCKET_END.format(at="%(now)s::timestamptz")
+        + ", pg_backend_pid(), count(*) FROM moved m JOIN limits l ON l.kind = 'step'"
+        " AND l.name = m.step_name WHERE m.rated GROUP BY l.name, l.rate_seconds"
+    )
+    + ")"
     " SELECT run_id, step_id, attempt, available_at, NULL::bigint FROM moved"
     " UNION ALL SELECT NULL, NULL, NULL, NULL, count(*) FROM cand"
 )
@@ -111,10 +135,14 @@ lease not lapsed; starts in the rate's window), by priority then oldest first pe
 available_at, NULL), then one of (NULL, ..., how many attempts were found ready)."""
 
 PRUNE_STARTS = (
-    "DELETE FROM limit_starts s USING limits l WHERE l.kind = 'step' AND l.name = s.name"
+    "WITH counts AS (DELETE FROM limit_start_counts c USING limits l WHERE l.kind = 'step'"
+    " AND l.name = c.name AND c.bucket_end"
+    " <= %(now)s::timestamptz - l.rate_seconds * interval '1 second')"
+    " DELETE FROM limit_starts s USING limits l WHERE l.kind = 'step' AND l.name = s.name"
     " AND s.started_at <= %(now)s::timestamptz - l.rate_seconds * interval '1 second'"
 )
-"""Forget the starts every step limit's rate window has passed (now and then, with a lease)."""
+"""Forget the starts (and counts) every step limit's rate window has passed (now and then,
+with a lease)."""
 
 SHARED_STARTS = 16
 """The most attempts of one limit a commit starts under a shared lock of its row (more: an
@@ -152,12 +180,23 @@ LIMIT_GUARD = (
     "   AND available_at > %(now)s) AS busy,"
     "  count(*) FILTER (WHERE available_at <= %(now)s) AS ready"
     "  FROM step_tasks WHERE step_name = %(name)s),"
-    " s AS (SELECT count(*) AS started FROM limit_starts, l WHERE name = %(name)s"
-    "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second'),"
+    " s AS (SELECT CASE WHEN %(shared)s THEN (SELECT coalesce(sum(c.n), 0)"
+    "  FROM limit_start_counts c WHERE c.name = %(name)s"
+    "  AND c.bucket_end > %(now)s::timestamptz - l.rate_seconds * interval '1 second')"
+    " ELSE (SELECT count(*) FROM limit_starts WHERE name = %(name)s"
+    "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second') END"
+    "  AS started FROM l),"
     " m AS (SELECT CASE WHEN %(shared)s THEN " + _MARGIN + " ELSE 0 END AS unseen),"
     " logged AS (INSERT INTO limit_starts (name, started_at)"
     "  SELECT %(name)s, %(now)s FROM l, generate_series(1, %(starts)s)"
-    "  WHERE l.rate_count IS NOT NULL)"
+    "  WHERE l.rate_count IS NOT NULL),"
+    " counted AS ("
+    + COUNT_STARTS.format(
+        rows="SELECT %(name)s, "
+        + BUCKET_END.format(at="%(now)s::timestamptz")
+        + ", pg_backend_pid(), %(starts)s FROM l WHERE l.rate_count IS NOT NULL"
+    )
+    + ")"
     " SELECT 1 / count(*) FROM l, t, s, m"
     " WHERE (l.concurrency IS NULL OR t.busy + t.ready + m.unseen <= l.concurrency)"
     " AND (l.rate_count IS NULL OR s.started + t.ready + m.unseen + %(starts)s <= l.rate_count)"
@@ -167,7 +206,10 @@ slot taken before the lock), once the commit has written its started attempts (`
 them, counted in ``busy``): fail unless the limit has room for them, for every ready attempt
 waiting for a slot (a start in a commit never takes a slot an older ready attempt could have)
 and, under a shared lock (``shared``), for all that other commits holding it may start unseen;
-log the starts for the rate."""
+log the starts for the rate. Under a shared lock the rate's starts are read from their
+buckets' counts (``limit_start_counts``): a few rows, not one per start in the window, and
+never fewer than the starts in it (a bucket the window's start cuts counts whole); the lease
+and an exclusive check count the starts themselves."""
 
 
 def started_under_limits(writes: Iterable[StreamWrite], limited: frozenset[str]) -> dict[str, int]:

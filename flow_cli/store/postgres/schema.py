@@ -20,6 +20,7 @@ from psycopg import sql
 from flow_cli.errors import DatabaseMissing, StoreError
 from flow_cli.model.status import RunStatus
 from flow_cli.store.postgres.batch import Connection
+from flow_cli.store.postgres.limited import BUCKET_END
 
 _LOCK_CLASS = 0x466C6F77
 """First key of the advisory lock that serialises migrations ("Flow" in ASCII)."""
@@ -345,6 +346,23 @@ def _v12_limits(conn: Connection) -> None:
     conn.execute("DROP INDEX IF EXISTS step_tasks_step_name")
 
 
+def _v13_limit_start_counts(conn: Connection) -> None:
+    """The starts under each rate, counted by time bucket and connection (``limited``): what
+    a commit under a generous limit reads instead of every start in the window."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS limit_start_counts (name text NOT NULL, "
+        "bucket_end timestamptz NOT NULL, pid integer NOT NULL, n integer NOT NULL, "
+        "PRIMARY KEY (name, bucket_end, pid))"
+    )
+    # The starts already in a window, each counted in the bucket its time falls in.
+    conn.execute(
+        "INSERT INTO limit_start_counts (name, bucket_end, pid, n) "
+        f"SELECT s.name, {BUCKET_END.format(at='s.started_at')}, 0, count(*) "
+        "FROM limit_starts s JOIN limits l ON l.kind = 'step' AND l.name = s.name "
+        "WHERE l.rate_seconds IS NOT NULL GROUP BY 1, 2 ON CONFLICT DO NOTHING"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -358,6 +376,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "leases", _v10_leases),
     Migration(11, "runs.priority, step_tasks.priority, pauses", _v11_priorities_pauses),
     Migration(12, "limits, limit_starts, run_slots, step_tasks.step_name", _v12_limits),
+    Migration(13, "limit_start_counts", _v13_limit_start_counts),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 
