@@ -4,6 +4,8 @@ vanished comes back when its lease lapses, and operators' overrides take effect 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from limit_workflows import runtime
 
@@ -388,6 +390,55 @@ def test_on_postgres_attempts_under_a_generous_limit_start_in_commits_under_a_sh
     assert engine.decider.decide_many(runs[3:], start=start).started == []
     state = {s.target: s for s in engine.limits.list()}["step:charge"]
     assert (state.in_use, state.waiting) == (3, 1)
+
+
+def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
+    store: EventStore, clock: ManualClock
+) -> None:
+    import psycopg
+
+    from flow_cli.store.postgres import limited
+
+    engine = _committing_engine(store, clock)
+    # Generous (a shared lock): commits read the starts in the window from per-bucket counts.
+    engine.limits.set("step:charge", concurrency=1_000_000, rate="5000/1m")
+    runs = _start(engine, "pay", 6)
+    start = StartSteps("w1", 30, 10)
+    assert len(engine.decider.decide_many(runs[:2], start=start).started) == 2
+    clock.advance(31)  # their leases lapse: the lease starts them again, counted too
+    assert len(engine.work.lease_steps(30, 10)) == 2
+    count = "SELECT (SELECT sum(n) FROM limit_start_counts), count(*) FROM limit_starts"
+
+    def check(conn: psycopg.Connection[tuple[object, ...]], shared: bool) -> bool:
+        params = {"name": "charge", "now": clock.now(), "starts": 1, "shared": shared}
+        try:
+            with conn.transaction(force_rollback=True):
+                conn.execute(limited.LOCK_LIMIT_SHARED, params)
+                conn.execute(limited.LIMIT_GUARD, params)
+        except psycopg.errors.DivisionByZero:
+            return False
+        return True
+
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        assert conn.execute(count).fetchone() == (4, 4)  # every start counted, none missed
+        conn.autocommit = False
+        assert check(conn, shared=True) and check(conn, shared=False)
+        # Starts that other connections counted: the shared check sees them in the counts
+        # (with room left for what commits it cannot see may start), the exact one in the log.
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO limit_start_counts VALUES ('charge', %s, 0, 3400)",
+                (clock.now() + timedelta(seconds=1),),
+            )
+        assert not check(conn, shared=True)
+        assert check(conn, shared=False)
+        conn.autocommit = True
+    # A minute on, no count is in the window any more: commits start under the shared lock.
+    clock.advance(61)
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        conn.autocommit = False
+        assert check(conn, shared=True)
+        conn.autocommit = True
 
 
 def test_limited_attempts_whose_leases_lapsed_are_leased_in_one_call(
