@@ -20,7 +20,7 @@ import typer
 
 from flow_cli.cli.filters import FilterArgs
 from flow_cli.cli.io import dumps, emit_json, note, out_row
-from flow_cli.cli.options import complete_run_id
+from flow_cli.cli.options import complete_run_id, text_argument
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 
@@ -31,11 +31,10 @@ if TYPE_CHECKING:
 
 RunsArg = Annotated[
     list[str] | None,
-    typer.Argument(
-        metavar="[RUN]...",
-        help="Run ids, or - to read them from stdin (one a line). Or leave them out and select "
+    text_argument(
+        "[RUN]...",
+        "Run ids, or - to read them from stdin (one a line). Or leave them out and select "
         "runs with the filters.",
-        show_default=False,
         autocompletion=complete_run_id,
     ),
 ]
