@@ -52,8 +52,8 @@ from flow_cli.store.protocol import (
     StreamWrite,
     TaskState,
     WorkerInfo,
+    attribute_count,
     attribute_grouping,
-    attribute_groups,
     carry_histories,
     waiting_needle,
 )
@@ -424,8 +424,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             groups: dict[str, int] = {}
             key = None if by is None else attribute_grouping(by)
             if key is not None:
-                found = Counter(run.attribute_texts.get(key) for run in runs)
-                return RunCount(total=len(runs), groups=attribute_groups(found.items()))
+                return attribute_count(Counter(r.attribute_texts.get(key) for r in runs).items())
             if by is not None:
                 for run in runs:
                     value = getattr(run, by)

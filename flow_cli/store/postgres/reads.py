@@ -18,7 +18,6 @@ from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
 from flow_cli.store.postgres.tables import POSTGRES
 from flow_cli.store.protocol import (
-    GROUPINGS,
     NO_GROUP,
     BuildUsage,
     CauseQuery,
@@ -29,9 +28,9 @@ from flow_cli.store.protocol import (
     RunRecord,
     RunState,
     assemble_states,
-    attribute_grouping,
-    attribute_groups,
+    attribute_count,
     build_usages,
+    grouped_by,
 )
 from flow_cli.store.reads_sql import SQLReads
 from flow_cli.store.sql import (
@@ -192,9 +191,7 @@ class PostgresReads(PostgresConnections, SQLReads):
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""
         condition, params = tables.run_filter(where)
-        key = None if by is None else attribute_grouping(by)
-        if by is not None and key is None and by not in GROUPINGS:
-            raise ValueError(f"cannot group runs by {by!r}")
+        key = None if by is None else grouped_by(by)
         with self._transaction() as conn:
             if by is None:
                 row = conn.execute(
@@ -209,10 +206,7 @@ class PostgresReads(PostgresConnections, SQLReads):
                     ),
                     params,
                 ).fetchall()
-                return RunCount(
-                    total=sum(int(n) for _, n in found),
-                    groups=attribute_groups((text, int(n)) for text, n in found),
-                )
+                return attribute_count(found)
             rows = conn.execute(
                 sql.SQL(
                     "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "

@@ -12,7 +12,6 @@ from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.store import causes, damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
-    GROUPINGS,
     NO_GROUP,
     BuildUsage,
     CauseQuery,
@@ -23,9 +22,9 @@ from flow_cli.store.protocol import (
     RunRecord,
     RunState,
     assemble_states,
-    attribute_grouping,
-    attribute_groups,
+    attribute_count,
     build_usages,
+    grouped_by,
 )
 from flow_cli.store.reads_sql import SQLReads
 from flow_cli.store.sql import (
@@ -204,16 +203,15 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         if by is None:
             total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
             return RunCount(total=total, groups={})
-        key = attribute_grouping(by)
+        key = grouped_by(by)
         if key is not None:
             params["by_key"] = key
-            rows = conn.execute(
-                f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
-                params,
-            ).fetchall()
-            return RunCount(total=sum(n for _, n in rows), groups=attribute_groups(rows))
-        if by not in GROUPINGS:
-            raise ValueError(f"cannot group runs by {by!r}")
+            return attribute_count(
+                conn.execute(
+                    f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
+                    params,
+                )
+            )
         # With a filter, grouped by an expression: grouping by the bare column would walk that
         # column's index over every run instead of the index that serves the filter. Without
         # one, by the bare column: its index alone answers (no row of runs is read).
