@@ -12,7 +12,7 @@ and nothing is written.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from flow_cli.engine.inputs import json_input
@@ -56,7 +56,8 @@ class QueryResult:
     result: JsonValue
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "query": self.query, "result": self.result}
+        """Its fields by name (``flow query --json``)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,13 +75,8 @@ class UpdateResult:
     """The id was applied before: this is its recorded answer, nothing was written."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "update_id": self.update_id,
-            "result": self.result,
-            "sequence": self.sequence,
-            "duplicate": self.duplicate,
-        }
+        """Its fields by name (``flow update --json``)."""
+        return asdict(self)
 
 
 def query(engine: EngineHost, run_id: str, name: str, args: JsonValue = None) -> QueryResult:
