@@ -98,33 +98,11 @@ Note = Annotated[
 ]
 
 
-def _spec_options(
-    workflow: str | None,
-    cron: str | None,
-    every: str | None,
-    timezone: str | None,
-    input: str | None,
-    overlap: str | None,
-    catchup_window: str | None,
-    jitter: str | None,
-    start_at: str | None,
-    end_at: str | None,
-    note: str | None,
-) -> SpecOptions:
-    return SpecOptions(
-        workflow=workflow,
-        cron=cron,
-        every=every,
-        timezone=timezone,
-        input=parse_json_arg(input, "--input") if input is not None else None,
-        input_given=input is not None,
-        overlap=overlap,
-        catchup_window=catchup_window,
-        jitter=jitter,
-        start_at=start_at,
-        end_at=end_at,
-        note=note,
-    )
+def _spec_options(input: str | None, **given: Any) -> SpecOptions:
+    """The definition's options as given (each named as a field of ``SpecOptions``), the
+    input read as JSON."""
+    parsed = parse_json_arg(input, "--input") if input is not None else None
+    return SpecOptions(input=parsed, input_given=input is not None, **given)
 
 
 # The definition's options, the same for create and update (``None``: not given).
