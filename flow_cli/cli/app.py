@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from flow_cli.cli import exits
 from flow_cli.cli.coercion import defer_adapters
 from flow_cli.cli.io import check_arguments, one_line
+from flow_cli.cli.options import text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import FlowError
 
@@ -140,23 +141,21 @@ def main_options(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--db",
-            envvar="FLOW_DB",
-            metavar="URL",
-            help="Database: sqlite:///PATH, postgresql://..., or memory://. "
+            "URL",
+            "Database: sqlite:///PATH, postgresql://..., or memory://. "
             "Default: flow.toml's database, else sqlite:///<user data dir>/flow/flow.db.",
-            show_default=False,
+            envvar="FLOW_DB",
         ),
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option(
+        text_option(
             "--config",
+            "PATH",
+            "Config file (default: ./flow.toml; a missing default file is fine).",
             envvar="FLOW_CONFIG",
-            metavar="PATH",
-            help="Config file (default: ./flow.toml; a missing default file is fine).",
-            show_default=False,
             dir_okay=False,
         ),
     ] = None,

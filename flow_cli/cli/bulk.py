@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flow_cli.cli.filters import FilterArgs
 from flow_cli.cli.io import dumps, emit_json, note, out_row
-from flow_cli.cli.options import complete_run_id
+from flow_cli.cli.options import complete_run_id, text_argument
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 
@@ -31,11 +31,10 @@ if TYPE_CHECKING:
 
 RunsArg = Annotated[
     list[str] | None,
-    typer.Argument(
-        metavar="[RUN]...",
-        help="Run ids, or - to read them from stdin (one a line). Or leave them out and select "
+    text_argument(
+        "[RUN]...",
+        "Run ids, or - to read them from stdin (one a line). Or leave them out and select "
         "runs with the filters.",
-        show_default=False,
         autocompletion=complete_run_id,
     ),
 ]
@@ -74,6 +73,7 @@ def read_ids(text: str, key: str = "run_id") -> list[str]:
     return ids
 
 
+@dataclass(frozen=True, slots=True)
 class Targets:
     """The runs a verb acts on, and how they were chosen: ids named (a list), or the runs
     filters select, read a page at a time when walked (``rows``), never all at once. A page is
@@ -81,31 +81,23 @@ class Targets:
     (another process moved it) is left out or acted on as that page finds it, as it would be
     had it moved before the command began."""
 
-    def __init__(
-        self,
-        ids: list[str],
-        by_filter: bool = False,
-        *,
-        engine: Engine | None = None,
-        where: RunFilter | None = None,
-        page_size: int | None = None,
-    ) -> None:
-        self._ids = ids
-        self.by_filter = by_filter
-        self._engine = engine
-        self._where = where
-        self._page_size = page_size
+    _ids: list[str]
+    by_filter: bool = False
+    _: KW_ONLY
+    engine: Engine | None = None
+    where: RunFilter | None = None
+    page_size: int | None = None
 
     def rows(self) -> Iterator[tuple[str, RunRecord | None]]:
         """Each run id with its index row when filters selected it (``None`` for ids named:
         look them up), in order; filters: read a page at a time."""
-        if self._engine is None or self._where is None:
+        if self.engine is None or self.where is None:
             yield from ((run_id, None) for run_id in self._ids)
             return
         from flow_cli.engine import paging
 
-        size = self._page_size or paging.PAGE_SIZE
-        yield from ((r.run_id, r) for r in paging.paged(self._engine.find_runs, self._where, size))
+        size = self.page_size or paging.PAGE_SIZE
+        yield from ((r.run_id, r) for r in paging.paged(self.engine.find_runs, self.where, size))
 
     def ids(self) -> Iterator[str]:
         """The run ids, in order (filters: a page at a time)."""
@@ -117,18 +109,18 @@ class Targets:
 
     def first(self, n: int) -> list[str]:
         """At most the first ``n`` ids (filters: one query of at most ``n`` runs)."""
-        if self._engine is None or self._where is None:
+        if self.engine is None or self.where is None:
             return self._ids[:n]
-        limit = n if self._where.limit is None else min(n, self._where.limit)
-        return [r.run_id for r in self._engine.find_runs(replace(self._where, limit=limit))]
+        limit = n if self.where.limit is None else min(n, self.where.limit)
+        return [r.run_id for r in self.engine.find_runs(replace(self.where, limit=limit))]
 
     def count(self) -> int:
         """How many runs are selected: filters without a cursor or a limit are counted by the
         database (``count_runs``), with one by a walk of the pages (holding one)."""
-        if self._engine is None or self._where is None:
+        if self.engine is None or self.where is None:
             return len(self._ids)
-        if self._where.limit is None and self._where.after is None:
-            return self._engine.count_runs(self._where).total
+        if self.where.limit is None and self.where.after is None:
+            return self.engine.count_runs(self.where).total
         return sum(1 for _ in self.ids())
 
 

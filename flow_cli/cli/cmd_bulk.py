@@ -33,7 +33,7 @@ from flow_cli.cli.bulk import (
 from flow_cli.cli.cmd_triage import JsonlFlag
 from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey, complete_run_id
+from flow_cli.cli.options import JsonFlag, Payload, RunArg, SignalKey, complete_run_id, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.cli.words import plural
 from flow_cli.errors import InputError, RunFinished
@@ -218,15 +218,14 @@ def export(
     runs: RunsArg = None,
     output: Annotated[
         Path | None,
-        typer.Option(
+        text_option(
             "--output",
-            "-o",
-            metavar="FILE|DIR",
-            help="One run: write to FILE (- is stdout, the default; a FIFO, device or directory "
+            "FILE|DIR",
+            "One run: write to FILE (- is stdout, the default; a FIFO, device or directory "
             "is refused). Many runs: the directory to write RUN.json files into (run ids "
             "percent-encoded: / becomes %2F; a name over 255 bytes is cut and ends in ~ and a "
             "hash of the id).",
-            show_default=False,
+            short="-o",
         ),
     ] = None,
     dry_run: DryRun = False,
@@ -470,12 +469,11 @@ def export_one(
     run_id: RunArg,
     output: Annotated[
         Path | None,
-        typer.Option(
+        text_option(
             "--output",
-            "-o",
-            metavar="FILE",
-            help="Write to FILE instead of stdout (- is stdout).",
-            show_default=False,
+            "FILE",
+            "Write to FILE instead of stdout (- is stdout).",
+            short="-o",
             dir_okay=False,
         ),
     ] = None,

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from flow_cli.cli.io import note, out
+from flow_cli.cli.options import text_argument, text_option
 from flow_cli.errors import InputError
 
 completion_app = typer.Typer(
@@ -34,11 +35,7 @@ class Shell(StrEnum):
 
 ShellArg = Annotated[
     Shell | None,
-    typer.Argument(
-        metavar="[SHELL]",
-        help="bash, zsh or fish (default: the shell named by $SHELL).",
-        show_default=False,
-    ),
+    text_argument("[SHELL]", "bash, zsh or fish (default: the shell named by $SHELL)."),
 ]
 
 ZSH_SETUP = "fpath=({directory} $fpath); autoload -Uz compinit; compinit"
@@ -88,11 +85,10 @@ def install(
     shell: ShellArg = None,
     path: Annotated[
         Path | None,
-        typer.Option(
+        text_option(
             "--path",
-            metavar="FILE",
-            help="Write the script here instead of the shell's usual place.",
-            show_default=False,
+            "FILE",
+            "Write the script here instead of the shell's usual place.",
             dir_okay=False,
         ),
     ] = None,

@@ -23,6 +23,7 @@ from flow_cli.cli.options import (
     LogFormatOption,
     LogLevel,
     LogLevelOption,
+    text_option,
 )
 from flow_cli.cli.state import CliState
 from flow_cli.cli.words import plural
@@ -176,15 +177,14 @@ def worker(
     log_level: LogLevelOption = LogLevel.INFO,
     metrics_port: Annotated[
         int | None,
-        typer.Option(
+        text_option(
             "--metrics-port",
-            metavar="PORT",
-            min=1,
-            max=65535,
-            help="Serve Prometheus metrics on http://HOST:PORT/metrics, with /healthz (the "
+            "PORT",
+            "Serve Prometheus metrics on http://HOST:PORT/metrics, with /healthz (the "
             "worker loop made progress in the last 5 s) and /readyz (the database answers); "
             f"503 when not, 404 for other paths (needs {METRICS_EXTRA}).",
-            show_default=False,
+            min=1,
+            max=65535,
         ),
     ] = None,
     metrics_host: Annotated[

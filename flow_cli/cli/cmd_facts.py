@@ -15,7 +15,7 @@ import typer
 
 from flow_cli.cli.bulk import act_on_all, follow_one, read_ids
 from flow_cli.cli.io import emit_json, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag, Payload, RunInput, text_option
+from flow_cli.cli.options import JsonFlag, Payload, RunInput, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.names import check_name, check_run_id, escape_controls
@@ -35,11 +35,7 @@ def start(
     ctx: typer.Context,
     workflow: Annotated[
         str | None,
-        typer.Argument(
-            metavar="WORKFLOW",
-            help="The workflow name, as registered with @runtime.workflow.",
-            show_default=False,
-        ),
+        text_argument("WORKFLOW", "The workflow name, as registered with @runtime.workflow."),
     ] = None,
     run_id: Annotated[
         str | None,
@@ -75,62 +71,54 @@ def start(
     ] = False,
     signal: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--signal",
-            metavar="NAME",
-            help="Signal-with-start: deliver signal NAME in the transaction that creates the "
+            "NAME",
+            "Signal-with-start: deliver signal NAME in the transaction that creates the "
             "run (or to the run with this --id and input that exists already).",
-            show_default=False,
         ),
     ] = None,
     signal_payload: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--signal-payload",
-            metavar="JSON|@FILE|-",
-            help="With --signal: its payload (literal JSON, @file.json, or -). Default: null.",
-            show_default=False,
+            "JSON|@FILE|-",
+            "With --signal: its payload (literal JSON, @file.json, or -). Default: null.",
         ),
     ] = None,
     signal_key: Annotated[
         str | None,
-        typer.Option(
-            "--signal-key",
-            metavar="KEY",
-            help="With --signal: its idempotency key, as flow signal --key.",
-            show_default=False,
+        text_option(
+            "--signal-key", "KEY", "With --signal: its idempotency key, as flow signal --key."
         ),
     ] = None,
     traceparent: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--traceparent",
-            metavar="TRACEPARENT",
-            envvar="TRACEPARENT",
-            help="The W3C trace context the run's spans join (default: $TRACEPARENT), "
+            "TRACEPARENT",
+            "The W3C trace context the run's spans join (default: $TRACEPARENT), "
             "recorded in the run and handed to its children and steps.",
-            show_default=False,
+            envvar="TRACEPARENT",
         ),
     ] = None,
     attr: Annotated[
         list[str] | None,
-        typer.Option(
+        text_option(
             "--attr",
-            metavar="KEY=VALUE",
-            help="Set search attribute KEY (repeatable; over the workflow's attributes=). "
+            "KEY=VALUE",
+            "Set search attribute KEY (repeatable; over the workflow's attributes=). "
             "VALUE is JSON when it reads as a string, number or boolean (n=5, ok=true), else "
             "text as written (customer=acme). Find runs by it: flow runs --attr KEY=VALUE.",
-            show_default=False,
         ),
     ] = None,
     priority: Annotated[
         int | None,
-        typer.Option(
+        text_option(
             "--priority",
-            metavar="1..9",
-            help="Workers take due runs and ready steps by priority (1 first), then age; "
+            "1..9",
+            "Workers take due runs and ready steps by priority (1 first), then age; "
             "recorded in the run, inherited by its children. Default: 5.",
-            show_default=False,
         ),
     ] = None,
 ) -> None:

@@ -31,9 +31,7 @@ def init(
     ] = None,
     build_id: Annotated[
         str | None,
-        typer.Option(
-            "--build-id", metavar="B", help="The build new runs start under.", show_default=False
-        ),
+        text_option("--build-id", "B", "The build new runs start under."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:

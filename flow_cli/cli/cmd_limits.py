@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from flow_cli.cli.io import emit_json, out
-from flow_cli.cli.options import JsonFlag
+from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import LimitInvalid
 from flow_cli.model.limits import (
@@ -36,11 +36,7 @@ limits_app = typer.Typer(
 
 Target = Annotated[
     str,
-    typer.Argument(
-        metavar="TARGET",
-        help="step:NAME or workflow:NAME (as declared in code).",
-        show_default=False,
-    ),
+    text_argument("TARGET", "step:NAME or workflow:NAME (as declared in code)."),
 ]
 
 
@@ -69,17 +65,14 @@ def set_limit(
     target: Target,
     concurrency: Annotated[
         int | None,
-        typer.Option(
-            "--concurrency", metavar="N", help="At most N in flight at once.", show_default=False
-        ),
+        text_option("--concurrency", "N", "At most N in flight at once."),
     ] = None,
     rate: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--rate",
-            metavar="N/PERIOD",
-            help="Steps only: at most N attempts started per period (20/1s, 100/1m, 1000/1h).",
-            show_default=False,
+            "N/PERIOD",
+            "Steps only: at most N attempts started per period (20/1s, 100/1m, 1000/1h).",
         ),
     ] = None,
 ) -> None:

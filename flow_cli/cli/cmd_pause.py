@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from flow_cli.cli.io import emit_json, out
-from flow_cli.cli.options import JsonFlag, text_option
+from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 from flow_cli.model.names import check_name, check_run_id, escape_controls
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 Runs = Annotated[
     list[str] | None,
-    typer.Argument(metavar="RUN...", help="Run ids.", show_default=False),
+    text_argument("RUN...", "Run ids."),
 ]
 Workflow = Annotated[
     str | None, text_option("--workflow", "W", "Every run of workflow W, started later too.")

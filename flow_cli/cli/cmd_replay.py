@@ -13,7 +13,7 @@ import typer
 
 from flow_cli.cli import exits
 from flow_cli.cli.io import emit_json, note, one_line, out
-from flow_cli.cli.options import JsonFlag, text_option
+from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError
 
@@ -45,7 +45,7 @@ def replay_check(
     ] = None,
     run_ids: Annotated[
         list[str] | None,
-        typer.Argument(metavar="RUN", help="Runs in the database to check.", show_default=False),
+        text_argument("RUN", "Runs in the database to check."),
     ] = None,
     all_runs: Annotated[
         bool, typer.Option("--all", help="Check every run in the database.")

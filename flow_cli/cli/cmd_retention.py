@@ -12,7 +12,7 @@ import typer
 from flow_cli.cli.bulk import DryRun, Yes
 from flow_cli.cli.filters import FilterArgs, parse_time, with_filters
 from flow_cli.cli.io import emit_json, note, out, out_row
-from flow_cli.cli.options import JsonFlag
+from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.cli.words import plural
 from flow_cli.errors import InputError
@@ -33,22 +33,20 @@ def prune(
     ctx: typer.Context,
     ended_before: Annotated[
         str,
-        typer.Option(
+        text_option(
             "--ended-before",
-            metavar="AGE",
-            help="Only runs that ended longer ago than AGE (30d, 12h) or before a time "
+            "AGE",
+            "Only runs that ended longer ago than AGE (30d, 12h) or before a time "
             "(ISO 8601). Required.",
-            show_default=False,
         ),
     ],
     archive: Annotated[
         Path | None,
-        typer.Option(
+        text_option(
             "--archive",
-            metavar="DIR",
-            help="Write each history to DIR/<ended date>/<run>.json (the `flow export` format) "
+            "DIR",
+            "Write each history to DIR/<ended date>/<run>.json (the `flow export` format) "
             "with a sha256 in DIR/MANIFEST.jsonl, on disk before the run is deleted.",
-            show_default=False,
         ),
     ] = None,
     dry_run: DryRun = False,
@@ -130,9 +128,7 @@ def _report(report: PruneReport, *, dry_run: bool, as_json: bool, archive: Path 
 @archive_app.command("verify")
 def verify(
     ctx: typer.Context,
-    directory: Annotated[
-        Path, typer.Argument(metavar="DIR", help="The archive directory.", show_default=False)
-    ],
+    directory: Annotated[Path, text_argument("DIR", "The archive directory.")],
     json_output: JsonFlag = False,
 ) -> None:
     """Check an archive: every file its MANIFEST.jsonl lists is there with its sha256, and no

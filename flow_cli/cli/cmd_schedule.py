@@ -14,7 +14,7 @@ import typer
 
 from flow_cli.cli.bundles import bundled
 from flow_cli.cli.io import emit_json, out, parse_json_arg
-from flow_cli.cli.options import JsonFlag
+from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.schedule_config import SpecOptions, build_spec, check_options, schedule_json
 from flow_cli.cli.state import CliState
 from flow_cli.model.names import escape_controls
@@ -31,127 +31,78 @@ schedule_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-IdArg = Annotated[str, typer.Argument(metavar="ID", help="The schedule id.", show_default=False)]
+IdArg = Annotated[str, text_argument("ID", "The schedule id.")]
 Workflow = Annotated[
     str | None,
-    typer.Option(
-        "--workflow", metavar="W", help="The workflow each fire time starts.", show_default=False
-    ),
+    text_option("--workflow", "W", "The workflow each fire time starts."),
 ]
 Cron = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--cron",
-        metavar="EXPR",
-        help="Five cron fields (minute hour day month weekday) or @hourly, @daily, @weekly, "
+        "EXPR",
+        "Five cron fields (minute hour day month weekday) or @hourly, @daily, @weekly, "
         "@monthly, read in --timezone.",
-        show_default=False,
     ),
 ]
 Every = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--every",
-        metavar="DURATION",
-        help="An interval instead of --cron: 30s, 15m, 1h30m (on a grid from --start-at, else "
+        "DURATION",
+        "An interval instead of --cron: 30s, 15m, 1h30m (on a grid from --start-at, else "
         "the Unix epoch).",
-        show_default=False,
     ),
 ]
 Zone = Annotated[
     str | None,
-    typer.Option(
-        "--timezone",
-        metavar="TZ",
-        help="IANA time zone of --cron (default UTC).",
-        show_default=False,
-    ),
+    text_option("--timezone", "TZ", "IANA time zone of --cron (default UTC)."),
 ]
 Input = Annotated[
     str | None,
-    typer.Option(
-        "--input",
-        metavar="JSON|@FILE|-",
-        help="Each run's input (default null).",
-        show_default=False,
-    ),
+    text_option("--input", "JSON|@FILE|-", "Each run's input (default null)."),
 ]
 OverlapOpt = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--overlap",
-        metavar="P",
-        help="While the previous run is open: skip (default; counted), buffer-one, allow-all, "
+        "P",
+        "While the previous run is open: skip (default; counted), buffer-one, allow-all, "
         "cancel-other, terminate-other.",
-        show_default=False,
     ),
 ]
 Catchup = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--catchup-window",
-        metavar="D",
-        help="Fire times missed (no worker ran) by at most D still fire; older ones count as "
+        "D",
+        "Fire times missed (no worker ran) by at most D still fire; older ones count as "
         "missed (default 1h).",
-        show_default=False,
     ),
 ]
 Jitter = Annotated[
     str | None,
-    typer.Option(
-        "--jitter",
-        metavar="D",
-        help="Start each run up to D after its fire time.",
-        show_default=False,
-    ),
+    text_option("--jitter", "D", "Start each run up to D after its fire time."),
 ]
 StartAt = Annotated[
     str | None,
-    typer.Option(
-        "--start-at", metavar="T", help="No fire time before T (ISO 8601).", show_default=False
-    ),
+    text_option("--start-at", "T", "No fire time before T (ISO 8601)."),
 ]
 EndAt = Annotated[
     str | None,
-    typer.Option(
-        "--end-at", metavar="T", help="No fire time after T (ISO 8601).", show_default=False
-    ),
+    text_option("--end-at", "T", "No fire time after T (ISO 8601)."),
 ]
 Note = Annotated[
     str | None,
-    typer.Option(
-        "--note", metavar="TEXT", help="A note (why it is paused, who owns it).", show_default=False
-    ),
+    text_option("--note", "TEXT", "A note (why it is paused, who owns it)."),
 ]
 
 
-def _spec_options(
-    workflow: str | None,
-    cron: str | None,
-    every: str | None,
-    timezone: str | None,
-    input: str | None,
-    overlap: str | None,
-    catchup_window: str | None,
-    jitter: str | None,
-    start_at: str | None,
-    end_at: str | None,
-    note: str | None,
-) -> SpecOptions:
-    return SpecOptions(
-        workflow=workflow,
-        cron=cron,
-        every=every,
-        timezone=timezone,
-        input=parse_json_arg(input, "--input") if input is not None else None,
-        input_given=input is not None,
-        overlap=overlap,
-        catchup_window=catchup_window,
-        jitter=jitter,
-        start_at=start_at,
-        end_at=end_at,
-        note=note,
-    )
+def _spec_options(input: str | None, **given: Any) -> SpecOptions:
+    """The definition's options as given (each named as a field of ``SpecOptions``), the
+    input read as JSON."""
+    parsed = parse_json_arg(input, "--input") if input is not None else None
+    return SpecOptions(input=parsed, input_given=input is not None, **given)
 
 
 # The definition's options, the same for create and update (``None``: not given).
@@ -324,24 +275,19 @@ def backfill(
     schedule_id: IdArg,
     start: Annotated[
         str,
-        typer.Option(
-            "--from", metavar="T", help="First fire time to start (ISO 8601).", show_default=False
-        ),
+        text_option("--from", "T", "First fire time to start (ISO 8601)."),
     ],
     end: Annotated[
         str,
-        typer.Option(
-            "--to", metavar="T", help="Last fire time to start (ISO 8601).", show_default=False
-        ),
+        text_option("--to", "T", "Last fire time to start (ISO 8601)."),
     ],
     overlap: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--overlap",
-            metavar="P",
-            help="allow-all (default: every fire time starts) or skip (not while the "
+            "P",
+            "allow-all (default: every fire time starts) or skip (not while the "
             "previous backfilled run is open).",
-            show_default=False,
         ),
     ] = None,
     json_output: JsonFlag = False,

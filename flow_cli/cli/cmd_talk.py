@@ -19,11 +19,10 @@ from flow_cli.model.names import check_name
 
 Args = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--args",
-        metavar="JSON|@FILE|-",
-        help="The handler's args: literal JSON, @file.json, or - to read stdin. Default: null.",
-        show_default=False,
+        "JSON|@FILE|-",
+        "The handler's args: literal JSON, @file.json, or - to read stdin. Default: null.",
     ),
 ]
 

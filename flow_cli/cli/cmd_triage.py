@@ -13,7 +13,7 @@ import typer
 
 from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import emit_json
-from flow_cli.cli.options import JsonFlag, complete_run_id
+from flow_cli.cli.options import JsonFlag, complete_run_id, text_argument, text_option
 from flow_cli.cli.state import CliState
 
 if TYPE_CHECKING:
@@ -130,14 +130,13 @@ def count(
     ctx: typer.Context,
     by: Annotated[
         str | None,
-        typer.Option(
+        text_option(
             "--by",
-            metavar=GROUPINGS_HELP,
-            autocompletion=complete_grouping,
-            help="Count per status, workflow, build id, error type (of Failed runs and "
+            GROUPINGS_HELP,
+            "Count per status, workflow, build id, error type (of Failed runs and "
             "failing decisions; (none) for the rest), or search attribute KEY (attr:KEY; "
             "(none) for runs without it).",
-            show_default=False,
+            autocompletion=complete_grouping,
         ),
     ] = None,
     json_output: JsonFlag = False,
@@ -177,12 +176,7 @@ def hook_list(
     ctx: typer.Context,
     run_id: Annotated[
         str | None,
-        typer.Argument(
-            metavar="[RUN]",
-            help="Only the hooks of this run.",
-            show_default=False,
-            autocompletion=complete_run_id,
-        ),
+        text_argument("[RUN]", "Only the hooks of this run.", autocompletion=complete_run_id),
     ] = None,
     open_only: Annotated[
         bool, typer.Option("--open", help="Only hooks still waiting for their callback.")

@@ -12,7 +12,7 @@ import typer
 from flow_cli.cli import exits
 from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import emit_json, note, out
-from flow_cli.cli.options import JsonFlag, complete_run_id
+from flow_cli.cli.options import JsonFlag, complete_run_id, text_argument, text_option
 from flow_cli.cli.state import CliState
 from flow_cli.errors import InputError, NoLiveHost
 
@@ -22,29 +22,20 @@ if TYPE_CHECKING:
 
 FromBuild = Annotated[
     str,
-    typer.Option(
-        "--from",
-        metavar="B1",
-        help="The build the runs are pinned to now (its code need not be loaded).",
-        show_default=False,
+    text_option(
+        "--from", "B1", "The build the runs are pinned to now (its code need not be loaded)."
     ),
 ]
 ToBuild = Annotated[
     str,
-    typer.Option(
-        "--to",
-        metavar="B2",
-        help="The build to move them to: one of flow.toml's runtimes.",
-        show_default=False,
-    ),
+    text_option("--to", "B2", "The build to move them to: one of flow.toml's runtimes."),
 ]
 UpgradeRuns = Annotated[
     list[str] | None,
-    typer.Argument(
-        metavar="[RUN]...",
-        help="Only these runs (or - to read run ids from stdin). Default: every open run of B1 "
+    text_argument(
+        "[RUN]...",
+        "Only these runs (or - to read run ids from stdin). Default: every open run of B1 "
         "that the filters match.",
-        show_default=False,
         autocompletion=complete_run_id,
     ),
 ]

@@ -22,11 +22,10 @@ if TYPE_CHECKING:
 
 Timeout = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--timeout",
-        metavar="DURATION",
-        help="Give up after DURATION (e.g. 30s, 5m): exit 5. Default: wait for ever.",
-        show_default=False,
+        "DURATION",
+        "Give up after DURATION (e.g. 30s, 5m): exit 5. Default: wait for ever.",
     ),
 ]
 

@@ -8,10 +8,19 @@ from typing import Annotated, Any
 import typer
 
 
-def text_option(flag: str, metavar: str, help: str) -> Any:
-    """An option that takes a text value and has no default worth showing (most of Flow's):
-    ``name: Annotated[str | None, text_option("--id", "ID", "...")] = None``."""
-    return typer.Option(flag, metavar=metavar, help=help, show_default=False)
+def text_option(
+    flag: str, metavar: str, help: str, *, short: str | None = None, **extra: Any
+) -> Any:
+    """An option that takes a value and has no default worth showing (most of Flow's):
+    ``name: Annotated[str | None, text_option("--id", "ID", "...")] = None``; ``short`` is a
+    one-letter alias (``-o``), ``extra`` goes to ``typer.Option`` as it is (``envvar`` ...)."""
+    flags = (flag,) if short is None else (flag, short)
+    return typer.Option(*flags, metavar=metavar, help=help, show_default=False, **extra)
+
+
+def text_argument(metavar: str, help: str, **extra: Any) -> Any:
+    """An argument with no default worth showing, as ``text_option`` is for options."""
+    return typer.Argument(metavar=metavar, help=help, show_default=False, **extra)
 
 
 RunInput = Annotated[
@@ -52,9 +61,7 @@ MAX_PROCESSES = 256
 """The most worker processes ``flow worker --processes`` starts."""
 RunArg = Annotated[
     str,
-    typer.Argument(
-        metavar="RUN", help="The run id.", show_default=False, autocompletion=complete_run_id
-    ),
+    text_argument("RUN", "The run id.", autocompletion=complete_run_id),
 ]
 LeaseSeconds = Annotated[
     float,
@@ -79,11 +86,10 @@ SignalKey = Annotated[
 
 Payload = Annotated[
     str | None,
-    typer.Option(
+    text_option(
         "--payload",
-        metavar="JSON|@FILE|-",
-        help="The payload: literal JSON, @file.json, or - to read stdin. Default: null.",
-        show_default=False,
+        "JSON|@FILE|-",
+        "The payload: literal JSON, @file.json, or - to read stdin. Default: null.",
     ),
 ]
 

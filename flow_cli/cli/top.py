@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -40,6 +41,13 @@ DOCTOR_RUNS = 500
 
 ACTIONS = frozenset({"cancel", "terminate", "signal", "retry"})
 """The actions that write; read-only mode offers none of them."""
+RUN_BINDINGS = (
+    Binding("c", "cancel", "cancel"),
+    Binding("t", "terminate", "terminate"),
+    Binding("s", "signal", "signal"),
+    Binding("R", "retry", "retry now"),
+)
+"""The keys of ``ACTIONS``, on the runs table and on one run's screen alike."""
 
 _FLAGS = {"--failing": "failing", "--top-level": "top_level"}
 _VALUED = {
@@ -219,15 +227,19 @@ class RunDetail(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,backspace", "back", "back"),
-        Binding("c", "cancel", "cancel"),
-        Binding("t", "terminate", "terminate"),
-        Binding("s", "signal", "signal"),
-        Binding("R", "retry", "retry now"),
+        *RUN_BINDINGS,
     ]
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
+
+    @property
+    def top(self) -> TopApp:
+        """The ``flow top`` application showing this screen."""
+        top = self.app
+        assert isinstance(top, TopApp)
+        return top
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -245,8 +257,7 @@ class RunDetail(Screen[None]):
         from flow_cli.cli import render
         from flow_cli.cli.cmd_read import children_status, show_data
 
-        top = self.app
-        assert isinstance(top, TopApp)
+        top = self.top
         data, record = show_data(top.engine, self.run_id)
         statuses = children_status(top.engine, data)
         self.query_one("#detail", Static).update(
@@ -275,24 +286,16 @@ class RunDetail(Screen[None]):
         self.app.pop_screen()
 
     def action_cancel(self) -> None:
-        top = self.app
-        assert isinstance(top, TopApp)
-        top.ask_cancel(self.run_id)
+        self.top.ask_cancel(self.run_id)
 
     def action_terminate(self) -> None:
-        top = self.app
-        assert isinstance(top, TopApp)
-        top.ask_terminate(self.run_id)
+        self.top.ask_terminate(self.run_id)
 
     def action_signal(self) -> None:
-        top = self.app
-        assert isinstance(top, TopApp)
-        top.ask_signal(self.run_id)
+        self.top.ask_signal(self.run_id)
 
     def action_retry(self) -> None:
-        top = self.app
-        assert isinstance(top, TopApp)
-        top.ask_retry(self.run_id)
+        self.top.ask_retry(self.run_id)
 
 
 class TopApp(App[None]):
@@ -318,10 +321,7 @@ class TopApp(App[None]):
         Binding("w", "pane('workers')", "workers"),
         Binding("b", "pane('builds')", "builds"),
         Binding("S", "pane('schedules')", "schedules"),
-        Binding("c", "cancel", "cancel"),
-        Binding("t", "terminate", "terminate"),
-        Binding("s", "signal", "signal"),
-        Binding("R", "retry", "retry now"),
+        *RUN_BINDINGS,
     ]
 
     def __init__(
@@ -469,20 +469,20 @@ class TopApp(App[None]):
             panes.update("")
 
     def action_cancel(self) -> None:
-        if (run_id := self.selected_run()) is not None:
-            self.ask_cancel(run_id)
+        self._on_selected(self.ask_cancel)
 
     def action_terminate(self) -> None:
-        if (run_id := self.selected_run()) is not None:
-            self.ask_terminate(run_id)
+        self._on_selected(self.ask_terminate)
 
     def action_signal(self) -> None:
-        if (run_id := self.selected_run()) is not None:
-            self.ask_signal(run_id)
+        self._on_selected(self.ask_signal)
 
     def action_retry(self) -> None:
+        self._on_selected(self.ask_retry)
+
+    def _on_selected(self, ask: Callable[[str], None]) -> None:
         if (run_id := self.selected_run()) is not None:
-            self.ask_retry(run_id)
+            ask(run_id)
 
     def ask_retry(self, run_id: str) -> None:
         """Retry ``run_id`` now as ``flow retry`` does (its failing decision, its steps in
@@ -492,29 +492,23 @@ class TopApp(App[None]):
             if self.engine.retry(run_id) is None:
                 raise _NothingToRetry(f"run {run_id}: nothing waits for a back-off")
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._act(retry, f"run {run_id} retried now")
-
-        self.push_screen(Confirm(f"Retry run {run_id} now?"), answered)
+        self._confirmed(f"Retry run {run_id} now?", retry, f"run {run_id} retried now")
 
     def ask_cancel(self, run_id: str) -> None:
         """Cancel ``run_id`` as ``flow cancel`` does, once confirmed."""
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._act(lambda: self.engine.cancel(run_id), f"cancellation of {run_id} asked")
-
-        self.push_screen(Confirm(f"Cancel run {run_id}?"), answered)
+        self._confirmed(
+            f"Cancel run {run_id}?",
+            lambda: self.engine.cancel(run_id),
+            f"cancellation of {run_id} asked",
+        )
 
     def ask_terminate(self, run_id: str) -> None:
         """Terminate ``run_id`` as ``flow terminate`` does, once confirmed."""
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._act(lambda: self.engine.terminate(run_id), f"run {run_id} terminated")
-
-        self.push_screen(Confirm(f"Terminate run {run_id} (no cleanup runs)?"), answered)
+        self._confirmed(
+            f"Terminate run {run_id} (no cleanup runs)?",
+            lambda: self.engine.terminate(run_id),
+            f"run {run_id} terminated",
+        )
 
     def ask_signal(self, run_id: str) -> None:
         """Send a signal to ``run_id`` as ``flow signal`` does, once its name and payload are
@@ -529,17 +523,22 @@ class TopApp(App[None]):
             except ValueError as exc:
                 self.say(f"the payload is not JSON: {exc}")
                 return
-
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    self._act(
-                        lambda: self.engine.signal(run_id, name, payload),
-                        f"signal {name!r} delivered to {run_id}",
-                    )
-
-            self.push_screen(Confirm(f"Send signal {name!r} to run {run_id}?"), answered)
+            self._confirmed(
+                f"Send signal {name!r} to run {run_id}?",
+                lambda: self.engine.signal(run_id, name, payload),
+                f"signal {name!r} delivered to {run_id}",
+            )
 
         self.push_screen(SignalPrompt(), prompted)
+
+    def _confirmed(self, question: str, act: Callable[[], object], done: str) -> None:
+        """``act`` once ``question`` is answered yes, saying ``done`` (or its error)."""
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._act(act, done)
+
+        self.push_screen(Confirm(question), answered)
 
     def _act(self, act: Any, done: str) -> None:
         try:

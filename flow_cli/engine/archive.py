@@ -28,10 +28,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
+from typing import TypeVar
 
 from flow_cli.engine.export import export_document, export_file_name
 from flow_cli.errors import ArchiveFailed, InputError
 from flow_cli.model.events import EventEnvelope
+
+T = TypeVar("T")
 
 MANIFEST = "MANIFEST.jsonl"
 PARTIAL = ".partial"
@@ -151,17 +154,25 @@ class Archive:
         return written
 
 
+def _refused_if_unread(read: Callable[[], T], missing: str, failing: str) -> T:
+    """``read()``, an operator's path it could not read refused (``InputError``): ``missing``
+    when the file is not there, else ``failing`` with the system's words."""
+    try:
+        return read()
+    except FileNotFoundError:
+        raise InputError(missing) from None
+    except OSError as exc:
+        raise InputError(f"{failing}: {exc.strerror or exc}.") from None
+
+
 def check_writable(directory: Path, what: str = "--archive") -> None:
     """Refuse (``InputError``) an archive directory that is missing or cannot be written;
     ``what`` names where it was given."""
-    try:
-        mode = directory.stat().st_mode
-    except FileNotFoundError:
-        raise InputError(
-            f"{what} {directory}: no such directory; create it first (mkdir -p {directory})."
-        ) from None
-    except OSError as exc:
-        raise InputError(f"{what} {directory}: {exc.strerror or exc}.") from None
+    mode = _refused_if_unread(
+        lambda: directory.stat().st_mode,
+        f"{what} {directory}: no such directory; create it first (mkdir -p {directory}).",
+        f"{what} {directory}",
+    )
     if not stat.S_ISDIR(mode):
         raise InputError(f"{what} {directory} is not a directory.")
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -274,14 +285,11 @@ def verify(directory: Path) -> Verified:
     if not directory.is_dir():
         raise InputError(f"{directory} is not a directory.")
     manifest = directory / MANIFEST
-    try:
-        data = manifest.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            f"{directory} has no {MANIFEST}: not an archive written by `flow prune --archive`."
-        ) from None
-    except OSError as exc:
-        raise InputError(f"cannot read {manifest}: {exc.strerror or exc}.") from None
+    data = _refused_if_unread(
+        manifest.read_bytes,
+        f"{directory} has no {MANIFEST}: not an archive written by `flow prune --archive`.",
+        f"cannot read {manifest}",
+    )
     problems: list[str] = []
     entries: dict[str, tuple[str, int]] = {}
     runs: set[str] = set()

@@ -25,7 +25,7 @@ from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS
 from flow_cli.store.protocol import LimitedStarts
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.host import EngineHost
     from flow_cli.runtime import Runtime
     from flow_cli.store.protocol import EventStore
 
@@ -87,7 +87,7 @@ class LimitService:
     Get it as ``engine.limits``.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineHost) -> None:
         self.engine = engine
 
     def declare(self) -> None:

@@ -30,7 +30,7 @@ from flow_cli.store.pauses import PauseKind, PauseProbes, Pauses, PauseSet, Paus
 from flow_cli.store.protocol import RunFilter
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.host import EngineHost
 
 MAX_AGE = 0.25
 """Seconds the gate trusts its copy of the pauses."""
@@ -89,7 +89,7 @@ class PauseChange:
     """The open runs the target names (for a run: 1)."""
 
 
-def check_targets(engine: Engine, targets: Sequence[PauseTarget], action: str) -> None:
+def check_targets(engine: EngineHost, targets: Sequence[PauseTarget], action: str) -> None:
     """Raise before anything is written: no target, targets of two kinds, an empty or
     unprintable name, or (to pause) a run that does not exist (``RunNotFound``) or has ended
     (``RunFinished``)."""
@@ -111,7 +111,7 @@ def check_targets(engine: Engine, targets: Sequence[PauseTarget], action: str) -
                 raise RunFinished(target.name, record.status.value, "pause it")
 
 
-def open_runs(engine: Engine, target: PauseTarget) -> int:
+def open_runs(engine: EngineHost, target: PauseTarget) -> int:
     """How many open runs ``target`` names."""
     if target.kind is PauseKind.RUN:
         record = engine.find_run(target.name)

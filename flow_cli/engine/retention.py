@@ -37,7 +37,7 @@ from flow_cli.store.protocol import RunFilter, RunRecord
 
 if TYPE_CHECKING:
     from flow_cli.engine.archive import Archive
-    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.host import EngineHost
 
 log = logging.getLogger("flow.retention")
 
@@ -108,7 +108,7 @@ class Pruner:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineHost,
         request: PruneRequest,
         *,
         between_batches: Callable[[], bool] | None = None,
@@ -311,7 +311,9 @@ class RetentionKeeper:
     (one worker of the fleet holds it at a time) and prune, a small batch at a time, renewing
     the lease between batches and resting ``PAUSE_SECONDS``."""
 
-    def __init__(self, engine: Engine, policy: RetentionPolicy, stopping: threading.Event) -> None:
+    def __init__(
+        self, engine: EngineHost, policy: RetentionPolicy, stopping: threading.Event
+    ) -> None:
         self.engine = engine
         self.policy = policy
         self._stopping = stopping

@@ -53,7 +53,7 @@ from flow_cli.model.schedule import (
 from flow_cli.model.status import RunStatus
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.host import EngineHost
 
 log = logging.getLogger("flow.schedules")
 
@@ -127,7 +127,7 @@ class _CannotStart(Exception):
 class ScheduleService:
     """The engine's schedules: ``engine.schedules``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineHost) -> None:
         self.engine = engine
         self.store = engine.store
         self._due: datetime | None = None

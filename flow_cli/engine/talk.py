@@ -12,7 +12,7 @@ and nothing is written.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from flow_cli.engine.inputs import json_input
@@ -38,7 +38,8 @@ from flow_cli.model.updates import ReadOnlyContext, handler_name
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from flow_cli.engine.engine import Engine, SignalDelivery
+    from flow_cli.engine.host import EngineHost
+    from flow_cli.engine.results import SignalDelivery
     from flow_cli.runtime import Handler, Runtime
     from flow_cli.store.protocol import NewRun
 
@@ -55,7 +56,8 @@ class QueryResult:
     result: JsonValue
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "query": self.query, "result": self.result}
+        """Its fields by name (``flow query --json``)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,16 +75,11 @@ class UpdateResult:
     """The id was applied before: this is its recorded answer, nothing was written."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "update_id": self.update_id,
-            "result": self.result,
-            "sequence": self.sequence,
-            "duplicate": self.duplicate,
-        }
+        """Its fields by name (``flow update --json``)."""
+        return asdict(self)
 
 
-def query(engine: Engine, run_id: str, name: str, args: JsonValue = None) -> QueryResult:
+def query(engine: EngineHost, run_id: str, name: str, args: JsonValue = None) -> QueryResult:
     """Run query ``name`` of the live run of ``run_id``'s chain (an ended run answers too).
 
     Raises ``RunNotFound``, ``UndeclaredName`` (listing the declared queries), ``InputError``
@@ -99,7 +96,7 @@ def query(engine: Engine, run_id: str, name: str, args: JsonValue = None) -> Que
 
 
 def update(
-    engine: Engine,
+    engine: EngineHost,
     run_id: str,
     name: str,
     args: JsonValue = None,
@@ -146,7 +143,7 @@ def update(
     raise FlowError(f"run {run_id!r} is too busy to apply update {name!r}; try again")
 
 
-def chain_from(engine: Engine, run_id: str) -> list[str]:
+def chain_from(engine: EngineHost, run_id: str) -> list[str]:
     """``run_id`` and its successors, the live (or final) run last (``ops.chain.chain_from``,
     which the engine layer may not import). Raises ``RunNotFound``."""
     from flow_cli.model.status import RunStatus
@@ -162,7 +159,7 @@ def chain_from(engine: Engine, run_id: str) -> list[str]:
 
 
 def create_signalled(
-    engine: Engine,
+    engine: EngineHost,
     run: NewRun,
     signal: tuple[str, JsonValue],
     key: str | None,
@@ -195,7 +192,7 @@ def create_signalled(
     return SignalDelivery(run_id=run.run_id, sequence=2, duplicate=False)
 
 
-def _whole_chain(engine: Engine, run_id: str) -> list[str]:
+def _whole_chain(engine: EngineHost, run_id: str) -> list[str]:
     """The chain from its first run to its live one: an update id is looked up in all of it."""
     live = chain_from(engine, run_id)
     first = engine.snapshot(live[0]).spec
@@ -208,7 +205,7 @@ def _whole_chain(engine: Engine, run_id: str) -> list[str]:
 
 
 def _applied(
-    engine: Engine, chain: list[str], live: WorkflowRunSnapshot, update_id: str
+    engine: EngineHost, chain: list[str], live: WorkflowRunSnapshot, update_id: str
 ) -> tuple[str, AppliedUpdate] | None:
     """Where ``update_id`` was applied in the chain, if it was. The earlier runs have ended,
     so what they hold cannot change under us."""
@@ -237,7 +234,7 @@ def _duplicate(recorded: tuple[str, AppliedUpdate], name: str, args: JsonValue) 
     )
 
 
-def _runtime(engine: Engine, snap: WorkflowRunSnapshot) -> Runtime:
+def _runtime(engine: EngineHost, snap: WorkflowRunSnapshot) -> Runtime:
     build = snap.spec.runtime_build_id
     runtime = engine.runtimes.get(build)
     if runtime is None:

@@ -16,20 +16,23 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from flow_cli.engine.decider import StartSteps
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.health import Liveness
+from flow_cli.engine.host import EngineHost
 from flow_cli.engine.leases import LeaseKeeper
 from flow_cli.errors import StoreError, StoreRefused
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 from flow_cli.store.protocol import LeaseAsk, StepLease
 
 if TYPE_CHECKING:
-    from flow_cli.engine.engine import Engine
+    from flow_cli.engine.decider import Decider
+    from flow_cli.engine.limits import LimitService
     from flow_cli.engine.retention import RetentionKeeper, RetentionPolicy
-    from flow_cli.engine.steps import StepOutcome
+    from flow_cli.engine.schedules import ScheduleService
+    from flow_cli.engine.steps import StepExecutor, StepOutcome
 
 log = logging.getLogger("flow.worker")
 
@@ -53,6 +56,26 @@ end now, often on the same machine, and the worker's round trips before it sleep
 when work is next due) would compete with that read for the processor and the database; work
 announced meanwhile is heard right after. A start in that time finds no offer and its step is
 leased as usual."""
+
+
+class WorkerHost(EngineHost, Protocol):
+    """The engine as the worker loop sees it: ``EngineHost`` with the machinery that decides
+    runs and runs steps, and the services it drives (see ``Engine``)."""
+
+    @property
+    def decider(self) -> Decider: ...
+
+    @property
+    def executor(self) -> StepExecutor: ...
+
+    @property
+    def limits(self) -> LimitService: ...
+
+    @property
+    def schedules(self) -> ScheduleService: ...
+
+    @property
+    def work(self) -> WorkerSession: ...
 
 
 @dataclass(slots=True)
@@ -91,7 +114,7 @@ class WorkerSession:
     Get it as ``engine.work``; every lease is this engine's ``worker_id``, for its hosted builds.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: WorkerHost) -> None:
         self.engine = engine
         self._declared = False
 
@@ -213,7 +236,7 @@ class Worker:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: WorkerHost,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         lease_seconds: float = 30.0,

@@ -72,6 +72,11 @@ class StartLine:
     """Search attributes (``{key: value}``) over those of the workflow's ``attributes=``."""
 
 
+def _ended(run_id: str, status: str) -> BulkResult:
+    """A run that had ended (``status``): skipped, whichever path found it so."""
+    return BulkResult(run_id, Outcome.SKIPPED, f"already {status}")
+
+
 T = TypeVar("T")
 
 
@@ -89,8 +94,11 @@ def _facts(
     make: Callable[[WorkflowRunSnapshot], tuple[list[Event], BulkResult]],
     one_by_one: Callable[[str], BulkResult],
     batch_size: int,
+    *,
+    skip_ended: bool = False,
 ) -> Iterator[BulkResult]:
-    """Commit ``make``'s events for each run, a batch per transaction."""
+    """Commit ``make``'s events for each run, a batch per transaction; with ``skip_ended``, a
+    run that ended is skipped before ``make`` is asked."""
     for batch in _batches(run_ids, batch_size):
         results: dict[str, BulkResult] = {}
         writes: list[Write] = []
@@ -102,6 +110,9 @@ def _facts(
                 snap = engine.snapshot(run_id)
             except FlowError as exc:
                 results[run_id] = BulkResult(run_id, Outcome.FAILED, str(exc))
+                continue
+            if skip_ended and snap.terminal:
+                results[run_id] = _ended(run_id, snap.status.value)
                 continue
             events, result = make(snap)
             if events:
@@ -124,8 +135,6 @@ def cancel_runs(
     """Request cancellation of each run (``flow cancel`` in bulk)."""
 
     def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
-        if snap.terminal:
-            return [], BulkResult(snap.run_id, Outcome.SKIPPED, f"already {snap.status.value}")
         if snap.cancel_requested:
             return [], BulkResult(snap.run_id, Outcome.SKIPPED, "cancellation already requested")
         done = BulkResult(snap.run_id, Outcome.DONE, "cancellation requested")
@@ -135,18 +144,18 @@ def cancel_runs(
         try:
             snap = engine.snapshot(run_id)
             if snap.terminal:
-                return BulkResult(run_id, Outcome.SKIPPED, f"already {snap.status.value}")
+                return _ended(run_id, snap.status.value)
             if engine.cancel(run_id, reason):
                 return BulkResult(run_id, Outcome.DONE, "cancellation requested")
             return BulkResult(run_id, Outcome.SKIPPED, "cancellation already requested")
         except RunFinished as exc:
             # It ended after the look above: skipped, as the batch path says of an ended run,
             # so the outcome never depends on which path a race sent the run down.
-            return BulkResult(run_id, Outcome.SKIPPED, f"already {exc.status}")
+            return _ended(run_id, exc.status)
         except FlowError as exc:
             return BulkResult(run_id, Outcome.FAILED, str(exc))
 
-    return _facts(engine, run_ids, make, one_by_one, batch_size)
+    return _facts(engine, run_ids, make, one_by_one, batch_size, skip_ended=True)
 
 
 def retry_runs(
@@ -155,8 +164,6 @@ def retry_runs(
     """Try now each run's failing decision and its steps in back-off (``flow retry``)."""
 
     def make(snap: WorkflowRunSnapshot) -> tuple[list[Event], BulkResult]:
-        if snap.terminal:
-            return [], BulkResult(snap.run_id, Outcome.SKIPPED, f"already {snap.status.value}")
         request = retry_request(snap, reason)
         if request is None:
             return [], BulkResult(snap.run_id, Outcome.SKIPPED, NOTHING_TO_RETRY)
@@ -166,14 +173,14 @@ def retry_runs(
         try:
             request = engine.retry(run_id, reason)
         except RunFinished as exc:
-            return BulkResult(run_id, Outcome.SKIPPED, f"already {exc.status}")
+            return _ended(run_id, exc.status)
         except FlowError as exc:
             return BulkResult(run_id, Outcome.FAILED, str(exc))
         if request is None:
             return BulkResult(run_id, Outcome.SKIPPED, NOTHING_TO_RETRY)
         return BulkResult(run_id, Outcome.DONE, retried_text(request))
 
-    return _facts(engine, run_ids, make, one_by_one, batch_size)
+    return _facts(engine, run_ids, make, one_by_one, batch_size, skip_ended=True)
 
 
 def signal_runs(
@@ -225,8 +232,7 @@ def terminate_runs(engine: Engine, run_ids: Iterable[str], reason: str) -> Itera
             if engine.terminate(run_id, reason):
                 yield BulkResult(run_id, Outcome.DONE, "terminated")
             else:
-                status = engine.get_run(run_id).status.value
-                yield BulkResult(run_id, Outcome.SKIPPED, f"already {status}")
+                yield _ended(run_id, engine.get_run(run_id).status.value)
         except FlowError as exc:
             yield BulkResult(run_id, Outcome.FAILED, str(exc))
 

@@ -21,7 +21,7 @@ Search attributes (``attributes_set``, and a new run's spec) go to the per-run t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -207,21 +207,7 @@ class RowChanges:
 
 def row_changes(index: RunIndex) -> RowChanges:
     """The changes a write with ``index`` makes: the terminal rules applied to it."""
-    if index.status.terminal:
-        # A finished run is never decided again, holds no lease and no work, waits on nothing.
-        return RowChanges(
-            status=index.status,
-            decide_at=None,
-            failing=index.failing,
-            waiting_on=None,
-            build_id=index.build_id,
-            error=index.error,
-            tasks={},
-            drop_tasks=True,
-            hooks=index.hooks,
-            attributes=index.attributes,
-        )
-    return RowChanges(
+    changes = RowChanges(
         status=index.status,
         decide_at=index.decide_at,
         failing=index.failing,
@@ -233,6 +219,10 @@ def row_changes(index: RunIndex) -> RowChanges:
         hooks=index.hooks,
         attributes=index.attributes,
     )
+    if index.status.terminal:
+        # A finished run is never decided again, holds no lease and no work, waits on nothing.
+        return replace(changes, decide_at=None, waiting_on=None, tasks={}, drop_tasks=True)
+    return changes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

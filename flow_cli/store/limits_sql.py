@@ -340,17 +340,9 @@ class SQLLimits(SQLRole):
         d = self._sql_dialect
         p = d.param
         marks = ", ".join([p] * len(build_ids))
-        limits = conn.execute(
-            "SELECT name, concurrency, rate_count, rate_seconds, (SELECT count(*) FROM limits "
-            "WHERE kind = 'step' AND limited = 1) FROM limits WHERE kind = 'step' AND "
-            f"limited = 1 ORDER BY name {self._limit_lease_lock}"
-        ).fetchall()
-        if not limits or len(limits) < int(limits[0][4]):
-            # Another worker is leasing under a limit (its row is locked): not waited for
-            # (this lease's time would be stale by then); looked at again shortly.
-            self._throttled_until = now + THROTTLE_POLL
+        limits = self._lock_limits(conn, "step", "name, concurrency, rate_count, rate_seconds", now)
         chosen: list[tuple[str, bool, str, str, int]] = []
-        for name, concurrency, count, seconds, _ in limits:
+        for name, concurrency, count, seconds in limits:
             if len(chosen) >= room:
                 break
             rate = _rate_of(count, seconds)
@@ -420,6 +412,22 @@ class SQLLimits(SQLRole):
             )
         return leased
 
+    def _lock_limits(
+        self, conn: Any, kind: str, columns: str, now: datetime
+    ) -> list[tuple[Any, ...]]:
+        """The ``columns`` of the limits of ``kind`` (``step`` or ``workflow``) that hold
+        something back, locked for this lease. One locked by another worker leasing under it
+        is not waited for (this lease's time would be stale by then): left out, and looked at
+        again shortly (``_throttled_until``)."""
+        rows = conn.execute(
+            f"SELECT {columns}, (SELECT count(*) FROM limits WHERE kind = '{kind}' AND "
+            f"limited = 1) FROM limits WHERE kind = '{kind}' AND limited = 1 "
+            f"ORDER BY name {self._limit_lease_lock}"
+        ).fetchall()
+        if not rows or len(rows) < int(rows[0][-1]):
+            self._throttled_until = now + THROTTLE_POLL
+        return [tuple(row[:-1]) for row in rows]
+
     def _prune_starts(self) -> bool:
         """Whether to forget the starts a rate's window has left behind now (every
         ``PRUNE_EVERY``th look at a rate: the count reads only the window anyway)."""
@@ -456,16 +464,10 @@ class SQLLimits(SQLRole):
         d = self._sql_dialect
         p = d.param
         hosted = set(build_ids)
-        limits = conn.execute(
-            "SELECT name, concurrency, code_key, (SELECT count(*) FROM limits WHERE kind = "
-            "'workflow' AND limited = 1) FROM limits WHERE kind = 'workflow' AND limited = 1 "
-            f"ORDER BY name {self._limit_lease_lock}"
-        ).fetchall()
-        if not limits or len(limits) < int(limits[0][3]):
-            self._throttled_until = now + THROTTLE_POLL  # (as for steps)
+        limits = self._lock_limits(conn, "workflow", "name, concurrency, code_key", now)
         chosen: list[tuple[str, bool]] = []
         left = False
-        for name, concurrency, field, _ in limits:
+        for name, concurrency, field in limits:
             if len(chosen) >= room:
                 left = True
                 break

@@ -52,8 +52,8 @@ from flow_cli.store.protocol import (
     StreamWrite,
     TaskState,
     WorkerInfo,
+    attribute_count,
     attribute_grouping,
-    attribute_groups,
     carry_histories,
     waiting_needle,
 )
@@ -106,12 +106,28 @@ class _Run:
         return {key: json.loads(text) for key, text in self.attribute_texts.items()}
 
     def record(self) -> RunRecord:
-        kept = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        """Its index row (its sequence is its event count)."""
+        kept = _kept(self, _RECORD_FIELDS)
         return RunRecord(last_sequence=len(self.events), **kept)
 
+    def state(self, tasks: Iterable[TaskState]) -> RunState:
+        """Its index row with its lease and step ``tasks``, as ``run_states`` reads it."""
+        return RunState(tasks=tuple(tasks), **_kept(self, _STATE_FIELDS))
 
-_RECORD_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name != "last_sequence")
-"""What a ``RunRecord`` takes from a ``_Run`` as it is (its sequence is its event count)."""
+
+def _names(kind: Any, besides: str) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind) if f.name != besides)
+
+
+_RECORD_FIELDS = _names(RunRecord, "last_sequence")
+_STATE_FIELDS = _names(RunState, "tasks")
+_TASK_FIELDS = _names(TaskState, "step_id")
+
+
+def _kept(source: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """``names`` as ``source`` holds them: a ``_Run`` or ``_Task`` read out into a record of
+    the same field names (``_RECORD_FIELDS`` ...) without restating each field."""
+    return {name: getattr(source, name) for name in names}
 
 
 @dataclass(slots=True)
@@ -408,8 +424,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             groups: dict[str, int] = {}
             key = None if by is None else attribute_grouping(by)
             if key is not None:
-                found = Counter(run.attribute_texts.get(key) for run in runs)
-                return RunCount(total=len(runs), groups=attribute_groups(found.items()))
+                return attribute_count(Counter(r.attribute_texts.get(key) for r in runs).items())
             if by is not None:
                 for run in runs:
                     value = getattr(run, by)
@@ -420,35 +435,13 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
     def run_states(self, where: RunFilter) -> list[RunState]:
         """Runs matching ``where`` with their lease and step tasks, newest first."""
         with self._lock:
-            records = self.find_runs(where)
+            runs = [self._runs[r.run_id] for r in self.find_runs(where)]
             tasks: dict[str, list[TaskState]] = {}
             for (run_id, step_id), task in sorted(self._tasks.items()):
                 tasks.setdefault(run_id, []).append(
-                    TaskState(
-                        step_id=step_id,
-                        attempt=task.attempt,
-                        available_at=task.available_at,
-                        lease_owner=task.lease_owner,
-                        name=task.name,
-                    )
+                    TaskState(step_id=step_id, **_kept(task, _TASK_FIELDS))
                 )
-            return [
-                RunState(
-                    run_id=r.run_id,
-                    workflow=r.workflow,
-                    status=r.status,
-                    build_id=r.build_id,
-                    created_at=r.created_at,
-                    updated_at=r.updated_at,
-                    decide_at=r.decide_at,
-                    lease_owner=self._runs[r.run_id].lease_owner,
-                    failing=r.failing,
-                    waiting_on=r.waiting_on,
-                    failing_since=self._runs[r.run_id].failing_since,
-                    tasks=tuple(tasks.get(r.run_id, ())),
-                )
-                for r in records
-            ]
+            return [run.state(tasks.get(run.run_id, ())) for run in runs]
 
     def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
         """``flow doctor``'s causes by ``causes.RULES`` over every run selected."""

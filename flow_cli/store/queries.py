@@ -94,6 +94,20 @@ class RunCount:
     """Count per value of the grouping column; empty when not grouped."""
 
 
+def grouped_by(by: str) -> str | None:
+    """The attribute key of ``count_runs(by="attr:KEY")``, ``None`` for a ``GROUPINGS``
+    column; ``ValueError`` for anything else."""
+    if not grouping_ok(by):
+        raise ValueError(f"cannot group runs by {by!r}")
+    return attribute_grouping(by)
+
+
+def attribute_count(rows: Iterable[tuple[str | None, int]]) -> RunCount:
+    """``count_runs`` by ``attr:KEY`` from (stored JSON text or None, count) rows."""
+    found = [(text, int(n)) for text, n in rows]
+    return RunCount(total=sum(n for _, n in found), groups=attribute_groups(found))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskState:
     """A step task as ``run_states`` reads it (see ``StepTask``)."""

@@ -19,6 +19,7 @@ from flow_cli.store.index import RowChanges
 from flow_cli.store.protocol import (
     KEEP,
     HookListing,
+    HookRecord,
     Keep,
     RunError,
     RunFilter,
@@ -198,11 +199,40 @@ def attributes_of(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
     return found
 
 
+STATE_COLUMNS = (
+    "run_id, workflow, status, build_id, created_at, updated_at, decide_at, lease_owner, "
+    "failing, waiting_on, failing_since"
+)
+"""The runs' columns a page of ``RUN_STATES`` selects (after ``created_order``)."""
+RUN_STATES = (
+    "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
+    "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
+    "t.step_id, t.attempt, t.available_at, t.lease_owner, t.step_name FROM ({page}) r "
+    "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
+    "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"
+)
+"""The runs of a page (``created_order, STATE_COLUMNS`` of some runs) with their step tasks,
+newest first: the rows ``assemble_states`` reads."""
+LIST_HOOKS = "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks"
+"""The hooks as ``hook_listing`` reads them (the caller adds its ``WHERE`` and order)."""
+LIST_WORKERS = (
+    "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, heartbeat_seconds, "
+    "stopped_at FROM workers ORDER BY started_at DESC, worker_id DESC"
+)
+"""Every registered worker, most recently started first, as ``worker_info`` reads them."""
+
+
+def hook_record(row: Sequence[Any] | None) -> HookRecord | None:
+    """A row of ``SELECT token, run_id, hook_id, resolved FROM hooks``, or ``None``."""
+    if row is None:
+        return None
+    return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=bool(row[3]))
+
+
 def hook_listing(
     row: Sequence[Any], time: Callable[[Any], datetime], metadata: Callable[[Any], JsonValue]
 ) -> HookListing:
-    """A row of ``SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks``;
-    ``time`` and ``metadata`` read the backend's time and JSON."""
+    """A row of ``LIST_HOOKS``; ``time`` and ``metadata`` read the backend's time and JSON."""
     return HookListing(
         run_id=row[0],
         hook_id=row[1],
@@ -214,8 +244,7 @@ def hook_listing(
 
 
 def worker_info(row: Sequence[Any], time: Callable[[Any], datetime]) -> WorkerInfo:
-    """A row of ``SELECT worker_id, host, pid, builds, started_at, heartbeat_at,
-    heartbeat_seconds, stopped_at FROM workers``; ``time`` reads the backend's time."""
+    """A row of ``LIST_WORKERS``; ``time`` reads the backend's time."""
     return WorkerInfo(
         worker_id=row[0],
         host=row[1],

@@ -18,24 +18,28 @@ from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
 from flow_cli.store.postgres.tables import POSTGRES
 from flow_cli.store.protocol import (
-    GROUPINGS,
     NO_GROUP,
     BuildUsage,
     CauseQuery,
     CauseTally,
     HookListing,
-    HookRecord,
     RunCount,
     RunFilter,
     RunRecord,
     RunState,
-    WorkerInfo,
     assemble_states,
-    attribute_grouping,
-    attribute_groups,
+    attribute_count,
     build_usages,
+    grouped_by,
 )
-from flow_cli.store.sql import attribute_group, hook_listing, worker_info
+from flow_cli.store.reads_sql import SQLReads
+from flow_cli.store.sql import (
+    LIST_HOOKS,
+    RUN_STATES,
+    STATE_COLUMNS,
+    attribute_group,
+    hook_listing,
+)
 
 READ_HISTORIES = (
     "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -50,7 +54,7 @@ def histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
     return run_ids, [max(after[r], 1) for r in run_ids]
 
 
-class PostgresReads(PostgresConnections):
+class PostgresReads(PostgresConnections, SQLReads):
     """What the PostgreSQL store reads (see ``PostgresStore``)."""
 
     def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
@@ -138,24 +142,8 @@ class PostgresReads(PostgresConnections):
         (one consistent snapshot), the runs served by the filter's index, each run's tasks by
         the step task primary key."""
         with self._transaction(writes=False) as conn:
-            page, params = self._page(
-                conn,
-                where,
-                "created_order, run_id, workflow, status, build_id, created_at, updated_at, "
-                "decide_at, lease_owner, failing, waiting_on, failing_since",
-            )
-            rows = conn.execute(
-                sql.SQL(
-                    "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, "
-                    "r.updated_at, r.decide_at, r.lease_owner, r.failing, r.waiting_on, "
-                    "r.failing_since, t.step_id, t.attempt, t.available_at, t.lease_owner, "
-                    "t.step_name "
-                    "FROM ({}) r "
-                    "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
-                    "ORDER BY r.created_at DESC, r.created_order DESC, t.step_id"
-                ).format(page),
-                params,
-            ).fetchall()
+            page, params = self._page(conn, where, f"created_order, {STATE_COLUMNS}")
+            rows = conn.execute(sql.SQL(RUN_STATES).format(page=page), params).fetchall()
         return assemble_states(rows, tables.utc)
 
     def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
@@ -203,9 +191,7 @@ class PostgresReads(PostgresConnections):
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""
         condition, params = tables.run_filter(where)
-        key = None if by is None else attribute_grouping(by)
-        if by is not None and key is None and by not in GROUPINGS:
-            raise ValueError(f"cannot group runs by {by!r}")
+        key = None if by is None else grouped_by(by)
         with self._transaction() as conn:
             if by is None:
                 row = conn.execute(
@@ -220,10 +206,7 @@ class PostgresReads(PostgresConnections):
                     ),
                     params,
                 ).fetchall()
-                return RunCount(
-                    total=sum(int(n) for _, n in found),
-                    groups=attribute_groups((text, int(n)) for text, n in found),
-                )
+                return attribute_count(found)
             rows = conn.execute(
                 sql.SQL(
                     "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "
@@ -238,8 +221,7 @@ class PostgresReads(PostgresConnections):
         """Hooks of one run or all runs, oldest first."""
         with self._transaction() as conn:
             rows = conn.execute(
-                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks "
-                "WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
+                f"{LIST_HOOKS} WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
                 "AND (NOT %(open)s OR (NOT resolved AND EXISTS (SELECT 1 FROM runs r "
                 "WHERE r.run_id = hooks.run_id AND NOT r.status = ANY(%(ended)s)))) "
                 "ORDER BY created_at, created_order",
@@ -250,25 +232,6 @@ class PostgresReads(PostgresConnections):
                 },
             ).fetchall()
         return [hook_listing(r, tables.utc, _as_is) for r in rows]
-
-    def find_hook(self, token: str) -> HookRecord | None:
-        """The hook owning ``token``, or ``None``."""
-        with self._reading() as conn:
-            row = conn.execute(
-                "SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = %s", (token,)
-            ).fetchone()
-        if row is None:
-            return None
-        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=row[3])
-
-    def list_workers(self) -> list[WorkerInfo]:
-        """Every registered worker, most recently started first."""
-        with self._transaction() as conn:
-            rows = conn.execute(
-                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, heartbeat_seconds, "
-                "stopped_at FROM workers ORDER BY started_at DESC, worker_id DESC"
-            ).fetchall()
-        return [worker_info(row, tables.utc) for row in rows]
 
     def check_integrity(self) -> list[str]:
         """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""

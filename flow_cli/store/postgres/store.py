@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, closing
 from datetime import UTC, datetime
 from time import monotonic
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq, sql
@@ -73,6 +73,8 @@ from flow_cli.store.protocol import (
 )
 from flow_cli.store.retention_sql import SQLRetention
 from flow_cli.store.schedules_sql import SQLSchedules
+
+T = TypeVar("T")
 
 _END_OF_TIME = datetime(9999, 12, 31, tzinfo=UTC)
 """``NEXT_DUE``'s bound when the whole future is wanted (``next_due`` without ``until``)."""
@@ -250,54 +252,27 @@ class PostgresStore(
             # Steps a notification named are tried first, in one round trip; when another
             # worker took them (every idle worker heard the same notification), a look without
             # locks says whether anything else is ready before the lease that locks.
-            nothing = False
-            for attempt in (1, 2):
-                try:
-                    leased = None
-                    if hinted:
-                        leased = self._lease_hinted(
-                            conn,
-                            hinted,
-                            worker,
-                            build_ids,
-                            params,
-                            now,
-                            lease_until,
-                            read_after,
-                        )
-                        if (
-                            leased is None
-                            and conn.execute(tables.ANY_READY_STEP, params).fetchone() is None
-                        ):
-                            nothing = True  # (limited steps included)
-                            self._limited_expected = False
-                            break
-                    if leased is None:
-                        leased = self._lease_ready(
-                            conn, worker, params, now, lease_until, read_after
-                        )
-                    rows, after, history_rows, due = leased
-                    break
-                except psycopg.errors.InvalidSqlStatementName:
-                    # A statement of the second round trip was dropped behind our back
-                    # (see ``Prepared``): nothing was written; roll back, lease again.
-                    if attempt == 2:
-                        raise
-                    self._rolled_back(conn)
-                    conn.execute("ROLLBACK")
-        if nothing:
+
+            def lease(conn: Connection) -> parts.Leased | None:
+                if hinted:
+                    leased = self._lease_hinted(
+                        conn, hinted, worker, build_ids, params, now, lease_until, read_after
+                    )
+                    if leased is not None:
+                        return leased
+                    if conn.execute(tables.ANY_READY_STEP, params).fetchone() is None:
+                        return None  # nothing ready (limited steps included)
+                return self._lease_ready(conn, worker, params, now, lease_until, read_after)
+
+            leased = self._again_if_dropped(conn, lease)
+        if leased is None:
+            self._limited_expected = False
             self._steps_expected = False
             return []
+        rows, after, history_rows, due = leased
         self._steps_expected = bool(rows)
         self._due.offer(build_ids, *due, writes=writes, until=params["due_until"])
-        if rows:
-            with self._lock:
-                self.stats.durable_commits += 1
-        self._count_rows(len(rows) + sum(1 for t in due if t is not None))
-        leases = [
-            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
-            for run_id, step_id, attempt, _ in rows
-        ]
+        leases = self._leased(rows, lease_until, len(rows) + sum(1 for t in due if t is not None))
         if history_rows is not None:
             leases = with_histories(leases, self._histories(history_rows, after))
         return leases
@@ -313,29 +288,40 @@ class PostgresStore(
             return []
         params = parts.due_params(worker, build_ids, now, lease_until, room)
         with self._self_transacting() as conn:
-            for attempt in (1, 2):
-                try:
-                    rows, after, done = self._lease_limited_batch(
-                        conn, params, worker, now, lease_until, read_after
-                    )
-                    break
-                except psycopg.errors.InvalidSqlStatementName:
-                    # As in ``_lease_ready_steps``: nothing was written; lease again.
-                    if attempt == 2:
-                        raise
-                    self._rolled_back(conn)
-                    conn.execute("ROLLBACK")
-        if rows:
-            with self._lock:
-                self.stats.durable_commits += 1
-        self._count_rows(len(rows))
-        leases = [
-            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
-            for run_id, step_id, attempt, _ in rows
-        ]
+            rows, after, done = self._again_if_dropped(
+                conn,
+                lambda conn: self._lease_limited_batch(
+                    conn, params, worker, now, lease_until, read_after
+                ),
+            )
+        leases = self._leased(rows, lease_until, len(rows))
         if after:
             leases = with_histories(leases, self._histories(done[-2] or [], after))
         return leases
+
+    def _again_if_dropped(self, conn: Connection, lease: Callable[[Connection], T]) -> T:
+        """``lease(conn)``, once more when a statement of its second round trip was dropped
+        behind our back (see ``Prepared``): nothing was written then; roll back, lease again."""
+        try:
+            return lease(conn)
+        except psycopg.errors.InvalidSqlStatementName:
+            self._rolled_back(conn)
+            conn.execute("ROLLBACK")
+        return lease(conn)
+
+    def _leased(
+        self, rows: Sequence[tuple[Any, ...]], lease_until: datetime, written: int
+    ) -> list[StepLease]:
+        """The leases of a step lease's ``rows`` (run id, step id, attempt, ...), counted: a
+        durable commit when there are any, ``written`` rows."""
+        if rows:
+            with self._lock:
+                self.stats.durable_commits += 1
+        self._count_rows(written)
+        return [
+            StepLease(run_id=run_id, step_id=step_id, attempt=attempt, lease_until=lease_until)
+            for run_id, step_id, attempt, _ in rows
+        ]
 
     def _lease_limited_batch(
         self,

@@ -12,31 +12,36 @@ from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.store import causes, damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
-    GROUPINGS,
     NO_GROUP,
     BuildUsage,
     CauseQuery,
     CauseTally,
     HookListing,
-    HookRecord,
     RunCount,
     RunFilter,
     RunRecord,
     RunState,
-    WorkerInfo,
     assemble_states,
-    attribute_grouping,
-    attribute_groups,
+    attribute_count,
     build_usages,
+    grouped_by,
 )
-from flow_cli.store.sql import attribute_group, hook_listing, run_filter, worker_info
+from flow_cli.store.reads_sql import SQLReads
+from flow_cli.store.sql import (
+    LIST_HOOKS,
+    RUN_STATES,
+    STATE_COLUMNS,
+    attribute_group,
+    hook_listing,
+    run_filter,
+)
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
 from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, from_micros, run_record
 from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
 
 
-class SQLiteReads(SQLiteConnections):
+class SQLiteReads(SQLiteConnections, SQLReads):
     """What the SQLite store reads (see ``SQLiteStore``)."""
 
     @guarded
@@ -136,13 +141,9 @@ class SQLiteReads(SQLiteConnections):
         conn = self._conn()
         page, params = self._page(conn, where)
         rows = conn.execute(
-            "SELECT r.run_id, r.workflow, r.status, r.build_id, r.created_at, r.updated_at, "
-            "r.decide_at, r.lease_owner, r.failing, r.waiting_on, r.failing_since, "
-            "t.step_id, t.attempt, t.available_at, t.lease_owner, t.step_name FROM ("
-            "SELECT rowid AS ord, run_id, workflow, status, build_id, created_at, updated_at, "
-            f"decide_at, lease_owner, failing, waiting_on, failing_since FROM runs{page}) r "
-            "LEFT JOIN step_tasks t ON t.run_id = r.run_id "
-            "ORDER BY r.created_at DESC, r.ord DESC, t.step_id",
+            RUN_STATES.format(
+                page=f"SELECT rowid AS created_order, {STATE_COLUMNS} FROM runs{page}"
+            ),
             params,
         )
         return assemble_states(rows, dt)
@@ -202,16 +203,15 @@ class SQLiteReads(SQLiteConnections):
         if by is None:
             total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
             return RunCount(total=total, groups={})
-        key = attribute_grouping(by)
+        key = grouped_by(by)
         if key is not None:
             params["by_key"] = key
-            rows = conn.execute(
-                f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
-                params,
-            ).fetchall()
-            return RunCount(total=sum(n for _, n in rows), groups=attribute_groups(rows))
-        if by not in GROUPINGS:
-            raise ValueError(f"cannot group runs by {by!r}")
+            return attribute_count(
+                conn.execute(
+                    f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
+                    params,
+                )
+            )
         # With a filter, grouped by an expression: grouping by the bare column would walk that
         # column's index over every run instead of the index that serves the filter. Without
         # one, by the bare column: its index alone answers (no row of runs is read).
@@ -243,7 +243,7 @@ class SQLiteReads(SQLiteConnections):
         rows = (
             self._conn()
             .execute(
-                "SELECT run_id, hook_id, token, resolved, created_at, metadata FROM hooks"
+                LIST_HOOKS
                 + (f" WHERE {' AND '.join(sql)}" if sql else "")
                 + " ORDER BY created_at, rowid",
                 params,
@@ -251,32 +251,6 @@ class SQLiteReads(SQLiteConnections):
             .fetchall()
         )
         return [hook_listing(r, dt, json.loads) for r in rows]
-
-    @guarded
-    def find_hook(self, token: str) -> HookRecord | None:
-        """The hook owning ``token``, or None."""
-        row = (
-            self._conn()
-            .execute("SELECT token, run_id, hook_id, resolved FROM hooks WHERE token = ?", (token,))
-            .fetchone()
-        )
-        if row is None:
-            return None
-        return HookRecord(token=row[0], run_id=row[1], hook_id=row[2], resolved=bool(row[3]))
-
-    @guarded
-    def list_workers(self) -> list[WorkerInfo]:
-        """Every registered worker, most recently started first."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT worker_id, host, pid, builds, started_at, heartbeat_at, "
-                "heartbeat_seconds, stopped_at FROM workers "
-                "ORDER BY started_at DESC, worker_id DESC"
-            )
-            .fetchall()
-        )
-        return [worker_info(row, dt) for row in rows]
 
     def check_integrity(self) -> list[str]:
         """``PRAGMA integrity_check``, then Flow's structural checks (see ``integrity``)."""
