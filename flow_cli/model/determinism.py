@@ -13,21 +13,7 @@ from datetime import UTC
 from typing import Any, assert_never
 
 from flow_cli.errors import Mismatch, NonDeterminismError
-from flow_cli.model.commands import (
-    Cancelled,
-    Complete,
-    ContinueAsNew,
-    CreateHook,
-    Fail,
-    RuntimeCommand,
-    ScheduleStep,
-    ScheduleSteps,
-    StartChild,
-    StartChildren,
-    TerminalCommand,
-    WaitForSignal,
-    WaitUntil,
-)
+from flow_cli.model import commands
 from flow_cli.model.events import (
     ChildScheduled,
     Event,
@@ -50,7 +36,7 @@ class Plan:
 
     events: list[Event] = field(default_factory=list)
     """Decision events for identities the history does not have yet."""
-    terminal: TerminalCommand | None = None
+    terminal: commands.TerminalCommand | None = None
     open_since: list[int] = field(default_factory=list)
     """Sequences at which the still-open identities it re-issues were recorded."""
 
@@ -76,7 +62,7 @@ def engine_cancels(snapshot: WorkflowRunSnapshot, result: Plan) -> bool:
     return not any(seq > since for seq in result.open_since)
 
 
-def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
+def plan(snapshot: WorkflowRunSnapshot, command: commands.RuntimeCommand) -> Plan:
     """Validate ``command`` against ``snapshot`` and say what it adds.
 
     Raises ``NonDeterminismError`` listing every mismatch of the whole command.
@@ -84,24 +70,24 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
     result = Plan()
     mismatches: list[Mismatch] = []
     match command:
-        case ScheduleStep():
+        case commands.ScheduleStep():
             _step(snapshot, command, None, result, mismatches)
-        case ScheduleSteps():
+        case commands.ScheduleSteps():
             _unique([s.step_id for s in command.steps], "step", mismatches)
             for member in command.steps:
                 _step(snapshot, member, command.batch_id, result, mismatches)
             recorded_steps = [(s.sequence, s.step_id, s.batch_id) for s in snapshot.steps.values()]
             produced_steps = [s.step_id for s in command.steps]
             _members(command.batch_id, "steps", recorded_steps, produced_steps, mismatches)
-        case WaitUntil():
+        case commands.WaitUntil():
             _wait(snapshot, command, result, mismatches)
-        case WaitForSignal():
+        case commands.WaitForSignal():
             _signal_wait(snapshot, command, result, mismatches)
-        case CreateHook():
+        case commands.CreateHook():
             _hook(snapshot, command, result, mismatches)
-        case StartChild():
+        case commands.StartChild():
             _child(snapshot, command, None, result, mismatches)
-        case StartChildren():
+        case commands.StartChildren():
             _unique([c.child_id for c in command.children], "child", mismatches)
             for child in command.children:
                 _child(snapshot, child, command.batch_id, result, mismatches)
@@ -110,7 +96,7 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
             ]
             produced_children = [c.child_id for c in command.children]
             _members(command.batch_id, "children", recorded_children, produced_children, mismatches)
-        case ContinueAsNew():
+        case commands.ContinueAsNew():
             spec = snapshot.spec
             if command.runtime_build_id is not None and (
                 command.runtime_build_id != spec.runtime_build_id
@@ -133,7 +119,7 @@ def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
                     )
                 )
             result.terminal = command
-        case Complete() | Fail() | Cancelled():
+        case commands.Complete() | commands.Fail() | commands.Cancelled():
             result.terminal = command
         case _:
             assert_never(command)
@@ -184,7 +170,7 @@ def _members(
 
 def _step(
     snap: WorkflowRunSnapshot,
-    cmd: ScheduleStep,
+    cmd: commands.ScheduleStep,
     batch_id: str | None,
     result: Plan,
     out: list[Mismatch],
@@ -219,7 +205,9 @@ def _step(
         result.open_since.append(recorded.sequence)
 
 
-def _wait(snap: WorkflowRunSnapshot, cmd: WaitUntil, result: Plan, out: list[Mismatch]) -> None:
+def _wait(
+    snap: WorkflowRunSnapshot, cmd: commands.WaitUntil, result: Plan, out: list[Mismatch]
+) -> None:
     identity = f"wait {cmd.wait_id!r}"
     if cmd.wait_id in snap.signal_waits:
         out.append(
@@ -242,7 +230,7 @@ def _wait(snap: WorkflowRunSnapshot, cmd: WaitUntil, result: Plan, out: list[Mis
 
 
 def _signal_wait(
-    snap: WorkflowRunSnapshot, cmd: WaitForSignal, result: Plan, out: list[Mismatch]
+    snap: WorkflowRunSnapshot, cmd: commands.WaitForSignal, result: Plan, out: list[Mismatch]
 ) -> None:
     identity = f"signal wait {cmd.wait_id!r}"
     if cmd.wait_id in snap.waits:
@@ -261,7 +249,9 @@ def _signal_wait(
         result.open_since.append(recorded.sequence)
 
 
-def _hook(snap: WorkflowRunSnapshot, cmd: CreateHook, result: Plan, out: list[Mismatch]) -> None:
+def _hook(
+    snap: WorkflowRunSnapshot, cmd: commands.CreateHook, result: Plan, out: list[Mismatch]
+) -> None:
     recorded = snap.hooks.get(cmd.hook_id)
     if recorded is None:
         result.events.append(
@@ -279,7 +269,7 @@ def _hook(snap: WorkflowRunSnapshot, cmd: CreateHook, result: Plan, out: list[Mi
 
 def _child(
     snap: WorkflowRunSnapshot,
-    cmd: StartChild,
+    cmd: commands.StartChild,
     batch_id: str | None,
     result: Plan,
     out: list[Mismatch],
