@@ -255,13 +255,13 @@ class ContextBase(CommandBuilders):
         batch the code builds now: another name, input, retry or batch is a divergence."""
         self._use_step(member)
         step = self._snap.steps.get(member.step_id)
-        if step is not None and not (
-            step.name == member.name
-            and step.input == member.input
-            and step.retry == member.retry
-            and step.batch_id == batch.batch_id
-            and step.timeout == member.timeout
-            and step.heartbeat_timeout == member.heartbeat_timeout
+        if step is not None and not step.matches(
+            member.name,
+            member.input,
+            member.retry,
+            batch.batch_id,
+            member.timeout,
+            member.heartbeat_timeout,
         ):
             self._check(batch)
         return step

@@ -145,12 +145,7 @@ class SelectHelpers(SequentialHelpers):
         child = self._snap.children.get(child_id)
         if child is None:
             self.suspend(command)  # not blocking: the code goes on once it is recorded
-        if not (
-            child.workflow == command.workflow
-            and child.input == command.input
-            and child.cancellation == "abandon"
-            and child.batch_id is None
-        ):
+        if not child.matches(command.workflow, command.input, "abandon", None):
             self._check(command)
         return child.run_id
 

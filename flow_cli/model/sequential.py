@@ -69,14 +69,7 @@ class SequentialHelpers(ContextBase):
             self._before_handoff(command)
             self._waiter(command)  # returns once the step has settled in self._snap
             return self._settled_output(step_id)
-        if not (
-            step.name == name
-            and step.input == input
-            and (step.retry is policy or step.retry == policy)
-            and step.batch_id is None
-            and step.timeout == limit
-            and step.heartbeat_timeout == silence
-        ):
+        if not step.matches(name, input, policy, None, limit, silence):
             self._check(self._schedule_step(step_id, name, input, policy, limit, silence))
         if step.status is StepStatus.COMPLETED:
             return self._snap.json_payload(step.output)
@@ -264,12 +257,7 @@ class SequentialHelpers(ContextBase):
         given = {"workflow": workflow, "input": input, "cancellation": cancellation}
         self._use("child", child_id, f"child {child_id!r}", given)
         child = self._snap.children.get(child_id)
-        if child is not None and not (
-            child.workflow == workflow
-            and child.input == input
-            and child.cancellation == cancellation
-            and child.batch_id is None
-        ):
+        if child is not None and not child.matches(workflow, input, cancellation, None):
             self._check(self._start_child(child_id, workflow, input, cancellation))
         outcome = self.child_outcome(child_id)
         if outcome is None:
@@ -292,11 +280,8 @@ class SequentialHelpers(ContextBase):
             given = {"workflow": member.workflow, "input": member.input}
             self._use("child", member.child_id, f"child {member.child_id!r}", given)
             child = self._snap.children.get(member.child_id)
-            if child is not None and not (
-                child.workflow == member.workflow
-                and child.input == member.input
-                and child.cancellation == member.cancellation
-                and child.batch_id == batch.batch_id
+            if child is not None and not child.matches(
+                member.workflow, member.input, member.cancellation, batch.batch_id
             ):
                 self._check(batch)
             outcome = self.child_outcome(member.child_id)

@@ -48,6 +48,26 @@ class StepState:
     settled_sequence: int | None = None
     """Sequence of the event that settled it (completed, failed for good, cancelled)."""
 
+    def matches(
+        self,
+        name: str,
+        input: JsonValue,
+        retry: RetryPolicy,
+        batch_id: str | None,
+        timeout: float | None,
+        heartbeat_timeout: float | None,
+    ) -> bool:
+        """Whether a step scheduled with these values re-issues this one as recorded: the cheap
+        ``==`` test a ``ctx`` helper makes before it builds the command and compares it whole."""
+        return (
+            self.name == name
+            and self.input == input
+            and (self.retry is retry or self.retry == retry)
+            and self.batch_id == batch_id
+            and self.timeout == timeout
+            and self.heartbeat_timeout == heartbeat_timeout
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitState:
@@ -120,6 +140,22 @@ class ChildState:
     @property
     def open(self) -> bool:
         return self.status is ChildStatus.RUNNING
+
+    def matches(
+        self,
+        workflow: str,
+        input: JsonValue,
+        cancellation: CancellationPolicy,
+        batch_id: str | None,
+    ) -> bool:
+        """Whether a child started with these values re-issues this one as recorded (see
+        ``StepState.matches``)."""
+        return (
+            self.workflow == workflow
+            and self.input == input
+            and self.cancellation == cancellation
+            and self.batch_id == batch_id
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
