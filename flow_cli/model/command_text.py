@@ -37,8 +37,7 @@ def describe(command: commands.RuntimeCommand) -> str:
         case commands.ScheduleStep():
             return f"ctx.schedule_step({command.step_id!r}, {command.name!r}, ...)"
         case commands.ScheduleSteps():
-            ids = ", ".join(repr(s.step_id) for s in command.steps)
-            return f"ctx.schedule_steps([{ids}])"
+            return f"ctx.schedule_steps({[s.step_id for s in command.steps]!r})"
         case commands.WaitUntil():
             return f"ctx.wait_until({command.wait_id!r}, ...)"
         case commands.WaitForSignal():
@@ -48,8 +47,7 @@ def describe(command: commands.RuntimeCommand) -> str:
         case commands.StartChild():
             return f"ctx.start_child({command.child_id!r}, {command.workflow!r}, ...)"
         case commands.StartChildren():
-            ids = ", ".join(repr(c.child_id) for c in command.children)
-            return f"ctx.start_children([{ids}])"
+            return f"ctx.start_children({[c.child_id for c in command.children]!r})"
         case commands.Complete():
             return "ctx.complete(...)"
         case commands.Fail():
