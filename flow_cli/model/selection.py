@@ -70,11 +70,13 @@ class SelectProjection:
         for wait_id in self.selected_waits.pop(f"{kind}:{ident}", ()):
             self._close(wait_id)
 
-    def _close(self, wait_id: str) -> None:
+    def _close(self, wait_id: str, *, timed_out: bool = False) -> None:
+        """Signal wait ``wait_id``, if still open, takes no signal now: another member of its
+        select settled first, or (``timed_out``) its deadline timer fired."""
         wait = self.signal_waits.get(wait_id)
         if wait is None or wait.delivered or wait.timed_out or wait.closed:
             return
-        self.signal_waits[wait_id] = replace(wait, closed=True)
+        self.signal_waits[wait_id] = replace(wait, closed=not timed_out, timed_out=timed_out)
         # The slot is the snapshot's (a dataclass field); mypy sees only this mixin's empty slots.
         self.signal_waits_open -= 1  # type: ignore[misc]
         waiting = self.waiting_signals.get(wait.signal_name)
