@@ -232,7 +232,7 @@ class SequentialHelpers(ContextBase):
             fired_first = (
                 timed_out
                 and timer is not None
-                and (timer.fired_sequence or 0) < (hook.resolved_sequence or 0)
+                and (timer.settled_sequence or 0) < (hook.settled_sequence or 0)
             )
             if not fired_first:
                 return snap.json_payload(hook.payload)

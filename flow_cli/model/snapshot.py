@@ -366,7 +366,7 @@ class WorkflowRunSnapshot(SelectProjection):
             case WaitCompleted():
                 wait = self.waits[event.wait_id]
                 self.waits[event.wait_id] = replace(
-                    wait, done=True, fired_at=at, fired_sequence=envelope.sequence
+                    wait, done=True, fired_at=at, settled_sequence=envelope.sequence
                 )
                 self.open_deadlines.pop(event.wait_id, None)
                 self._time_out(event.wait_id)
@@ -426,7 +426,7 @@ class WorkflowRunSnapshot(SelectProjection):
             case HookResolved():
                 hook = self.hooks[event.hook_id]
                 self.hooks[event.hook_id] = replace(
-                    hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
+                    hook, resolved=True, payload=event.payload, settled_sequence=envelope.sequence
                 )
                 self.hooks_open -= int(not hook.resolved)
                 self._settled("hook", event.hook_id)

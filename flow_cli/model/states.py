@@ -76,7 +76,7 @@ class WaitState:
     sequence: int
     done: bool = False
     fired_at: datetime | None = None
-    fired_sequence: int | None = None
+    settled_sequence: int | None = None
     """Sequence of its ``wait_completed``."""
     opened_at: datetime | None = None
     """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
@@ -117,7 +117,7 @@ class HookState:
     sequence: int
     resolved: bool = False
     payload: JsonValue = None
-    resolved_sequence: int | None = None
+    settled_sequence: int | None = None
     """Sequence of its ``hook_resolved``."""
 
 
