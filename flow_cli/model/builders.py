@@ -8,20 +8,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from flow_cli.errors import (
-    InputError,
-)
+from flow_cli.errors import InputError
 from flow_cli.model import commands
 from flow_cli.model.attributes import check_attributes
+from flow_cli.model.clock import Seconds
 from flow_cli.model.command_text import default_batch_id
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
-from flow_cli.model.snapshot import (
-    ChildState,
-    StepState,
-    WorkflowRunSnapshot,
-)
+from flow_cli.model.snapshot import ChildState, StepState, WorkflowRunSnapshot
 
 DEFAULT_RETRY = intern(RetryPolicy())
 STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
@@ -250,10 +245,6 @@ def step_name(handler: str | Callable[..., Any]) -> str:
             "the step's name"
         )
     return name
-
-
-Seconds = timedelta | float | int
-"""A duration given as a ``timedelta`` or seconds."""
 
 
 def seconds_or_none(value: Seconds | None, label: str) -> float | None:

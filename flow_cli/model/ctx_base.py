@@ -13,7 +13,7 @@ import hmac
 import random as _random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from flow_cli.errors import (
@@ -28,6 +28,7 @@ from flow_cli.errors import (
 )
 from flow_cli.model import deciding
 from flow_cli.model.builders import CommandBuilders, iso_or_none
+from flow_cli.model.clock import Seconds, as_timedelta
 from flow_cli.model.command_text import describe, recorded
 from flow_cli.model.commands import RuntimeCommand, ScheduleStep, ScheduleSteps, StartChildren
 from flow_cli.model.jsonval import JsonValue
@@ -311,7 +312,7 @@ class ContextBase(CommandBuilders):
         label: str,
         timer_id: str,
         deadline: datetime | None,
-        timeout: float | timedelta | None,
+        timeout: Seconds | None,
     ) -> datetime | None:
         """The deadline a ``timeout`` gives: ``ctx.now`` at the decision that opens timer
         ``timer_id`` plus ``timeout``; once the timer is recorded, its recorded deadline."""
@@ -322,8 +323,7 @@ class ContextBase(CommandBuilders):
         timer = self._snap.waits.get(timer_id)
         if timer is not None:
             return timer.deadline
-        delta = timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout)
-        return self.now + delta
+        return self.now + as_timedelta(timeout)
 
     def _check_deadline(self, timer_id: str, timer: WaitState, deadline: datetime) -> None:
         """A recorded timer asked for with another deadline: a ``NonDeterminismError``, whose

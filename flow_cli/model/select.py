@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NoReturn, cast
 
 from flow_cli.errors import InputError
+from flow_cli.model.clock import Seconds
 from flow_cli.model.commands import (
     CancellationPolicy,
     CreateHook,
@@ -42,7 +43,7 @@ class Branch:
     """The wait, hook, step or child id: what ``ctx.first`` returns when this branch wins."""
     signal_name: str | None = None
     deadline: datetime | None = None
-    timeout: float | timedelta | None = None
+    timeout: Seconds | None = None
     token: str | None = None
     metadata: JsonValue = None
     opens: RuntimeCommand | None = None
@@ -79,7 +80,7 @@ class SelectHelpers(SequentialHelpers):
         wait_id: str,
         deadline: datetime | None = None,
         *,
-        timeout: float | timedelta | None = None,
+        timeout: Seconds | None = None,
     ) -> Branch:
         """A ``ctx.first`` branch: a timer at ``deadline``, or ``timeout`` after ``ctx.now`` at
         the decision that opens it (the value is ``None``)."""

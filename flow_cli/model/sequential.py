@@ -6,11 +6,12 @@ that records it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from flow_cli.errors import InputError
-from flow_cli.model.builders import DEFAULT_RETRY, Seconds, iso_or_none, seconds_or_none, step_name
+from flow_cli.model.builders import DEFAULT_RETRY, iso_or_none, seconds_or_none, step_name
+from flow_cli.model.clock import Seconds, as_timedelta
 from flow_cli.model.commands import CancellationPolicy, ScheduleStep, StartChild, WaitForSignal
 from flow_cli.model.ctx_base import ContextBase
 from flow_cli.model.jsonval import JsonValue
@@ -118,19 +119,20 @@ class SequentialHelpers(ContextBase):
         if not self.timer(wait_id, deadline):
             self.suspend(self._wait_until(wait_id, deadline), blocking=True)
 
-    def sleep(self, wait_id: str, duration: float | timedelta) -> None:
+    def sleep(self, wait_id: str, duration: Seconds) -> None:
         """Sleep ``duration`` (seconds or a ``timedelta``) counted from ``ctx.now`` at the
         decision that opens the timer; later decisions keep the recorded deadline."""
-        delta = duration if isinstance(duration, timedelta) else timedelta(seconds=duration)
         wait = self._snap.waits.get(wait_id)
-        self.sleep_until(wait_id, wait.deadline if wait is not None else self.now + delta)
+        self.sleep_until(
+            wait_id, wait.deadline if wait is not None else self.now + as_timedelta(duration)
+        )
 
     def timer(
         self,
         wait_id: str,
         deadline: datetime | None = None,
         *,
-        timeout: float | timedelta | None = None,
+        timeout: Seconds | None = None,
     ) -> bool:
         """Open a timer without waiting on it; True once it has fired.
 
@@ -156,7 +158,7 @@ class SequentialHelpers(ContextBase):
         signal_name: str,
         deadline: datetime | None = None,
         *,
-        timeout: float | timedelta | None = None,
+        timeout: Seconds | None = None,
     ) -> JsonValue:
         """The payload of signal ``signal_name`` once delivered; otherwise wait for it.
 
@@ -195,7 +197,7 @@ class SequentialHelpers(ContextBase):
         hook_id: str,
         deadline: datetime | None = None,
         *,
-        timeout: float | timedelta | None = None,
+        timeout: Seconds | None = None,
         token: str | None = None,
         metadata: JsonValue = None,
     ) -> JsonValue:
