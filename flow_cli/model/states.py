@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.commands import CancellationPolicy
-from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.jsonval import JsonValue, json_fields
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.status import ChildStatus, StepStatus
 
@@ -194,11 +194,5 @@ class AppliedUpdate:
     """When it was recorded."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "update_id": self.update_id,
-            "name": self.name,
-            "args": self.args,
-            "result": self.result,
-            "sequence": self.sequence,
-            "at": self.at.isoformat(),
-        }
+        fields = json_fields(self, "update_id", "name", "args", "result", "sequence")
+        return {**fields, "at": self.at.isoformat()}
