@@ -60,6 +60,19 @@ class FlowError(Exception):
     """Root of every error Flow raises on purpose."""
 
 
+def _run_named(run_id: str) -> str:
+    """How the message of an error of one run begins."""
+    return f"Run {run_id!r}: "
+
+
+class _RunError(FlowError):
+    """An error of one run: its message begins with the run's id, which ``run_id`` holds."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        super().__init__(_run_named(run_id) + message)
+        self.run_id = run_id
+
+
 class RunNotFound(FlowError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"Run {run_id!r} does not exist. List runs with `flow runs`.")
@@ -119,15 +132,15 @@ class NoLiveHost(FlowError):
         self.build_id = build_id
 
 
-class EventConflict(FlowError):
+class EventConflict(_RunError):
     """Another writer appended to the run first; re-read the history and decide again."""
 
     def __init__(self, run_id: str, expected_sequence: int, actual_sequence: int | None) -> None:
         super().__init__(
-            f"Run {run_id!r}: expected to append after sequence {expected_sequence}, "
-            f"but the history is at {actual_sequence}. Re-read the history and retry."
+            run_id,
+            f"expected to append after sequence {expected_sequence}, "
+            f"but the history is at {actual_sequence}. Re-read the history and retry.",
         )
-        self.run_id = run_id
         self.expected_sequence = expected_sequence
         self.actual_sequence = actual_sequence
 
@@ -222,73 +235,72 @@ class NonDeterminismError(FlowError):
         self.mismatches = tuple(mismatches)
 
 
-class WorkflowError(FlowError):
+class WorkflowError(_RunError):
     """The workflow code raised, or returned something that is not one command."""
 
     def __init__(self, run_id: str, error_type: str, message: str) -> None:
-        said = message.removeprefix(f"Run {run_id!r}: ")  # the run is named once
-        super().__init__(f"Run {run_id!r}: workflow code failed with {error_type}: {said}")
-        self.run_id = run_id
+        said = message.removeprefix(_run_named(run_id))  # the run is named once
+        super().__init__(run_id, f"workflow code failed with {error_type}: {said}")
         self.error_type = error_type
         self.detail = message
 
 
-class NonDeterministicCall(FlowError):
+class NonDeterministicCall(_RunError):
     """Workflow code called the wall clock, module-level ``random`` or ``uuid`` while deciding:
     the value would differ on replay."""
 
     def __init__(self, run_id: str, call: str, replacement: str) -> None:
         super().__init__(
-            f"Run {run_id!r}: workflow code called {call} while deciding; it gives another "
-            f"value on every replay. Hint: use {replacement} instead (steps may call it)."
+            run_id,
+            f"workflow code called {call} while deciding; it gives another "
+            f"value on every replay. Hint: use {replacement} instead (steps may call it).",
         )
-        self.run_id = run_id
         self.call = call
         self.replacement = replacement
 
 
-class CommandNotReturned(FlowError):
+class CommandNotReturned(_RunError):
     """Workflow code built a command (``ctx.schedule_step`` ...) and returned another one: the
     command it built would never happen."""
 
     def __init__(self, run_id: str, built: str, returned: str) -> None:
         super().__init__(
-            f"Run {run_id!r}: workflow code built {built} but returned {returned}, so it would "
+            run_id,
+            f"workflow code built {built} but returned {returned}, so it would "
             "never happen. Hint: return it, or gather it with ctx.all_steps (ctx.all_children, "
-            "ctx.schedule_steps)."
+            "ctx.schedule_steps).",
         )
-        self.run_id = run_id
         self.built = built
         self.returned = returned
 
 
-class SuspensionCaught(FlowError):
+class SuspensionCaught(_RunError):
     """Workflow code caught the suspension a sequential helper raises (``ctx.step`` ...) and
     went on: the helper's command would never happen."""
 
     def __init__(self, run_id: str, identity: str, returned: str) -> None:
         super().__init__(
-            f"Run {run_id!r}: workflow code caught Flow's suspension of {identity} and went on "
+            run_id,
+            f"workflow code caught Flow's suspension of {identity} and went on "
             f"to {returned}; {identity} would never run. Hint: do not wrap ctx helpers in a bare "
             "`except:` or `except BaseException:`; catch the exceptions you mean "
-            "(`except StepFailedError:`, `except Exception:`)."
+            "(`except StepFailedError:`, `except Exception:`).",
         )
-        self.run_id = run_id
         self.identity = identity
         self.returned = returned
 
 
-class UnknownPatch(FlowError):
+class UnknownPatch(_RunError):
     """``ctx.patched(name)`` names a patch marker the run's build does not declare."""
 
     def __init__(self, run_id: str, name: str, declared: Sequence[str]) -> None:
         known = ", ".join(repr(p) for p in sorted(declared)) or "none"
         super().__init__(
-            f"Run {run_id!r}: ctx.patched({name!r}) names a patch marker the build does not "
+            run_id,
+            f"ctx.patched({name!r}) names a patch marker the build does not "
             f"declare (declared: {known}). Hint: add it to Runtime(patches=[...]) or fix the "
-            "name."
+            "name.",
         )
-        self.run_id = run_id
         self.name = name
         self.declared = tuple(declared)
 
@@ -391,41 +403,41 @@ class UpdateRejected(FlowError):
         self.reason = reason
 
 
-class UpdateIdReused(FlowError):
+class UpdateIdReused(_RunError):
     """An update id that was already applied with another name or other args."""
 
     def __init__(self, run_id: str, update_id: str, detail: str) -> None:
         super().__init__(
-            f"Run {run_id!r}: update id {update_id!r} was already applied with {detail}; "
-            "an update id names one request. Send this one under another --id."
+            run_id,
+            f"update id {update_id!r} was already applied with {detail}; "
+            "an update id names one request. Send this one under another --id.",
         )
-        self.run_id = run_id
         self.update_id = update_id
 
 
-class SignalKeyReused(FlowError):
+class SignalKeyReused(_RunError):
     """A signal idempotency key already delivered with another payload."""
 
     def __init__(self, run_id: str, name: str, key: str, sequence: int) -> None:
         super().__init__(
-            f"Run {run_id!r}: signal {name!r} with key {key!r} was already delivered (event "
+            run_id,
+            f"signal {name!r} with key {key!r} was already delivered (event "
             f"{sequence}) with another payload; a key names one message. Send this one under "
-            "another --key."
+            "another --key.",
         )
-        self.run_id = run_id
         self.key = key
         self.sequence = sequence
 
 
-class HandlerFailed(FlowError):
+class HandlerFailed(_RunError):
     """A query or update handler raised something else than ``UpdateRejected``."""
 
     def __init__(self, run_id: str, kind: str, name: str, handler: str, error: str) -> None:
         super().__init__(
-            f"Run {run_id!r}: {kind} handler {handler} ({name!r}) raised {error}; nothing was "
-            "written. Fix the handler and deploy it."
+            run_id,
+            f"{kind} handler {handler} ({name!r}) raised {error}; nothing was "
+            "written. Fix the handler and deploy it.",
         )
-        self.run_id = run_id
         self.kind = kind
         self.name = name
         self.handler = handler

@@ -8,48 +8,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from flow_cli.errors import (
-    InputError,
-)
+from flow_cli.errors import InputError
+from flow_cli.model import commands
 from flow_cli.model.attributes import check_attributes
+from flow_cli.model.clock import Seconds
 from flow_cli.model.command_text import default_batch_id
-from flow_cli.model.commands import (
-    CancellationPolicy,
-    Cancelled,
-    Complete,
-    ContinueAsNew,
-    CreateHook,
-    Fail,
-    RuntimeCommand,
-    ScheduleStep,
-    ScheduleSteps,
-    StartChild,
-    StartChildren,
-    WaitForSignal,
-    WaitUntil,
-)
 from flow_cli.model.jsonval import JsonLimitError, JsonValue, normalise
 from flow_cli.model.names import check_name
 from flow_cli.model.retry import RetryPolicy, intern
-from flow_cli.model.snapshot import (
-    ChildState,
-    StepState,
-    WorkflowRunSnapshot,
-)
+from flow_cli.model.snapshot import ChildState, StepState, WorkflowRunSnapshot
 
 DEFAULT_RETRY = intern(RetryPolicy())
 STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 """Set by ``@runtime.step(name)`` on the handler, so ``ctx.step(id, handler, ...)`` works."""
 
 
-_C = TypeVar("_C", bound=RuntimeCommand)
+_C = TypeVar("_C", bound=commands.RuntimeCommand)
 
 
 class CommandBuilders:
     """The command methods of ``WorkflowContext`` (mixed into it)."""
 
     _snap: WorkflowRunSnapshot
-    _built: list[RuntimeCommand]
+    _built: list[commands.RuntimeCommand]
     """Every command built in this decision (``CommandNotReturned`` reads it)."""
     _attribute_calls: list[dict[str, Any]]
     """What each ``set_attributes`` call of this workflow call set, in order."""
@@ -83,7 +64,7 @@ class CommandBuilders:
         *,
         timeout: Seconds | None = None,
         heartbeat_timeout: Seconds | None = None,
-    ) -> ScheduleStep:
+    ) -> commands.ScheduleStep:
         """Run step handler ``name`` (or the ``@runtime.step`` function) under identity
         ``step_id`` (at least once). ``timeout``: how long an attempt may run;
         ``heartbeat_timeout``: how long it may go without ``info.heartbeat()`` (a
@@ -100,8 +81,8 @@ class CommandBuilders:
         retry: RetryPolicy | None = None,
         timeout: Seconds | None = None,
         heartbeat_timeout: Seconds | None = None,
-    ) -> ScheduleStep:
-        return ScheduleStep(
+    ) -> commands.ScheduleStep:
+        return commands.ScheduleStep(
             step_id=step_id,
             name=step_name(name),
             input=_json(input, "step input"),
@@ -111,8 +92,8 @@ class CommandBuilders:
         )
 
     def schedule_steps(
-        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
-    ) -> ScheduleSteps:
+        self, steps: Iterable[commands.ScheduleStep], batch_id: str | None = None
+    ) -> commands.ScheduleSteps:
         """One atomic batch of ``ctx.schedule_step(...)`` commands.
 
         The default ``batch_id`` is a short hash of the member ids.
@@ -120,44 +101,50 @@ class CommandBuilders:
         return self._record(self._schedule_steps(steps, batch_id))
 
     def _schedule_steps(
-        self, steps: Iterable[ScheduleStep], batch_id: str | None = None
-    ) -> ScheduleSteps:
+        self, steps: Iterable[commands.ScheduleStep], batch_id: str | None = None
+    ) -> commands.ScheduleSteps:
         members = tuple(steps)
         ids = [s.step_id for s in members]
-        return ScheduleSteps(
+        return commands.ScheduleSteps(
             steps=members,
             batch_id=_batch_id(
                 "schedule_steps needs at least one step", ids, self._snap.steps, batch_id
             ),
         )
 
-    def wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
+    def wait_until(self, wait_id: str, deadline: datetime) -> commands.WaitUntil:
         """Wait until a UTC deadline (derive it from ``ctx.started_at`` or step outputs)."""
         return self._record(self._wait_until(wait_id, deadline))
 
-    def _wait_until(self, wait_id: str, deadline: datetime) -> WaitUntil:
+    def _wait_until(self, wait_id: str, deadline: datetime) -> commands.WaitUntil:
         if deadline.tzinfo is None:
             raise InputError(f"wait {wait_id!r}: the deadline must be timezone-aware UTC")
-        return WaitUntil(wait_id=wait_id, deadline=deadline)
+        return commands.WaitUntil(wait_id=wait_id, deadline=deadline)
 
-    def wait_for_signal(self, wait_id: str, signal_name: str) -> WaitForSignal:
+    def wait_for_signal(self, wait_id: str, signal_name: str) -> commands.WaitForSignal:
         """Wait for the next signal named ``signal_name`` (one that came early is matched)."""
-        return self._record(WaitForSignal(wait_id=wait_id, signal_name=signal_name))
+        return self._record(commands.WaitForSignal(wait_id=wait_id, signal_name=signal_name))
 
-    def create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
+    def create_hook(
+        self, hook_id: str, token: str, metadata: JsonValue = None
+    ) -> commands.CreateHook:
         """Open a hook that ``flow hook resolve TOKEN`` completes."""
         return self._record(self._create_hook(hook_id, token, metadata))
 
-    def _create_hook(self, hook_id: str, token: str, metadata: JsonValue = None) -> CreateHook:
-        return CreateHook(hook_id=hook_id, token=token, metadata=_json(metadata, "hook metadata"))
+    def _create_hook(
+        self, hook_id: str, token: str, metadata: JsonValue = None
+    ) -> commands.CreateHook:
+        return commands.CreateHook(
+            hook_id=hook_id, token=token, metadata=_json(metadata, "hook metadata")
+        )
 
     def start_child(
         self,
         child_id: str,
         workflow: str,
         input: JsonValue = None,
-        cancellation: CancellationPolicy = "cancel",
-    ) -> StartChild:
+        cancellation: commands.CancellationPolicy = "cancel",
+    ) -> commands.StartChild:
         """Start a child run ``{run_id}/{child_id}``; the parent resumes when it ends."""
         return self._record(self._start_child(child_id, workflow, input, cancellation))
 
@@ -166,12 +153,12 @@ class CommandBuilders:
         child_id: str,
         workflow: str,
         input: JsonValue = None,
-        cancellation: CancellationPolicy = "cancel",
-    ) -> StartChild:
+        cancellation: commands.CancellationPolicy = "cancel",
+    ) -> commands.StartChild:
         check_name(child_id, "child id")  # it becomes part of a run id
         if cancellation not in ("cancel", "abandon"):
             raise InputError("child cancellation must be 'cancel' or 'abandon'")
-        return StartChild(
+        return commands.StartChild(
             child_id=child_id,
             workflow=workflow,
             input=_json(input, "child input"),
@@ -179,28 +166,28 @@ class CommandBuilders:
         )
 
     def start_children(
-        self, children: Iterable[StartChild], batch_id: str | None = None
-    ) -> StartChildren:
+        self, children: Iterable[commands.StartChild], batch_id: str | None = None
+    ) -> commands.StartChildren:
         """One atomic batch of ``ctx.start_child(...)`` commands."""
         return self._record(self._start_children(children, batch_id))
 
     def _start_children(
-        self, children: Iterable[StartChild], batch_id: str | None = None
-    ) -> StartChildren:
+        self, children: Iterable[commands.StartChild], batch_id: str | None = None
+    ) -> commands.StartChildren:
         members = tuple(children)
         ids = [c.child_id for c in members]
-        return StartChildren(
+        return commands.StartChildren(
             children=members,
             batch_id=_batch_id(
                 "start_children needs at least one child", ids, self._snap.children, batch_id
             ),
         )
 
-    def complete(self, result: JsonValue = None) -> Complete:
-        return Complete(result=_json(result, "result"))
+    def complete(self, result: JsonValue = None) -> commands.Complete:
+        return commands.Complete(result=_json(result, "result"))
 
-    def fail(self, error: JsonValue) -> Fail:
-        return Fail(error=_json(error, "error"))
+    def fail(self, error: JsonValue) -> commands.Fail:
+        return commands.Fail(error=_json(error, "error"))
 
     def continue_as_new(
         self,
@@ -208,17 +195,17 @@ class CommandBuilders:
         *,
         runtime_build_id: str | None = None,
         patches: Sequence[str] | None = None,
-    ) -> ContinueAsNew:
+    ) -> commands.ContinueAsNew:
         """End this run and start its successor with ``input`` (same build, same patches)."""
-        return ContinueAsNew(
+        return commands.ContinueAsNew(
             input=_json(input, "continuation input"),
             runtime_build_id=runtime_build_id,
             patches=tuple(patches) if patches is not None else None,
         )
 
-    def cancelled(self, reason: str | None = None) -> Cancelled:
+    def cancelled(self, reason: str | None = None) -> commands.Cancelled:
         """End a run whose cancellation was requested, after any cleanup."""
-        return Cancelled(reason=reason or self._snap.cancel_reason or "cancelled")
+        return commands.Cancelled(reason=reason or self._snap.cancel_reason or "cancelled")
 
 
 def _json(value: JsonValue, what: str) -> JsonValue:
@@ -258,10 +245,6 @@ def step_name(handler: str | Callable[..., Any]) -> str:
             "the step's name"
         )
     return name
-
-
-Seconds = timedelta | float | int
-"""A duration given as a ``timedelta`` or seconds."""
 
 
 def seconds_or_none(value: Seconds | None, label: str) -> float | None:

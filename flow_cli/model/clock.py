@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeAlias
+
+Seconds: TypeAlias = timedelta | float | int
+"""A duration given as a ``timedelta`` or seconds."""
+
+
+def as_timedelta(duration: Seconds) -> timedelta:
+    """``duration`` as a ``timedelta`` (a number counts seconds)."""
+    return duration if isinstance(duration, timedelta) else timedelta(seconds=duration)
 
 
 def parse_utc(text: str) -> datetime:
@@ -44,8 +52,8 @@ class ManualClock:
         with self._lock:
             return self._now
 
-    def advance(self, seconds: float | timedelta) -> datetime:
-        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+    def advance(self, seconds: Seconds) -> datetime:
+        delta = as_timedelta(seconds)
         with self._lock:
             self._now += delta
             return self._now

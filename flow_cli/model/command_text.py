@@ -6,70 +6,55 @@ from __future__ import annotations
 import hashlib
 from typing import assert_never
 
-from flow_cli.model.commands import (
-    Cancelled,
-    Complete,
-    ContinueAsNew,
-    CreateHook,
-    Fail,
-    RuntimeCommand,
-    ScheduleStep,
-    ScheduleSteps,
-    StartChild,
-    StartChildren,
-    WaitForSignal,
-    WaitUntil,
-)
+from flow_cli.model import commands
 from flow_cli.model.snapshot import WorkflowRunSnapshot
 
 
-def recorded(snap: WorkflowRunSnapshot, command: RuntimeCommand) -> bool:
+def recorded(snap: WorkflowRunSnapshot, command: commands.RuntimeCommand) -> bool:
     """Whether history already has the identity of ``command`` (a re-issue is harmless)."""
     match command:
-        case ScheduleStep():
+        case commands.ScheduleStep():
             return command.step_id in snap.steps
-        case ScheduleSteps():
+        case commands.ScheduleSteps():
             return all(s.step_id in snap.steps for s in command.steps)
-        case WaitUntil():
+        case commands.WaitUntil():
             return command.wait_id in snap.waits
-        case WaitForSignal():
+        case commands.WaitForSignal():
             return command.wait_id in snap.signal_waits
-        case CreateHook():
+        case commands.CreateHook():
             return command.hook_id in snap.hooks
-        case StartChild():
+        case commands.StartChild():
             return command.child_id in snap.children
-        case StartChildren():
+        case commands.StartChildren():
             return all(c.child_id in snap.children for c in command.children)
         case _:
             return True
 
 
-def describe(command: RuntimeCommand) -> str:
+def describe(command: commands.RuntimeCommand) -> str:
     """A command as the ``ctx`` call that builds it, for messages."""
     match command:
-        case ScheduleStep():
+        case commands.ScheduleStep():
             return f"ctx.schedule_step({command.step_id!r}, {command.name!r}, ...)"
-        case ScheduleSteps():
-            ids = ", ".join(repr(s.step_id) for s in command.steps)
-            return f"ctx.schedule_steps([{ids}])"
-        case WaitUntil():
+        case commands.ScheduleSteps():
+            return f"ctx.schedule_steps({[s.step_id for s in command.steps]!r})"
+        case commands.WaitUntil():
             return f"ctx.wait_until({command.wait_id!r}, ...)"
-        case WaitForSignal():
+        case commands.WaitForSignal():
             return f"ctx.wait_for_signal({command.wait_id!r}, {command.signal_name!r})"
-        case CreateHook():
+        case commands.CreateHook():
             return f"ctx.create_hook({command.hook_id!r}, ...)"
-        case StartChild():
+        case commands.StartChild():
             return f"ctx.start_child({command.child_id!r}, {command.workflow!r}, ...)"
-        case StartChildren():
-            ids = ", ".join(repr(c.child_id) for c in command.children)
-            return f"ctx.start_children([{ids}])"
-        case Complete():
+        case commands.StartChildren():
+            return f"ctx.start_children({[c.child_id for c in command.children]!r})"
+        case commands.Complete():
             return "ctx.complete(...)"
-        case Fail():
+        case commands.Fail():
             return "ctx.fail(...)"
-        case ContinueAsNew():
+        case commands.ContinueAsNew():
             return "ctx.continue_as_new(...)"
-        case Cancelled():
+        case commands.Cancelled():
             return "ctx.cancelled(...)"
         case _:
             assert_never(command)

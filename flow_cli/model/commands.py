@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
@@ -38,12 +38,16 @@ class ScheduleSteps:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitUntil:
+    """Wake the run at ``deadline`` (``ctx.wait_until``, ``ctx.sleep``)."""
+
     wait_id: str
     deadline: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitForSignal:
+    """Wait for the next signal named ``signal_name`` (``ctx.wait_for_signal``)."""
+
     wait_id: str
     signal_name: str
     select: tuple[str, ...] | None = None
@@ -53,6 +57,8 @@ class WaitForSignal:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateHook:
+    """Open a hook that ``flow hook resolve TOKEN`` completes (``ctx.create_hook``)."""
+
     hook_id: str
     token: str
     metadata: JsonValue
@@ -60,6 +66,8 @@ class CreateHook:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChild:
+    """Start child run ``{run_id}/{child_id}`` (``ctx.start_child``)."""
+
     child_id: str
     workflow: str
     input: JsonValue
@@ -68,22 +76,30 @@ class StartChild:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartChildren:
+    """One atomic batch of children, validated whole before any is appended."""
+
     children: tuple[StartChild, ...]
     batch_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete:
+    """End the run with ``result``."""
+
     result: JsonValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fail:
+    """End the run as failed with ``error``."""
+
     error: JsonValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContinueAsNew:
+    """End the run and start its successor with ``input``."""
+
     input: JsonValue
     runtime_build_id: str | None = None
     """Only to assert the inherited value: a different one is a non-determinism error."""
@@ -93,6 +109,8 @@ class ContinueAsNew:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancelled:
+    """End a run whose cancellation was requested."""
+
     reason: str
     forced: bool = False
     """Set by ``Engine.terminate`` only: the run ends without its code's say."""
@@ -112,17 +130,6 @@ RuntimeCommand: TypeAlias = (
     | Cancelled
 )
 
-COMMAND_TYPES = (
-    ScheduleStep,
-    ScheduleSteps,
-    WaitUntil,
-    WaitForSignal,
-    CreateHook,
-    StartChild,
-    StartChildren,
-    Complete,
-    Fail,
-    ContinueAsNew,
-    Cancelled,
-)
+COMMAND_TYPES: tuple[type[RuntimeCommand], ...] = get_args(RuntimeCommand)
+"""The members of ``RuntimeCommand``, for ``isinstance``."""
 TerminalCommand: TypeAlias = Complete | Fail | ContinueAsNew | Cancelled

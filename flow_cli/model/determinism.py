@@ -13,21 +13,7 @@ from datetime import UTC
 from typing import Any, assert_never
 
 from flow_cli.errors import Mismatch, NonDeterminismError
-from flow_cli.model.commands import (
-    Cancelled,
-    Complete,
-    ContinueAsNew,
-    CreateHook,
-    Fail,
-    RuntimeCommand,
-    ScheduleStep,
-    ScheduleSteps,
-    StartChild,
-    StartChildren,
-    TerminalCommand,
-    WaitForSignal,
-    WaitUntil,
-)
+from flow_cli.model import commands
 from flow_cli.model.events import (
     ChildScheduled,
     Event,
@@ -50,7 +36,7 @@ class Plan:
 
     events: list[Event] = field(default_factory=list)
     """Decision events for identities the history does not have yet."""
-    terminal: TerminalCommand | None = None
+    terminal: commands.TerminalCommand | None = None
     open_since: list[int] = field(default_factory=list)
     """Sequences at which the still-open identities it re-issues were recorded."""
 
@@ -76,236 +62,199 @@ def engine_cancels(snapshot: WorkflowRunSnapshot, result: Plan) -> bool:
     return not any(seq > since for seq in result.open_since)
 
 
-def plan(snapshot: WorkflowRunSnapshot, command: RuntimeCommand) -> Plan:
+def plan(snapshot: WorkflowRunSnapshot, command: commands.RuntimeCommand) -> Plan:
     """Validate ``command`` against ``snapshot`` and say what it adds.
 
     Raises ``NonDeterminismError`` listing every mismatch of the whole command.
     """
-    result = Plan()
-    mismatches: list[Mismatch] = []
+    check = _Check(snapshot)
     match command:
-        case ScheduleStep():
-            _step(snapshot, command, None, result, mismatches)
-        case ScheduleSteps():
-            _unique([s.step_id for s in command.steps], "step", mismatches)
+        case commands.ScheduleStep():
+            check.step(command, None)
+        case commands.ScheduleSteps():
+            ids = [s.step_id for s in command.steps]
+            check.unique("step", ids)
             for member in command.steps:
-                _step(snapshot, member, command.batch_id, result, mismatches)
-            recorded_steps = [(s.sequence, s.step_id, s.batch_id) for s in snapshot.steps.values()]
-            produced_steps = [s.step_id for s in command.steps]
-            _members(command.batch_id, "steps", recorded_steps, produced_steps, mismatches)
-        case WaitUntil():
-            _wait(snapshot, command, result, mismatches)
-        case WaitForSignal():
-            _signal_wait(snapshot, command, result, mismatches)
-        case CreateHook():
-            _hook(snapshot, command, result, mismatches)
-        case StartChild():
-            _child(snapshot, command, None, result, mismatches)
-        case StartChildren():
-            _unique([c.child_id for c in command.children], "child", mismatches)
+                check.step(member, command.batch_id)
+            recorded = [(s.sequence, s.step_id, s.batch_id) for s in snapshot.steps.values()]
+            check.members(command.batch_id, "steps", recorded, ids)
+        case commands.WaitUntil():
+            check.wait(command)
+        case commands.WaitForSignal():
+            check.signal_wait(command)
+        case commands.CreateHook():
+            check.hook(command)
+        case commands.StartChild():
+            check.child(command, None)
+        case commands.StartChildren():
+            ids = [c.child_id for c in command.children]
+            check.unique("child", ids)
             for child in command.children:
-                _child(snapshot, child, command.batch_id, result, mismatches)
-            recorded_children = [
-                (c.sequence, c.child_id, c.batch_id) for c in snapshot.children.values()
-            ]
-            produced_children = [c.child_id for c in command.children]
-            _members(command.batch_id, "children", recorded_children, produced_children, mismatches)
-        case ContinueAsNew():
+                check.child(child, command.batch_id)
+            recorded = [(c.sequence, c.child_id, c.batch_id) for c in snapshot.children.values()]
+            check.members(command.batch_id, "children", recorded, ids)
+        case commands.ContinueAsNew():
             spec = snapshot.spec
-            if command.runtime_build_id is not None and (
-                command.runtime_build_id != spec.runtime_build_id
-            ):
-                mismatches.append(
-                    Mismatch(
-                        identity="continuation",
-                        field="runtime_build_id",
-                        recorded=spec.runtime_build_id,
-                        produced=command.runtime_build_id,
-                    )
-                )
-            if command.patches is not None and tuple(command.patches) != spec.patches:
-                mismatches.append(
-                    Mismatch(
-                        identity="continuation",
-                        field="patches",
-                        recorded=list(spec.patches),
-                        produced=list(command.patches),
-                    )
-                )
-            result.terminal = command
-        case Complete() | Fail() | Cancelled():
-            result.terminal = command
+            patches = None if command.patches is None else list(command.patches)
+            # Given only to assert what the successor inherits: a value left out is not compared.
+            asserted = {
+                "runtime_build_id": (spec.runtime_build_id, command.runtime_build_id),
+                "patches": (list(spec.patches), patches),
+            }
+            check.compare("continuation", {k: v for k, v in asserted.items() if v[1] is not None})
+            check.plan.terminal = command
+        case commands.Complete() | commands.Fail() | commands.Cancelled():
+            check.plan.terminal = command
         case _:
             assert_never(command)
-    if mismatches:
-        raise NonDeterminismError(snapshot.run_id, snapshot.last_sequence, mismatches)
-    return result
+    if check.mismatches:
+        raise NonDeterminismError(snapshot.run_id, snapshot.last_sequence, check.mismatches)
+    return check.plan
 
 
-def _compare(identity: str, pairs: dict[str, tuple[Any, Any]], out: list[Mismatch]) -> None:
-    for name, (recorded, produced) in pairs.items():
-        if canonical(recorded) != canonical(produced):
-            out.append(
-                Mismatch(identity=identity, field=name, recorded=recorded, produced=produced)
-            )
+@dataclass(slots=True)
+class _Check:
+    """One command checked against history: the plan it makes and the mismatches it has."""
 
+    snap: WorkflowRunSnapshot
+    plan: Plan = field(default_factory=Plan)
+    mismatches: list[Mismatch] = field(default_factory=list)
 
-def _unique(ids: list[str], kind: str, out: list[Mismatch]) -> None:
-    seen: set[str] = set()
-    for ident in ids:
-        if ident in seen:
-            out.append(
-                Mismatch(
-                    identity=f"{kind} {ident!r}",
-                    field="batch",
-                    recorded=None,
-                    produced="the same id twice in one batch",
+    def mismatch(self, identity: str, field: str, recorded: Any, produced: Any) -> None:
+        self.mismatches.append(
+            Mismatch(identity=identity, field=field, recorded=recorded, produced=produced)
+        )
+
+    def compare(self, identity: str, pairs: dict[str, tuple[Any, Any]]) -> None:
+        """Each ``field: (recorded, produced)`` must hold the same JSON value."""
+        for name, (recorded, produced) in pairs.items():
+            if canonical(recorded) != canonical(produced):
+                self.mismatch(identity, name, recorded, produced)
+
+    def reissued(
+        self, identity: str, pairs: dict[str, tuple[Any, Any]], sequence: int, settled: bool
+    ) -> None:
+        """A recorded identity issued again: it must be as recorded, and while it is open the
+        command waits on it."""
+        self.compare(identity, pairs)
+        if not settled:
+            self.plan.open_since.append(sequence)
+
+    def unique(self, kind: str, ids: list[str]) -> None:
+        seen: set[str] = set()
+        for ident in ids:
+            if ident in seen:
+                self.mismatch(f"{kind} {ident!r}", "batch", None, "the same id twice in one batch")
+            seen.add(ident)
+
+    def members(
+        self,
+        batch_id: str,
+        field: str,
+        recorded: list[tuple[int, str, str | None]],
+        produced: list[str],
+    ) -> None:
+        """A recorded batch is one identity: re-issued, it must have exactly its recorded
+        members (``recorded``: sequence, id and batch of every step or child)."""
+        members = [ident for _, ident, batch in sorted(recorded) if batch == batch_id]
+        if members and members != produced:
+            self.mismatch(f"batch {batch_id!r}", field, members, produced)
+
+    def step(self, cmd: commands.ScheduleStep, batch_id: str | None) -> None:
+        recorded = self.snap.steps.get(cmd.step_id)
+        if recorded is None:
+            self.plan.events.append(
+                StepScheduled(
+                    step_id=cmd.step_id,
+                    name=cmd.name,
+                    input=cmd.input,
+                    retry=cmd.retry,
+                    batch_id=batch_id,
+                    timeout=cmd.timeout,
+                    heartbeat_timeout=cmd.heartbeat_timeout,
                 )
             )
-        seen.add(ident)
+            return
+        self.reissued(
+            f"step {cmd.step_id!r}",
+            {
+                "name": (recorded.name, cmd.name),
+                "input": (recorded.input, cmd.input),
+                "retry": (recorded.retry.to_json(), cmd.retry.to_json()),
+                "batch_id": (recorded.batch_id, batch_id),
+                "timeout": (recorded.timeout, cmd.timeout),
+                "heartbeat_timeout": (recorded.heartbeat_timeout, cmd.heartbeat_timeout),
+            },
+            recorded.sequence,
+            recorded.status.settled,
+        )
 
+    def wait(self, cmd: commands.WaitUntil) -> None:
+        identity = f"wait {cmd.wait_id!r}"
+        if cmd.wait_id in self.snap.signal_waits:
+            self.mismatch(identity, "kind", "signal wait", "timer")
+            return
+        recorded = self.snap.waits.get(cmd.wait_id)
+        # The deadline is an instant: compared and recorded in UTC, whatever offset the code used.
+        deadline = cmd.deadline.astimezone(UTC)
+        if recorded is None:
+            self.plan.events.append(WaitStarted(wait_id=cmd.wait_id, deadline=deadline))
+            return
+        was = recorded.deadline.astimezone(UTC).isoformat()
+        pairs = {"deadline": (was, deadline.isoformat())}
+        self.reissued(identity, pairs, recorded.sequence, recorded.done)
 
-def _members(
-    batch_id: str,
-    field: str,
-    recorded: list[tuple[int, str, str | None]],
-    produced: list[str],
-    out: list[Mismatch],
-) -> None:
-    """A recorded batch is one identity: re-issued, it must have exactly its recorded members."""
-    members = [ident for _, ident, batch in sorted(recorded) if batch == batch_id]
-    if members and members != produced:
-        out.append(
-            Mismatch(
-                identity=f"batch {batch_id!r}", field=field, recorded=members, produced=produced
+    def signal_wait(self, cmd: commands.WaitForSignal) -> None:
+        identity = f"signal wait {cmd.wait_id!r}"
+        if cmd.wait_id in self.snap.waits:
+            self.mismatch(identity, "kind", "timer", "signal wait")
+            return
+        recorded = self.snap.signal_waits.get(cmd.wait_id)
+        if recorded is None:
+            self.plan.events.append(
+                SignalWaitStarted(
+                    wait_id=cmd.wait_id, signal_name=cmd.signal_name, select=cmd.select
+                )
             )
-        )
+            return
+        pairs = {"signal_name": (recorded.signal_name, cmd.signal_name)}
+        self.reissued(identity, pairs, recorded.sequence, recorded.delivered)
 
-
-def _step(
-    snap: WorkflowRunSnapshot,
-    cmd: ScheduleStep,
-    batch_id: str | None,
-    result: Plan,
-    out: list[Mismatch],
-) -> None:
-    recorded = snap.steps.get(cmd.step_id)
-    if recorded is None:
-        result.events.append(
-            StepScheduled(
-                step_id=cmd.step_id,
-                name=cmd.name,
-                input=cmd.input,
-                retry=cmd.retry,
-                batch_id=batch_id,
-                timeout=cmd.timeout,
-                heartbeat_timeout=cmd.heartbeat_timeout,
+    def hook(self, cmd: commands.CreateHook) -> None:
+        recorded = self.snap.hooks.get(cmd.hook_id)
+        if recorded is None:
+            self.plan.events.append(
+                HookCreated(hook_id=cmd.hook_id, token=cmd.token, metadata=cmd.metadata)
             )
-        )
-        return
-    _compare(
-        f"step {cmd.step_id!r}",
-        {
-            "name": (recorded.name, cmd.name),
-            "input": (recorded.input, cmd.input),
-            "retry": (recorded.retry.to_json(), cmd.retry.to_json()),
-            "batch_id": (recorded.batch_id, batch_id),
-            "timeout": (recorded.timeout, cmd.timeout),
-            "heartbeat_timeout": (recorded.heartbeat_timeout, cmd.heartbeat_timeout),
-        },
-        out,
-    )
-    if not recorded.status.settled:
-        result.open_since.append(recorded.sequence)
+            return
+        pairs = {
+            "token": (recorded.token, cmd.token),
+            "metadata": (recorded.metadata, cmd.metadata),
+        }
+        self.reissued(f"hook {cmd.hook_id!r}", pairs, recorded.sequence, recorded.resolved)
 
-
-def _wait(snap: WorkflowRunSnapshot, cmd: WaitUntil, result: Plan, out: list[Mismatch]) -> None:
-    identity = f"wait {cmd.wait_id!r}"
-    if cmd.wait_id in snap.signal_waits:
-        out.append(
-            Mismatch(identity=identity, field="kind", recorded="signal wait", produced="timer")
-        )
-        return
-    recorded = snap.waits.get(cmd.wait_id)
-    # The deadline is an instant: compared and recorded in UTC, whatever offset the code used.
-    deadline = cmd.deadline.astimezone(UTC)
-    if recorded is None:
-        result.events.append(WaitStarted(wait_id=cmd.wait_id, deadline=deadline))
-        return
-    _compare(
-        identity,
-        {"deadline": (recorded.deadline.astimezone(UTC).isoformat(), deadline.isoformat())},
-        out,
-    )
-    if not recorded.done:
-        result.open_since.append(recorded.sequence)
-
-
-def _signal_wait(
-    snap: WorkflowRunSnapshot, cmd: WaitForSignal, result: Plan, out: list[Mismatch]
-) -> None:
-    identity = f"signal wait {cmd.wait_id!r}"
-    if cmd.wait_id in snap.waits:
-        out.append(
-            Mismatch(identity=identity, field="kind", recorded="timer", produced="signal wait")
-        )
-        return
-    recorded = snap.signal_waits.get(cmd.wait_id)
-    if recorded is None:
-        result.events.append(
-            SignalWaitStarted(wait_id=cmd.wait_id, signal_name=cmd.signal_name, select=cmd.select)
-        )
-        return
-    _compare(identity, {"signal_name": (recorded.signal_name, cmd.signal_name)}, out)
-    if not recorded.delivered:
-        result.open_since.append(recorded.sequence)
-
-
-def _hook(snap: WorkflowRunSnapshot, cmd: CreateHook, result: Plan, out: list[Mismatch]) -> None:
-    recorded = snap.hooks.get(cmd.hook_id)
-    if recorded is None:
-        result.events.append(
-            HookCreated(hook_id=cmd.hook_id, token=cmd.token, metadata=cmd.metadata)
-        )
-        return
-    _compare(
-        f"hook {cmd.hook_id!r}",
-        {"token": (recorded.token, cmd.token), "metadata": (recorded.metadata, cmd.metadata)},
-        out,
-    )
-    if not recorded.resolved:
-        result.open_since.append(recorded.sequence)
-
-
-def _child(
-    snap: WorkflowRunSnapshot,
-    cmd: StartChild,
-    batch_id: str | None,
-    result: Plan,
-    out: list[Mismatch],
-) -> None:
-    recorded = snap.children.get(cmd.child_id)
-    if recorded is None:
-        result.events.append(
-            ChildScheduled(
-                child_id=cmd.child_id,
-                child_run_id=child_run_id(snap.run_id, cmd.child_id),
-                workflow=cmd.workflow,
-                input=cmd.input,
-                cancellation=cmd.cancellation,
-                batch_id=batch_id,
+    def child(self, cmd: commands.StartChild, batch_id: str | None) -> None:
+        recorded = self.snap.children.get(cmd.child_id)
+        if recorded is None:
+            self.plan.events.append(
+                ChildScheduled(
+                    child_id=cmd.child_id,
+                    child_run_id=child_run_id(self.snap.run_id, cmd.child_id),
+                    workflow=cmd.workflow,
+                    input=cmd.input,
+                    cancellation=cmd.cancellation,
+                    batch_id=batch_id,
+                )
             )
+            return
+        self.reissued(
+            f"child {cmd.child_id!r}",
+            {
+                "workflow": (recorded.workflow, cmd.workflow),
+                "input": (recorded.input, cmd.input),
+                "cancellation": (recorded.cancellation, cmd.cancellation),
+                "batch_id": (recorded.batch_id, batch_id),
+            },
+            recorded.sequence,
+            not recorded.open,
         )
-        return
-    _compare(
-        f"child {cmd.child_id!r}",
-        {
-            "workflow": (recorded.workflow, cmd.workflow),
-            "input": (recorded.input, cmd.input),
-            "cancellation": (recorded.cancellation, cmd.cancellation),
-            "batch_id": (recorded.batch_id, batch_id),
-        },
-        out,
-    )
-    if recorded.open:
-        result.open_since.append(recorded.sequence)

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, get_args
 
 from flow_cli.model.clock import parse_utc
 from flow_cli.model.commands import CancellationPolicy
@@ -23,6 +23,9 @@ class _EventBase:
     KEY: ClassVar[str]
     JSON_NAMES: ClassVar[tuple[tuple[str, str], ...]] = ()
     """(field, key in the stored JSON) where the two differ (``from`` is a Python keyword)."""
+    WRITTEN_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
+    """Fields stored only when they differ from their default: the histories written before
+    such a field existed keep their exact bytes."""
 
     @classmethod
     def event_key(cls) -> str:
@@ -31,20 +34,31 @@ class _EventBase:
 
     def to_data(self) -> dict[str, Any]:
         """The event as a JSON object (the ``data`` of a history entry)."""
-        return {key: _encode(getattr(self, name)) for name, key in _names(type(self))}
+        names, sparse = _layout(type(self))
+        data = {key: _encode(getattr(self, name)) for name, key, _ in names}
+        for name, key, default in sparse:
+            if getattr(self, name) == default:
+                del data[key]
+        return data
 
 
-_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}
+_Names: TypeAlias = tuple[tuple[str, str, Any], ...]
+_LAYOUTS: dict[type, tuple[_Names, _Names]] = {}
 
 
-def _names(kind: type[_EventBase]) -> tuple[tuple[str, str], ...]:
-    """(field, key in the stored JSON) of every field, in order; worked out once per kind
-    (``dataclasses.fields`` is slow, and every event is encoded when it is written)."""
-    found = _NAMES.get(kind)
+def _layout(kind: type[_EventBase]) -> tuple[_Names, _Names]:
+    """(field, key in the stored JSON, default) of every field, in order, and of those
+    ``WRITTEN_WHEN_SET``; worked out once per kind (``dataclasses.fields`` is slow, and every
+    event is encoded when it is written)."""
+    found = _LAYOUTS.get(kind)
     if found is None:
         renamed = dict(kind.JSON_NAMES)
-        found = tuple((f.name, renamed.get(f.name, f.name)) for f in fields(kind))  # type: ignore[arg-type]
-        _NAMES[kind] = found
+        names = tuple(
+            (f.name, renamed.get(f.name, f.name), f.default)
+            for f in fields(kind)  # type: ignore[arg-type]
+        )
+        sparse = tuple(n for n in names if n[0] in kind.WRITTEN_WHEN_SET)
+        found = _LAYOUTS[kind] = (names, sparse)
     return found
 
 
@@ -57,12 +71,6 @@ def event_json(event: Event) -> str:
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 """Made once (``json.dumps`` with an option builds an encoder per call); every event written
 is encoded with it."""
-
-
-def _without_empty_traceback(data: dict[str, Any]) -> dict[str, Any]:
-    if data.get("traceback") is None:
-        del data["traceback"]
-    return data
 
 
 def _encode(value: Any) -> Any:
@@ -86,6 +94,7 @@ class RunStarted(_EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepScheduled(_EventBase):
     KEY = "step_scheduled"
+    WRITTEN_WHEN_SET = frozenset({"timeout", "heartbeat_timeout"})
     step_id: str
     name: str
     input: JsonValue
@@ -94,13 +103,6 @@ class StepScheduled(_EventBase):
     timeout: float | None = None
     heartbeat_timeout: float | None = None
     """Both stored only when set: histories written before bounded steps have neither."""
-
-    def to_data(self) -> dict[str, Any]:
-        data = _EventBase.to_data(self)
-        for key in ("timeout", "heartbeat_timeout"):
-            if data[key] is None:
-                del data[key]
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +117,7 @@ class StepStarted(_EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted(_EventBase):
     KEY = "step_completed"
+    WRITTEN_WHEN_SET = frozenset({"resolved"})
     step_id: str
     attempt: int
     output: JsonValue
@@ -122,16 +125,11 @@ class StepCompleted(_EventBase):
     """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it (an unknown
     outcome); stored only then."""
 
-    def to_data(self) -> dict[str, Any]:
-        data = _EventBase.to_data(self)
-        if self.resolved is None:
-            del data["resolved"]
-        return data
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(_EventBase):
     KEY = "step_failed"
+    WRITTEN_WHEN_SET = frozenset({"traceback", "resolved"})
     step_id: str
     attempt: int
     error_type: str
@@ -145,12 +143,6 @@ class StepFailed(_EventBase):
     resolved: JsonValue = None
     """``{"by": "operator", "reason"}`` when ``flow step resolve`` recorded it; stored only
     then."""
-
-    def to_data(self) -> dict[str, Any]:
-        data = _without_empty_traceback(_EventBase.to_data(self))
-        if self.resolved is None:
-            del data["resolved"]
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,22 +183,18 @@ class WaitCompleted(_EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalWaitStarted(_EventBase):
     KEY = "signal_wait_started"
+    WRITTEN_WHEN_SET = frozenset({"select"})
     wait_id: str
     signal_name: str
     select: tuple[str, ...] | None = None
     """Opened by ``ctx.first``: the select's members (``"signal:ok"``, ``"timer:late"``...);
     once one settles, this wait is closed. Written only when set."""
 
-    def to_data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"wait_id": self.wait_id, "signal_name": self.signal_name}
-        if self.select is not None:
-            data["select"] = list(self.select)
-        return data
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(_EventBase):
     KEY = "signal_received"
+    WRITTEN_WHEN_SET = frozenset({"key", "carried_from"})
     signal_name: str
     payload: JsonValue
     key: str | None = None
@@ -215,14 +203,6 @@ class SignalReceived(_EventBase):
     carried_from: str | None = None
     """The run that received it first and continued as new before any wait took it: unconsumed
     signals are carried to the successor, in order. Written only when set."""
-
-    def to_data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"signal_name": self.signal_name, "payload": self.payload}
-        if self.key is not None:
-            data["key"] = self.key
-        if self.carried_from is not None:
-            data["carried_from"] = self.carried_from
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +283,7 @@ class RetryRequested(_EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecisionFailed(_EventBase):
     KEY = "decision_failed"
+    WRITTEN_WHEN_SET = frozenset({"traceback"})
     error_type: str
     message: str
     mismatches: JsonValue = None
@@ -310,9 +291,6 @@ class DecisionFailed(_EventBase):
     traceback: str | None = None
     """Where the workflow code raised (its own frames, at most 8 KiB, no locals); not stored
     when ``None`` (histories written before it existed have none)."""
-
-    def to_data(self) -> dict[str, Any]:
-        return _without_empty_traceback(_EventBase.to_data(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -377,16 +355,11 @@ class RunFailed(_EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelled(_EventBase):
     KEY = "run_cancelled"
+    WRITTEN_WHEN_SET = frozenset({"forced"})
     reason: str
     forced: bool = False
     """Ended by ``flow terminate``, without asking the workflow code; written only when true,
     so histories of other cancellations keep their exact bytes."""
-
-    def to_data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"reason": self.reason}
-        if self.forced:
-            data["forced"] = True
-        return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -429,39 +402,8 @@ Event: TypeAlias = (
     | RunContinuedAsNew
 )
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.KEY: cls
-    for cls in (
-        RunStarted,
-        StepScheduled,
-        StepStarted,
-        StepCompleted,
-        StepFailed,
-        StepCancelled,
-        StepOutcomeUnknown,
-        WaitStarted,
-        WaitCompleted,
-        SignalWaitStarted,
-        SignalReceived,
-        HookCreated,
-        HookResolved,
-        ChildScheduled,
-        ChildCompleted,
-        ChildCancelled,
-        ChildAbandoned,
-        CancelRequested,
-        RetryRequested,
-        DecisionFailed,
-        DecisionRecovered,
-        BuildUpgraded,
-        UpdateApplied,
-        AttributesSet,
-        RunCompleted,
-        RunFailed,
-        RunCancelled,
-        RunContinuedAsNew,
-    )
-}
+EVENT_TYPES: dict[str, type[Event]] = {cls.KEY: cls for cls in get_args(Event)}
+"""Every kind of event by its key: the members of ``Event``, so that a new event is named once."""
 
 TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled, RunContinuedAsNew)
 """The events that end a run: the one definition every layer reads."""

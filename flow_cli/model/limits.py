@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from flow_cli.errors import LimitInvalid
+from flow_cli.model.jsonval import json_fields
 
 RATE_EXAMPLE = "--rate 100/1m (forms: 20/1s, 100/1m, 1000/1h)"
 TARGET_EXAMPLE = "step:chargeCard or workflow:sync"
@@ -105,13 +106,11 @@ class LimitState:
     """``code`` (declared by a worker's code) or ``override`` (``flow limits set``)."""
 
     def to_json(self) -> dict[str, object]:
+        rate = None if self.rate is None else str(self.rate)
         return {
-            "target": self.target,
-            "concurrency": self.concurrency,
-            "rate": None if self.rate is None else str(self.rate),
-            "in_use": self.in_use,
-            "waiting": self.waiting,
-            "source": self.source,
+            **json_fields(self, "target", "concurrency"),
+            "rate": rate,
+            **json_fields(self, "in_use", "waiting", "source"),
         }
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from datetime import datetime
+from typing import Any, NoReturn, cast
 
 from flow_cli.errors import InputError
+from flow_cli.model.clock import Seconds
 from flow_cli.model.commands import (
     CancellationPolicy,
     CreateHook,
@@ -27,10 +28,8 @@ from flow_cli.model.commands import (
 )
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.retry import RetryPolicy
+from flow_cli.model.sequential import SequentialHelpers
 from flow_cli.model.status import RunStatus, StepStatus, WorkflowTerminalOutcome
-
-if TYPE_CHECKING:
-    from flow_cli.model.context import WorkflowContext
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +43,7 @@ class Branch:
     """The wait, hook, step or child id: what ``ctx.first`` returns when this branch wins."""
     signal_name: str | None = None
     deadline: datetime | None = None
-    timeout: float | timedelta | None = None
+    timeout: Seconds | None = None
     token: str | None = None
     metadata: JsonValue = None
     opens: RuntimeCommand | None = None
@@ -69,7 +68,7 @@ class Settled:
     terminal outcome as JSON."""
 
 
-class SelectHelpers:
+class SelectHelpers(SequentialHelpers):
     """``ctx`` methods for waiting on several things; mixed into ``WorkflowContext``."""
 
     def on_signal(self, wait_id: str, signal_name: str) -> Branch:
@@ -81,7 +80,7 @@ class SelectHelpers:
         wait_id: str,
         deadline: datetime | None = None,
         *,
-        timeout: float | timedelta | None = None,
+        timeout: Seconds | None = None,
     ) -> Branch:
         """A ``ctx.first`` branch: a timer at ``deadline``, or ``timeout`` after ``ctx.now`` at
         the decision that opens it (the value is ``None``)."""
@@ -106,8 +105,7 @@ class SelectHelpers:
         """A ``ctx.first`` branch: step ``step_id`` (scheduled here when ``name`` is given and
         it is not recorded); its output is the value (a surfaced failure raises
         ``StepFailedError``)."""
-        ctx = _ctx(self)
-        opens = None if name is None else ctx._schedule_step(step_id, name, input, retry)
+        opens = None if name is None else self._schedule_step(step_id, name, input, retry)
         return Branch(kind="step", ident=step_id, opens=opens)
 
     def on_child(
@@ -119,9 +117,8 @@ class SelectHelpers:
     ) -> Branch:
         """A ``ctx.first`` branch: child ``child_id`` (started here when ``workflow`` is given
         and it is not recorded); its ``WorkflowTerminalOutcome`` is the value."""
-        ctx = _ctx(self)
         opens = (
-            None if workflow is None else ctx._start_child(child_id, workflow, input, cancellation)
+            None if workflow is None else self._start_child(child_id, workflow, input, cancellation)
         )
         return Branch(kind="child", ident=child_id, opens=opens)
 
@@ -132,39 +129,29 @@ class SelectHelpers:
         The others are closed: a losing signal wait takes no signal, so a later signal of its
         name stays buffered.
         """
-        return _first(_ctx(self), branches)
+        return _first(self, branches)
 
     def all_settled(self, members: Iterable[ScheduleStep | StartChild]) -> list[Settled]:
         """Run ``ctx.schedule_step(...)`` (or ``ctx.start_child(...)``) commands as one batch;
         once every member has settled, one ``Settled`` each, in order. Never raises for a
         member's failure (give steps ``on_exhausted="surface"`` to see theirs)."""
-        return _all_settled(_ctx(self), list(members))
+        return _all_settled(self, list(members))
 
     def spawn(self, child_id: str, workflow: str, input: JsonValue = None) -> str:
         """Start child ``child_id`` detached (cancellation ``"abandon"``) and return its run id
         as soon as ``child_scheduled`` is recorded, without waiting for its outcome."""
-        ctx = _ctx(self)
-        command = ctx._start_child(child_id, workflow, input, "abandon")
+        command = self._start_child(child_id, workflow, input, "abandon")
         given = {"workflow": workflow, "input": input, "cancellation": "abandon"}
-        ctx._use("child", child_id, f"child {child_id!r}", given)
-        child = ctx._snap.children.get(child_id)
+        self._use("child", child_id, f"child {child_id!r}", given)
+        child = self._snap.children.get(child_id)
         if child is None:
-            ctx.suspend(command)  # not blocking: the code goes on once it is recorded
-        if not (
-            child.workflow == command.workflow
-            and child.input == command.input
-            and child.cancellation == "abandon"
-            and child.batch_id is None
-        ):
-            ctx._check(command)
+            self.suspend(command)  # not blocking: the code goes on once it is recorded
+        if not child.matches(command.workflow, command.input, "abandon", None):
+            self._check(command)
         return child.run_id
 
 
-def _ctx(helpers: SelectHelpers) -> WorkflowContext:
-    return cast("WorkflowContext", helpers)
-
-
-def _first(ctx: WorkflowContext, branches: tuple[Branch, ...]) -> tuple[str, Any]:
+def _first(ctx: SelectHelpers, branches: tuple[Branch, ...]) -> tuple[str, Any]:
     if not branches:
         raise InputError("ctx.first needs at least one branch")
     members = tuple(b.member for b in branches)
@@ -183,9 +170,7 @@ def _first(ctx: WorkflowContext, branches: tuple[Branch, ...]) -> tuple[str, Any
     _park(ctx, branches, members)
 
 
-def _compare(
-    ctx: WorkflowContext, branch: Branch, members: tuple[str, ...]
-) -> RuntimeCommand | None:
+def _compare(ctx: SelectHelpers, branch: Branch, members: tuple[str, ...]) -> RuntimeCommand | None:
     """Check ``branch`` against history as its helper would; the command that opens it when
     it is not recorded yet (else None)."""
     snap = ctx._snap
@@ -238,7 +223,7 @@ def _compare(
     raise InputError(f"ctx.first: unknown branch kind {branch.kind!r}")
 
 
-def _value(ctx: WorkflowContext, branch: Branch) -> Any:
+def _value(ctx: SelectHelpers, branch: Branch) -> Any:
     snap = ctx._snap
     match branch.kind:
         case "signal":
@@ -252,7 +237,7 @@ def _value(ctx: WorkflowContext, branch: Branch) -> Any:
     return None
 
 
-def _park(ctx: WorkflowContext, branches: tuple[Branch, ...], members: tuple[str, ...]) -> NoReturn:
+def _park(ctx: SelectHelpers, branches: tuple[Branch, ...], members: tuple[str, ...]) -> NoReturn:
     """Every branch is open and none settled: re-issue one (``still waiting``)."""
     snap = ctx._snap
     for branch in branches:
@@ -276,7 +261,7 @@ def _park(ctx: WorkflowContext, branches: tuple[Branch, ...], members: tuple[str
     ctx.suspend(_recorded_command(ctx, first.kind, first.ident), blocking=True)
 
 
-def _recorded_command(ctx: WorkflowContext, kind: str, ident: str) -> RuntimeCommand:
+def _recorded_command(ctx: SelectHelpers, kind: str, ident: str) -> RuntimeCommand:
     """The command that history recorded for step or child ``ident`` (its whole batch)."""
     snap = ctx._snap
     if kind == "step":
@@ -320,7 +305,7 @@ def _recorded_command(ctx: WorkflowContext, kind: str, ident: str) -> RuntimeCom
     )
 
 
-def _all_settled(ctx: WorkflowContext, members: list[ScheduleStep | StartChild]) -> list[Settled]:
+def _all_settled(ctx: SelectHelpers, members: list[ScheduleStep | StartChild]) -> list[Settled]:
     if not members:
         return []
     if all(isinstance(m, ScheduleStep) for m in members):
@@ -330,7 +315,7 @@ def _all_settled(ctx: WorkflowContext, members: list[ScheduleStep | StartChild])
     raise InputError("ctx.all_settled takes steps or children, not both in one batch")
 
 
-def _steps_settled(ctx: WorkflowContext, members: list[ScheduleStep]) -> list[Settled]:
+def _steps_settled(ctx: SelectHelpers, members: list[ScheduleStep]) -> list[Settled]:
     snap = ctx._snap
     batch = ctx._schedule_steps(members)
     results: list[Settled] = []
@@ -351,7 +336,7 @@ def _steps_settled(ctx: WorkflowContext, members: list[ScheduleStep]) -> list[Se
     return results
 
 
-def _children_settled(ctx: WorkflowContext, members: list[StartChild]) -> list[Settled]:
+def _children_settled(ctx: SelectHelpers, members: list[StartChild]) -> list[Settled]:
     results: list[Settled] = []
     for outcome in ctx.all_children(members):
         results.append(_child_settled(outcome))

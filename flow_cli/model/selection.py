@@ -6,6 +6,7 @@ A mixin of ``WorkflowRunSnapshot``, kept apart so the projection of selects read
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -31,25 +32,20 @@ class SelectProjection:
     def settled_at(self, member: str) -> int | None:
         """The sequence at which ``ctx.first`` member ``"kind:id"`` settled, or None."""
         kind, _, ident = member.partition(":")
-        match kind:
-            case "signal":
-                wait = self.signal_waits.get(ident)
-                if wait is None or not wait.delivered or wait.signal_sequence is None:
-                    return None
-                return max(wait.sequence, wait.signal_sequence)
-            case "timer":
-                timer = self.waits.get(ident)
-                return timer.fired_sequence if timer is not None else None
-            case "hook":
-                hook = self.hooks.get(ident)
-                return hook.resolved_sequence if hook is not None else None
-            case "step":
-                step = self.steps.get(ident)
-                return step.settled_sequence if step is not None else None
-            case "child":
-                child = self.children.get(ident)
-                return child.settled_sequence if child is not None else None
-        return None
+        if kind == "signal":
+            wait = self.signal_waits.get(ident)
+            if wait is None or not wait.delivered or wait.signal_sequence is None:
+                return None
+            # A signal buffered before its wait opened is taken when the wait opens.
+            return max(wait.sequence, wait.signal_sequence)
+        kinds: dict[str, Mapping[str, WaitState | HookState | StepState | ChildState]] = {
+            "timer": self.waits,
+            "hook": self.hooks,
+            "step": self.steps,
+            "child": self.children,
+        }
+        found = kinds.get(kind, {}).get(ident)
+        return None if found is None else found.settled_sequence
 
     def _select_opened(self, wait_id: str, members: tuple[str, ...]) -> bool:
         """Register signal wait ``wait_id`` of a select; True (and the wait closed) when one of
@@ -70,11 +66,13 @@ class SelectProjection:
         for wait_id in self.selected_waits.pop(f"{kind}:{ident}", ()):
             self._close(wait_id)
 
-    def _close(self, wait_id: str) -> None:
+    def _close(self, wait_id: str, *, timed_out: bool = False) -> None:
+        """Signal wait ``wait_id``, if still open, takes no signal now: another member of its
+        select settled first, or (``timed_out``) its deadline timer fired."""
         wait = self.signal_waits.get(wait_id)
         if wait is None or wait.delivered or wait.timed_out or wait.closed:
             return
-        self.signal_waits[wait_id] = replace(wait, closed=True)
+        self.signal_waits[wait_id] = replace(wait, closed=not timed_out, timed_out=timed_out)
         # The slot is the snapshot's (a dataclass field); mypy sees only this mixin's empty slots.
         self.signal_waits_open -= 1  # type: ignore[misc]
         waiting = self.waiting_signals.get(wait.signal_name)

@@ -366,7 +366,7 @@ class WorkflowRunSnapshot(SelectProjection):
             case WaitCompleted():
                 wait = self.waits[event.wait_id]
                 self.waits[event.wait_id] = replace(
-                    wait, done=True, fired_at=at, fired_sequence=envelope.sequence
+                    wait, done=True, fired_at=at, settled_sequence=envelope.sequence
                 )
                 self.open_deadlines.pop(event.wait_id, None)
                 self._time_out(event.wait_id)
@@ -426,7 +426,7 @@ class WorkflowRunSnapshot(SelectProjection):
             case HookResolved():
                 hook = self.hooks[event.hook_id]
                 self.hooks[event.hook_id] = replace(
-                    hook, resolved=True, payload=event.payload, resolved_sequence=envelope.sequence
+                    hook, resolved=True, payload=event.payload, settled_sequence=envelope.sequence
                 )
                 self.hooks_open -= int(not hook.resolved)
                 self._settled("hook", event.hook_id)
@@ -539,18 +539,8 @@ class WorkflowRunSnapshot(SelectProjection):
 
     def _time_out(self, timer_id: str) -> None:
         """A signal wait whose deadline timer fired is no longer open."""
-        if not timer_id.endswith(DEADLINE_SUFFIX):
-            return
-        wait = self.signal_waits.get(timer_id[: -len(DEADLINE_SUFFIX)])
-        if wait is None or wait.delivered or wait.timed_out or wait.closed:
-            return
-        self.signal_waits[wait.wait_id] = replace(wait, timed_out=True)
-        self.signal_waits_open -= 1
-        waiting = self.waiting_signals.get(wait.signal_name)
-        if waiting is not None and wait.wait_id in waiting:
-            waiting.remove(wait.wait_id)
-            if not waiting:
-                del self.waiting_signals[wait.signal_name]
+        if timer_id.endswith(DEADLINE_SUFFIX):
+            self._close(timer_id.removesuffix(DEADLINE_SUFFIX), timed_out=True)
 
     def _deliver(self, signal_index: int, wait_id: str) -> None:
         signal = self.signals[signal_index]

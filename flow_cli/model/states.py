@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.commands import CancellationPolicy
-from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.jsonval import JsonValue, json_fields
 from flow_cli.model.retry import RetryPolicy
 from flow_cli.model.status import ChildStatus, StepStatus
 
@@ -48,6 +48,26 @@ class StepState:
     settled_sequence: int | None = None
     """Sequence of the event that settled it (completed, failed for good, cancelled)."""
 
+    def matches(
+        self,
+        name: str,
+        input: JsonValue,
+        retry: RetryPolicy,
+        batch_id: str | None,
+        timeout: float | None,
+        heartbeat_timeout: float | None,
+    ) -> bool:
+        """Whether a step scheduled with these values re-issues this one as recorded: the cheap
+        ``==`` test a ``ctx`` helper makes before it builds the command and compares it whole."""
+        return (
+            self.name == name
+            and self.input == input
+            and (self.retry is retry or self.retry == retry)
+            and self.batch_id == batch_id
+            and self.timeout == timeout
+            and self.heartbeat_timeout == heartbeat_timeout
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitState:
@@ -56,7 +76,7 @@ class WaitState:
     sequence: int
     done: bool = False
     fired_at: datetime | None = None
-    fired_sequence: int | None = None
+    settled_sequence: int | None = None
     """Sequence of its ``wait_completed``."""
     opened_at: datetime | None = None
     """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
@@ -97,7 +117,7 @@ class HookState:
     sequence: int
     resolved: bool = False
     payload: JsonValue = None
-    resolved_sequence: int | None = None
+    settled_sequence: int | None = None
     """Sequence of its ``hook_resolved``."""
 
 
@@ -120,6 +140,22 @@ class ChildState:
     @property
     def open(self) -> bool:
         return self.status is ChildStatus.RUNNING
+
+    def matches(
+        self,
+        workflow: str,
+        input: JsonValue,
+        cancellation: CancellationPolicy,
+        batch_id: str | None,
+    ) -> bool:
+        """Whether a child started with these values re-issues this one as recorded (see
+        ``StepState.matches``)."""
+        return (
+            self.workflow == workflow
+            and self.input == input
+            and self.cancellation == cancellation
+            and self.batch_id == batch_id
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,11 +194,5 @@ class AppliedUpdate:
     """When it was recorded."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "update_id": self.update_id,
-            "name": self.name,
-            "args": self.args,
-            "result": self.result,
-            "sequence": self.sequence,
-            "at": self.at.isoformat(),
-        }
+        fields = json_fields(self, "update_id", "name", "args", "result", "sequence")
+        return {**fields, "at": self.at.isoformat()}
