@@ -14,7 +14,8 @@ doctor reads nothing else, so their histories are left out — in a mix of every
 One live worker hosting the main build is registered. Figures: the engine call
 (``flow_cli.ops.doctor.diagnose``, in process) and the wall time of a real
 ``flow doctor --json`` process (start-up and JSON output of every run included), best of
-``--repeat``.
+``--repeat``, and each command's peak RSS (one more run; with ``--baseline FLOW``, another
+checkout's ``flow`` measured the same way beside it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from common import ROOT, fresh_database
+from scale import FLOW, measured
 
 from flow_cli.ops.doctor import diagnose
 from flow_cli.store import open_store
@@ -123,6 +125,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--db", default=None, help="a postgresql:// URL (default: SQLite)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", default=None, help="another checkout's flow executable")
     args = parser.parse_args()
     backend = "postgres" if args.db else "sqlite"
     with fresh_database(backend, args.db or "") as (url, scratch):
@@ -174,9 +177,16 @@ def main() -> None:
                 if done.returncode not in (0, 1):
                     raise SystemExit(f"flow doctor failed: {done.stderr.decode()}")
             size = len(done.stdout)
+            # Each flow imports its own checkout (PYTHONPATH would make both this one).
+            own = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            peaks = [("this", FLOW)] + ([("baseline", args.baseline)] if args.baseline else [])
+            rss = ", ".join(
+                f"{name} {measured(flow, ['doctor', *extra], own, scratch)[1] / 2**20:.0f} MB"
+                for name, flow in peaks
+            )
             print(
                 f"  {label + ':':25} best {min(times):.2f} s  (exit {done.returncode}, "
-                f"{size / 1e6:.1f} MB on stdout)"
+                f"{size / 1e6:.1f} MB on stdout; peak RSS {rss})"
             )
 
 

@@ -17,6 +17,7 @@ from flow_cli.engine.paging import paged, paged_by_status
 from flow_cli.model.clock import ManualClock
 from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.status import RunStatus
+from flow_cli.ops import disk_sort
 from flow_cli.ops.doctor import diagnose
 from flow_cli.store.protocol import EventStore, RunFilter, RunRecord
 
@@ -131,3 +132,20 @@ def test_doctor_reports_the_same_whatever_the_page_size(engine: Engine) -> None:
     # With a limit: one page, in listing order, and its cursor.
     limited = diagnose(engine, RunFilter(limit=2), now)
     assert limited.next_after is not None and len(limited.runs) == 2
+
+
+def test_doctor_sorted_on_disk_lists_what_it_lists_in_memory(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past HOLD diagnoses ``flow doctor --json`` sorts them in a temporary file (memory flat
+    # in the open runs): the same runs, in the same order, counted the same.
+    now = engine.clock.now() + timedelta(hours=2)
+    held = diagnose(engine, RunFilter(), now, page_size=2)
+    monkeypatch.setattr(disk_sort, "HOLD", 2)
+    spilled = diagnose(engine, RunFilter(), now, page_size=2)
+    assert not isinstance(spilled.runs, list)  # read back from disk
+    assert list(spilled.runs) == list(held.runs) and len(spilled.runs) == 6
+    assert spilled.to_json() == held.to_json()
+    assert (spilled.summary, spilled.ok, spilled.total) == (held.summary, held.ok, held.total)
+    assert spilled.runs[1:4] == held.runs[1:4] and spilled.runs[-1] == held.runs[-1]
+    assert spilled.runs[::2] == held.runs[::2]

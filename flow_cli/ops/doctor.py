@@ -49,16 +49,17 @@ from __future__ import annotations
 
 import functools
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, overload
 
 from flow_cli.engine import paging
 from flow_cli.engine.paging import paged_by_status
 from flow_cli.model.jsonval import json_fields
 from flow_cli.model.schedule import Schedule, run_id_for
 from flow_cli.model.status import RunStatus
+from flow_cli.ops.disk_sort import DiskSort, Key, Row
 from flow_cli.store.pauses import Pause, PauseSet
 from flow_cli.store.protocol import (
     CauseQuery,
@@ -158,8 +159,9 @@ class Hosting:
 
 @dataclass(frozen=True, slots=True)
 class DoctorReport:
-    runs: list[Diagnosis]
-    """Every open run selected, by cause (``CAUSES`` order), then longest first."""
+    runs: Sequence[Diagnosis]
+    """Every open run selected, by cause (``CAUSES`` order), then longest first (past
+    ``disk_sort.HOLD`` of them, read back from a temporary file as they are iterated)."""
     workers_live: int
     checked_at: datetime
     next_after: str | None = None
@@ -167,8 +169,8 @@ class DoctorReport:
     last run of the page in listing order (newest first), which ``runs`` (sorted by cause)
     does not show last."""
     counts: Mapping[str, int] | None = None
-    """Runs per cause when ``runs`` keeps only the first few of each (``diagnose(keep=N)``);
-    ``None`` when ``runs`` lists every one."""
+    """Runs per cause (``runs`` may keep only the first few of each: ``diagnose(keep=N)``);
+    ``None``: count ``runs``."""
 
     @property
     def summary(self) -> dict[str, int]:
@@ -272,7 +274,7 @@ def diagnose(
         workers_live=sum(1 for w in workers if w.live(now)),
         checked_at=now,
         next_after=last if full else None,
-        counts=None if keep is None else tally.counts,
+        counts=tally.counts,
     )
 
 
@@ -309,30 +311,97 @@ def _counted(
 
 
 class _Tally:
-    """Diagnoses by cause: every one, or (``keep``) the first ``keep`` of each by (since, run
-    id) and a count, trimmed as they come so that at most ``4 * keep`` wait per cause."""
+    """Diagnoses by cause: every one (sorted on disk past ``disk_sort.HOLD``), or (``keep``)
+    the first ``keep`` of each by (since, run id) and a count, trimmed as they come so that at
+    most ``4 * keep`` wait per cause."""
 
     def __init__(self, keep: int | None) -> None:
         self.keep = keep
         self.counts: dict[str, int] = {}
         self.by_cause: dict[str, list[Diagnosis]] = {}
+        self.every = DiskSort(width=len(_ROW)) if keep is None else None
 
     def add(self, diagnosis: Diagnosis) -> None:
         cause = diagnosis.cause
         self.counts[cause] = self.counts.get(cause, 0) + 1
+        if self.every is not None:
+            self.every.add(_listing_key(diagnosis), _row(diagnosis))
+            return
         kept = self.by_cause.setdefault(cause, [])
         kept.append(diagnosis)
         if self.keep is not None and len(kept) > 4 * self.keep + 16:
             kept.sort(key=_longest_first)
             del kept[self.keep :]
 
-    def listed(self) -> list[Diagnosis]:
+    def listed(self) -> Sequence[Diagnosis]:
         """By cause (``CAUSES`` order), then longest first."""
+        if self.every is not None:
+            if self.every.on_disk:
+                return _SortedOnDisk(self.every)
+            return [_diagnosis(row) for row in self.every]
         found: list[Diagnosis] = []
         for cause in CAUSES:
             kept = sorted(self.by_cause.get(cause, ()), key=_longest_first)
             found += kept if self.keep is None else kept[: self.keep]
         return found
+
+
+class _SortedOnDisk(Sequence[Diagnosis]):
+    """Every diagnosis of a large tally, read back in listing order from its ``DiskSort``."""
+
+    def __init__(self, rows: DiskSort) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[Diagnosis]:
+        return (_diagnosis(row) for row in self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Diagnosis: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Diagnosis]: ...
+
+    def __getitem__(self, index: int | slice) -> Diagnosis | Sequence[Diagnosis]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return [_diagnosis(row) for row in self._rows.slice(start, stop)]
+            return list(self)[index]
+        position = index + len(self) if index < 0 else index
+        if not 0 <= position < len(self):
+            raise IndexError(index)
+        return _diagnosis(self._rows.slice(position, position + 1)[0])
+
+
+_ROW = ("run_id", "workflow", "build_id", "cause", "detail", "since")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _listing_key(diagnosis: Diagnosis) -> Key:
+    """Cause (``CAUSES`` order), then longest first: the order ``listed`` gives."""
+    since = diagnosis.since if diagnosis.since.tzinfo else diagnosis.since.replace(tzinfo=UTC)
+    micros = (since - _EPOCH) // timedelta(microseconds=1)
+    return CAUSES.index(diagnosis.cause), micros, diagnosis.run_id
+
+
+def _row(diagnosis: Diagnosis) -> Row:
+    d = diagnosis
+    return d.run_id, d.workflow, d.build_id, d.cause, d.detail, d.since.isoformat()
+
+
+def _diagnosis(row: Row) -> Diagnosis:
+    run_id, workflow, build_id, cause, detail, since = row
+    return Diagnosis(
+        run_id=run_id,
+        workflow=workflow,
+        build_id=build_id,
+        cause=cause,
+        detail=detail,
+        since=datetime.fromisoformat(since),
+    )
 
 
 def _longest_first(diagnosis: Diagnosis) -> tuple[datetime, str]:
