@@ -146,7 +146,7 @@ class PostgresReads(PostgresConnections, SQLReads):
     def _cause_rows(
         self, conn: Connection, where: RunFilter, query: CauseQuery
     ) -> list[tuple[Any, ...]]:
-        """Ranked by the statement itself (run ids compared bytewise, as SQLite does)."""
+        """Ranked by the statement itself (run ids in ``COLLATE "C"`` order)."""
         statement, params = causes.tally_sql(where, query, tables.POSTGRES, ' COLLATE "C"')
         return conn.execute(statement, params).fetchall()
 

@@ -141,12 +141,12 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         return assemble_states(rows, dt)
 
     def _sql_snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._sql_read()  # the one connection: nothing commits between its reads
+        return self._sql_read()  # the store's connection, as every read here uses
 
     def _cause_rows(
         self, conn: sqlite3.Connection, where: RunFilter, query: CauseQuery
     ) -> Iterable[Sequence[Any]]:
-        """Counted and ranked as the rows stream by (cheaper here than an ``ORDER BY``)."""
+        """Ranked as the rows stream by (``causes.ranked_in_passing``), not by the statement."""
         statement, params = causes.tally_sql(where, query, SQLITE, ranked=False)
         return causes.ranked_in_passing(conn.execute(statement, params), query.keep)
 
