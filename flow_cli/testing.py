@@ -30,12 +30,13 @@ once with a ``NonDeterminismError``; a ``decision_failed`` fails it too (pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from flow_cli.engine.engine import Engine
+from flow_cli.engine.options import StartOptions
 from flow_cli.engine.replay_check import replay_history
 from flow_cli.errors import FlowError, Mismatch, NonDeterminismError, WorkflowError
 from flow_cli.model.clock import ManualClock
@@ -146,23 +147,13 @@ class WorkflowEnvironment:
         self,
         workflow: str,
         input: JsonValue = None,
-        *,
-        run_id: str | None = None,
-        build_id: str | None = None,
-        attributes: Mapping[str, str | int | float | bool] | None = None,
-        priority: int | None = None,
+        **options: Unpack[StartOptions],
     ) -> str:
         """Create a run and return its id (it runs at the next ``run_until_idle``).
-        ``attributes``: search attributes it starts with, as ``flow start --attr``;
-        ``priority`` as for ``Engine.start`` (1 first, 9 last, default 5)."""
-        return self.engine.start(
-            workflow,
-            input,
-            run_id=run_id,
-            build_id=build_id,
-            attributes=attributes,
-            priority=priority,
-        ).run_id
+        ``options`` as for ``Engine.start``: ``run_id``, ``build_id``, ``attributes`` (search
+        attributes it starts with, as ``flow start --attr``), ``priority`` (1 first, 9 last,
+        default 5)."""
+        return self.engine.start(workflow, input, **options).run_id
 
     def attributes(self, run_id: str) -> dict[str, Any]:
         """The run's search attributes as the runs index holds them (what ``flow runs

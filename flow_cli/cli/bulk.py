@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -168,6 +169,18 @@ def follow_one(engine: Engine, run_id: str) -> str:
     if message is not None:
         note(message)
     return live
+
+
+@contextmanager
+def open_live(
+    state: CliState, run_id: str, *, with_runtimes: bool = False, read_only: bool = False
+) -> Iterator[tuple[Engine, str]]:
+    """The engine on the existing database, and the live run of ``run_id``'s chain
+    (``follow_one``): what a verb on one RUN acts on."""
+    with state.open_engine(
+        create=False, with_runtimes=with_runtimes, read_only=read_only
+    ) as engine:
+        yield engine, follow_one(engine, run_id)
 
 
 def follow_named(engine: Engine, runs: list[str]) -> list[str]:

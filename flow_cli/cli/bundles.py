@@ -11,12 +11,31 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 Options = Mapping[str, tuple[Any, Any]]
 """Option name → (its ``Annotated`` type, its default)."""
+
+
+def text_option(
+    flag: str, metavar: str, help: str, *, short: str | None = None, **extra: Any
+) -> Any:
+    """An option that takes a value and has no default worth showing (most of Flow's):
+    ``name: Annotated[str | None, text_option("--id", "ID", "...")] = None``; ``short`` is a
+    one-letter alias (``-o``), ``extra`` goes to ``typer.Option`` as it is (``envvar`` ...).
+    Kept here, below ``options``, so that the option tables (``filters``) can use it too."""
+    flags = (flag,) if short is None else (flag, short)
+    return typer.Option(*flags, metavar=metavar, help=help, show_default=False, **extra)
+
+
+def optional_text(flag: str, metavar: str, help: str) -> tuple[Any, None]:
+    """A row of an ``Options`` table: an option taking one text value, ``None`` when not
+    given (most filters and schedule options are)."""
+    return Annotated[str | None, text_option(flag, metavar, help)], None
 
 
 def bundled(param: str, options: Options, build: Callable[..., Any]) -> Callable[[F], F]:

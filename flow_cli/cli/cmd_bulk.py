@@ -27,7 +27,7 @@ from flow_cli.cli.bulk import (
     Yes,
     act,
     dry_run_one,
-    follow_one,
+    open_live,
     select,
 )
 from flow_cli.cli.cmd_triage import JsonlFlag
@@ -406,8 +406,7 @@ def signal_run(
     state = CliState.of(ctx)
     check_name(name, "signal name")
     value = parse_json_arg(payload, "--payload")
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = follow_one(engine, run_id)
+    with open_live(state, run_id) as (engine, run_id):
         sent = engine.deliver_signal(run_id, name, value, key=key)
     if state.want_json(json_output):
         emit_json(
@@ -442,8 +441,7 @@ def cancel_one(
     (said on stderr). A run that already ended is skipped (exit 0), as by `flow terminate`.
     """
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = follow_one(engine, run_id)
+    with open_live(state, run_id) as (engine, run_id):
         try:
             requested = engine.cancel(run_id, reason)
         except RunFinished as exc:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from flow_cli.cli.bundles import bundled
+from flow_cli.cli.bundles import bundled, optional_text
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, text_argument, text_option
 from flow_cli.cli.schedule_config import SpecOptions, build_spec, check_options, schedule_json
@@ -32,66 +32,6 @@ schedule_app = typer.Typer(
 )
 
 IdArg = Annotated[str, text_argument("ID", "The schedule id.")]
-Workflow = Annotated[
-    str | None,
-    text_option("--workflow", "W", "The workflow each fire time starts."),
-]
-Cron = Annotated[
-    str | None,
-    text_option(
-        "--cron",
-        "EXPR",
-        "Five cron fields (minute hour day month weekday) or @hourly, @daily, @weekly, "
-        "@monthly, read in --timezone.",
-    ),
-]
-Every = Annotated[
-    str | None,
-    text_option(
-        "--every",
-        "DURATION",
-        "An interval instead of --cron: 30s, 15m, 1h30m (on a grid from --start-at, else "
-        "the Unix epoch).",
-    ),
-]
-Zone = Annotated[
-    str | None,
-    text_option("--timezone", "TZ", "IANA time zone of --cron (default UTC)."),
-]
-Input = Annotated[
-    str | None,
-    text_option("--input", "JSON|@FILE|-", "Each run's input (default null)."),
-]
-OverlapOpt = Annotated[
-    str | None,
-    text_option(
-        "--overlap",
-        "P",
-        "While the previous run is open: skip (default; counted), buffer-one, allow-all, "
-        "cancel-other, terminate-other.",
-    ),
-]
-Catchup = Annotated[
-    str | None,
-    text_option(
-        "--catchup-window",
-        "D",
-        "Fire times missed (no worker ran) by at most D still fire; older ones count as "
-        "missed (default 1h).",
-    ),
-]
-Jitter = Annotated[
-    str | None,
-    text_option("--jitter", "D", "Start each run up to D after its fire time."),
-]
-StartAt = Annotated[
-    str | None,
-    text_option("--start-at", "T", "No fire time before T (ISO 8601)."),
-]
-EndAt = Annotated[
-    str | None,
-    text_option("--end-at", "T", "No fire time after T (ISO 8601)."),
-]
 Note = Annotated[
     str | None,
     text_option("--note", "TEXT", "A note (why it is paused, who owns it)."),
@@ -109,16 +49,36 @@ def _spec_options(input: str | None, **given: Any) -> SpecOptions:
 with_spec_options = bundled(
     "given",
     {
-        "workflow": (Workflow, None),
-        "cron": (Cron, None),
-        "every": (Every, None),
-        "timezone": (Zone, None),
-        "input": (Input, None),
-        "overlap": (OverlapOpt, None),
-        "catchup_window": (Catchup, None),
-        "jitter": (Jitter, None),
-        "start_at": (StartAt, None),
-        "end_at": (EndAt, None),
+        "workflow": optional_text("--workflow", "W", "The workflow each fire time starts."),
+        "cron": optional_text(
+            "--cron",
+            "EXPR",
+            "Five cron fields (minute hour day month weekday) or @hourly, @daily, @weekly, "
+            "@monthly, read in --timezone.",
+        ),
+        "every": optional_text(
+            "--every",
+            "DURATION",
+            "An interval instead of --cron: 30s, 15m, 1h30m (on a grid from --start-at, else "
+            "the Unix epoch).",
+        ),
+        "timezone": optional_text("--timezone", "TZ", "IANA time zone of --cron (default UTC)."),
+        "input": optional_text("--input", "JSON|@FILE|-", "Each run's input (default null)."),
+        "overlap": optional_text(
+            "--overlap",
+            "P",
+            "While the previous run is open: skip (default; counted), buffer-one, allow-all, "
+            "cancel-other, terminate-other.",
+        ),
+        "catchup_window": optional_text(
+            "--catchup-window",
+            "D",
+            "Fire times missed (no worker ran) by at most D still fire; older ones count as "
+            "missed (default 1h).",
+        ),
+        "jitter": optional_text("--jitter", "D", "Start each run up to D after its fire time."),
+        "start_at": optional_text("--start-at", "T", "No fire time before T (ISO 8601)."),
+        "end_at": optional_text("--end-at", "T", "No fire time after T (ISO 8601)."),
         "note": (Note, None),
     },
     _spec_options,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from flow_cli.cli.bulk import follow_one
+from flow_cli.cli.bulk import open_live
 from flow_cli.cli.io import emit_json, out, parse_json_arg
 from flow_cli.cli.options import JsonFlag, RunArg, text_option
 from flow_cli.cli.state import CliState
@@ -75,8 +75,7 @@ def step_resolve(
         resolution = Resolution.FAIL
         value = None if error is None else parse_json_arg(error, "--error")
     state = CliState.of(ctx)
-    with state.open_engine(create=False, with_runtimes=False) as engine:
-        run_id = follow_one(engine, run_id)
+    with open_live(state, run_id) as (engine, run_id):
         done = engine.resolve_step(
             run_id, step_id, resolution, value, reason or "resolved by operator"
         )

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flow_cli.cli.bulk import follow_one
+from flow_cli.cli.bulk import open_live
 from flow_cli.cli.io import emit_json, note, parse_json_arg
 from flow_cli.cli.options import JsonFlag, RunArg, text_option
 from flow_cli.cli.state import CliState
@@ -54,8 +54,7 @@ def query(
     state = CliState.of(ctx)
     check_name(name, "query name")
     value = parse_json_arg(args, "--args")
-    with state.open_engine(create=False, with_runtimes=True, read_only=True) as engine:
-        live = follow_one(engine, run_id)
+    with open_live(state, run_id, with_runtimes=True, read_only=True) as (engine, live):
         answer = engine.query(live, name, value)
     emit_json(answer.to_json() if state.want_json(json_output) else answer.result)
 
@@ -91,8 +90,7 @@ def update(
     if update_id is not None:
         check_name(update_id, "update id")
     value = parse_json_arg(args, "--args")
-    with state.open_engine(create=False, with_runtimes=True) as engine:
-        live = follow_one(engine, run_id)
+    with open_live(state, run_id, with_runtimes=True) as (engine, live):
         answer = engine.update(live, name, value, update_id=update_id)
     if state.want_json(json_output):
         emit_json(answer.to_json())

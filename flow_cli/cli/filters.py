@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from flow_cli.cli.bundles import bundled
+from flow_cli.cli.bundles import bundled, optional_text
 from flow_cli.errors import InputError
 from flow_cli.model.status import RunStatus
 
@@ -204,41 +204,17 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         [],
     ),
-    "workflow": (
-        Annotated[
-            str | None,
-            typer.Option("--workflow", metavar="W", help="Only runs of this workflow."),
-        ],
-        None,
+    "workflow": optional_text("--workflow", "W", "Only runs of this workflow."),
+    "build_id": optional_text("--build-id", "B", "Only runs pinned to this build."),
+    "since": optional_text(
+        "--since",
+        "T",
+        "Only runs started at or after T: ISO 8601, or an age such as 2h, 3d.",
     ),
-    "build_id": (
-        Annotated[
-            str | None,
-            typer.Option("--build-id", metavar="B", help="Only runs pinned to this build."),
-        ],
-        None,
-    ),
-    "since": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--since",
-                metavar="T",
-                help="Only runs started at or after T: ISO 8601, or an age such as 2h, 3d.",
-            ),
-        ],
-        None,
-    ),
-    "until": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--until",
-                metavar="T",
-                help="Only runs started before T: ISO 8601, or an age such as 2h, 3d.",
-            ),
-        ],
-        None,
+    "until": optional_text(
+        "--until",
+        "T",
+        "Only runs started before T: ISO 8601, or an age such as 2h, 3d.",
     ),
     "failing": (
         Annotated[
@@ -247,28 +223,16 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
-    "waiting_on": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--waiting-on",
-                metavar="KIND[:ID]",
-                help="Only open runs waiting on a signal (by name), hook, timer, step or child "
-                "(by id), e.g. signal:shipped, hook, step:charge.",
-            ),
-        ],
-        None,
+    "waiting_on": optional_text(
+        "--waiting-on",
+        "KIND[:ID]",
+        "Only open runs waiting on a signal (by name), hook, timer, step or child "
+        "(by id), e.g. signal:shipped, hook, step:charge.",
     ),
-    "idle_for": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--idle-for",
-                metavar="DURATION",
-                help="Only runs with no event for at least DURATION (e.g. 30m, 2h).",
-            ),
-        ],
-        None,
+    "idle_for": optional_text(
+        "--idle-for",
+        "DURATION",
+        "Only runs with no event for at least DURATION (e.g. 30m, 2h).",
     ),
     "top_level": (
         Annotated[
@@ -277,17 +241,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
-    "error_type": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--error-type",
-                metavar="TYPE",
-                help="Only runs that failed, or whose last decision failed, with error type TYPE "
-                "(e.g. KeyError, ShippingFailed: the reason column of flow runs).",
-            ),
-        ],
-        None,
+    "error_type": optional_text(
+        "--error-type",
+        "TYPE",
+        "Only runs that failed, or whose last decision failed, with error type TYPE "
+        "(e.g. KeyError, ShippingFailed: the reason column of flow runs).",
     ),
     "attr": (
         Annotated[
@@ -316,16 +274,10 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         None,
     ),
-    "after": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--after",
-                metavar="RUN_ID",
-                help="Cursor: only runs listed after RUN_ID (the last id of the previous page).",
-            ),
-        ],
-        None,
+    "after": optional_text(
+        "--after",
+        "RUN_ID",
+        "Cursor: only runs listed after RUN_ID (the last id of the previous page).",
     ),
 }
 

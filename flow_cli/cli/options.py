@@ -7,15 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-
-def text_option(
-    flag: str, metavar: str, help: str, *, short: str | None = None, **extra: Any
-) -> Any:
-    """An option that takes a value and has no default worth showing (most of Flow's):
-    ``name: Annotated[str | None, text_option("--id", "ID", "...")] = None``; ``short`` is a
-    one-letter alias (``-o``), ``extra`` goes to ``typer.Option`` as it is (``envvar`` ...)."""
-    flags = (flag,) if short is None else (flag, short)
-    return typer.Option(*flags, metavar=metavar, help=help, show_default=False, **extra)
+from flow_cli.cli.bundles import text_option as text_option  # where most commands look for it
 
 
 def text_argument(metavar: str, help: str, **extra: Any) -> Any:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from flow_cli.engine.group_commit import GroupCommitter
 from flow_cli.engine.inputs import json_input
+from flow_cli.engine.lazy import Lazy
 from flow_cli.engine.observe import Observer
+from flow_cli.engine.options import EngineOptions
 from flow_cli.engine.pauses import PauseGate
 from flow_cli.engine.results import SignalDelivery, StartResult
 from flow_cli.engine.streams import Pending, Streams, Write
@@ -125,12 +126,11 @@ class Engine:
         """Whether a pause holds a run, for decisions made without a lease (``engine.pauses``)."""
         # The decider and the step executor (and the workflow machinery they import) are made
         # on first use: an engine that only reads, as `flow show` does, never needs them.
-        self._decider: Decider | None = None
-        self._executor: StepExecutor | None = None
-        self._starts: GroupCommitter | None = None
-        self._work: WorkerSession | None = None
-        self._schedules: ScheduleService | None = None
-        self._making = threading.Lock()
+        self._decider = Lazy(self._new_decider)
+        self._executor = Lazy(self._new_executor)
+        self._starts = Lazy(lambda: GroupCommitter(store))
+        self._work = Lazy(self._new_work)
+        self._schedules = Lazy(self._new_schedules)
 
     @classmethod
     def open(
@@ -138,58 +138,42 @@ class Engine:
         url: str,
         runtimes: Sequence[Runtime] = (),
         *,
-        clock: Clock | None = None,
-        worker_id: str | None = None,
-        default_build: str | None = None,
         create: bool = True,
-        eager_start: bool = True,
+        **options: Unpack[EngineOptions],
     ) -> Engine:
-        """Open the store at ``url`` (``sqlite:///flow.db``, ``postgresql://...``, ``memory://``)."""
+        """Open the store at ``url`` (``sqlite:///flow.db``, ``postgresql://...``, ``memory://``);
+        ``options`` as for ``Engine``."""
         from flow_cli.store import open_store
 
         hosted = {r.build_id for r in runtimes}
+        default_build = options.get("default_build")
         if default_build is not None and default_build not in hosted:
             # Checked before the store opens, so a bad build id never creates a database.
             raise BuildNotHosted(default_build, sorted(hosted))
-        return cls(
-            open_store(url, create=create),
-            runtimes,
-            clock=clock,
-            worker_id=worker_id,
-            default_build=default_build,
-            eager_start=eager_start,
-        )
+        return cls(open_store(url, create=create), runtimes, **options)
 
     @property
     def decider(self) -> Decider:
         """Decides runs: replays their workflow code and commits what it proposes."""
-        decider = self._decider
-        if decider is None:
-            with self._making:
-                if self._decider is None:
-                    from flow_cli.engine.decider import Decider
-                    from flow_cli.engine.limits import StepGate
+        return self._decider.get()
 
-                    self._decider = Decider(self.streams, self.runtimes, self.clock)
-                    self._decider.gate = StepGate(self.store, self.runtimes.values())
-                decider = self._decider
+    def _new_decider(self) -> Decider:
+        from flow_cli.engine.decider import Decider
+        from flow_cli.engine.limits import StepGate
+
+        decider = Decider(self.streams, self.runtimes, self.clock)
+        decider.gate = StepGate(self.store, self.runtimes.values())
         return decider
 
     @property
     def executor(self) -> StepExecutor:
         """Runs leased step attempts (and the steps that follow them in the same worker)."""
-        executor = self._executor
-        if executor is None:
-            decider = self.decider
-            with self._making:
-                if self._executor is None:
-                    from flow_cli.engine.steps import StepExecutor
+        return self._executor.get()
 
-                    self._executor = StepExecutor(
-                        self.streams, self.runtimes, self.clock, decider, self.pause_gate
-                    )
-                executor = self._executor
-        return executor
+    def _new_executor(self) -> StepExecutor:
+        from flow_cli.engine.steps import StepExecutor
+
+        return StepExecutor(self.streams, self.runtimes, self.clock, self.decider, self.pause_gate)
 
     @property
     def limits(self) -> LimitService:
@@ -201,15 +185,12 @@ class Engine:
     @property
     def schedules(self) -> ScheduleService:
         """The stored schedules: managing them and firing the due ones."""
-        schedules = self._schedules
-        if schedules is None:
-            with self._making:
-                if self._schedules is None:
-                    from flow_cli.engine.schedules import ScheduleService
+        return self._schedules.get()
 
-                    self._schedules = ScheduleService(self)
-                schedules = self._schedules
-        return schedules
+    def _new_schedules(self) -> ScheduleService:
+        from flow_cli.engine.schedules import ScheduleService
+
+        return ScheduleService(self)
 
     def prune(self, request: PruneRequest, *, dry_run: bool = False) -> PruneReport:
         """Delete ended runs with their families, archiving them first when asked (``flow
@@ -219,8 +200,8 @@ class Engine:
         return Pruner(self, request).run(dry_run=dry_run)
 
     def close(self) -> None:
-        if self._decider is not None:
-            self._decider.sticky.close()
+        if self._decider.made is not None:
+            self._decider.made.sticky.close()
         self.store.close()
 
     def __enter__(self) -> Engine:
@@ -236,8 +217,9 @@ class Engine:
     @property
     def conflicts(self) -> int:
         """``EventConflict``s met and recovered from by this engine."""
-        decided = self._decider.conflicts if self._decider is not None else 0
-        executed = self._executor.conflicts if self._executor is not None else 0
+        decider, executor = self._decider.made, self._executor.made
+        decided = decider.conflicts if decider is not None else 0
+        executed = executor.conflicts if executor is not None else 0
         return decided + executed
 
     # -- starting runs -------------------------------------------------------------------------
@@ -350,11 +332,8 @@ class Engine:
         return StartResult(run_id=run_id, created=False)
 
     def _start_committer(self) -> GroupCommitter:
-        if self._starts is None:
-            with self._making:
-                if self._starts is None:
-                    self._starts = GroupCommitter(self.store)
-        return self._starts
+        """What groups the commits of starts made from several threads at once."""
+        return self._starts.get()
 
     def _create(self, run: NewRun, runtime: Runtime, now: datetime) -> bool:
         """Create ``run`` (with its first decisions if ``eager_start``); False if id is taken."""
@@ -742,12 +721,12 @@ class Engine:
     def work(self) -> WorkerSession:
         """This engine's side of the worker protocol: leases, hand-offs, attempts, the lease
         keeper (``flow_cli.engine.worker``). ``Worker`` and ``tick`` drive it."""
-        work = self._work
-        if work is None:
-            from flow_cli.engine.worker import WorkerSession
+        return self._work.get()
 
-            work = self._work = WorkerSession(self)
-        return work
+    def _new_work(self) -> WorkerSession:
+        from flow_cli.engine.worker import WorkerSession
+
+        return WorkerSession(self)
 
     @property
     def observer(self) -> Observer:

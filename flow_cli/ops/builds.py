@@ -16,16 +16,12 @@ from flow_cli.store.protocol import BuildUsage, WorkerInfo
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BuildReport:
-    build_id: str
-    open: dict[str, int]
-    """Open runs pinned to the build, per status."""
-    oldest_open_run: str | None
-    oldest_open_at: datetime | None
+class BuildReport(BuildUsage):
+    """A build as ``flow builds`` reports it: what the runs index knows of it (``BuildUsage``:
+    its open runs per status, the oldest, their patch markers) and the workers hosting it."""
+
     workers: list[str]
     """Live workers hosting the build, by worker id."""
-    patches: list[str]
-    """Patch markers its open runs carry."""
 
     @property
     def open_total(self) -> int:
@@ -79,7 +75,7 @@ def build_reports(
                 oldest_open_run=used.oldest_open_run if used else None,
                 oldest_open_at=used.oldest_open_at if used else None,
                 workers=sorted(hosts.get(build_id, [])),
-                patches=list(used.patches) if used else [],
+                patches=used.patches if used else (),
             )
         )
     return reports

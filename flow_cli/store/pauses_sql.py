@@ -29,6 +29,29 @@ PAUSES_TABLE = (
 )
 """The pauses table; ``{time}`` is the backend's time column type."""
 
+
+def priority_indexes_and_pauses(
+    execute: Callable[[str], object], *, runs_tie: str, tasks_tie: str, time: str
+) -> None:
+    """The priorities-and-pauses migration once each backend has added its priority columns:
+    the indexes the leases read (priority, then due time, then ``runs_tie``/``tasks_tie``, the
+    columns the backend orders ties by) in place of the due-time ones, and the pauses table
+    (``time``: the backend's time column type)."""
+    execute(
+        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs "
+        f"(priority, decide_at{runs_tie}) WHERE decide_at IS NOT NULL"
+    )
+    execute(
+        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks "
+        f"(priority, available_at{tasks_tie})"
+    )
+    # They serve when work is next due too (``store.sqlite.pauses.earliest``): an index on the
+    # due time alone would cost every write that moves one a second index entry to keep.
+    execute("DROP INDEX IF EXISTS runs_decide_at")
+    execute("DROP INDEX IF EXISTS step_tasks_available_at")
+    execute(PAUSES_TABLE.format(time=time))
+
+
 PRIORITY_IN = f"priority IN ({', '.join(str(p) for p in PRIORITIES)})"
 """The lease's condition on the leading column of its index: read as one range per priority."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -21,7 +22,6 @@ from flow_cli.store.protocol import (
     NO_GROUP,
     BuildUsage,
     CauseQuery,
-    CauseTally,
     HookListing,
     RunCount,
     RunFilter,
@@ -56,13 +56,6 @@ def histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
 
 class PostgresReads(PostgresConnections, SQLReads):
     """What the PostgreSQL store reads (see ``PostgresStore``)."""
-
-    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
-        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
-        found = self.read_histories({run_id: after_sequence})
-        if run_id not in found:
-            raise RunNotFound(run_id)
-        return found[run_id]
 
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
         """Each run's events after its sequence in ``after``, in one statement; a run that
@@ -146,18 +139,16 @@ class PostgresReads(PostgresConnections, SQLReads):
             rows = conn.execute(sql.SQL(RUN_STATES).format(page=page), params).fetchall()
         return assemble_states(rows, tables.utc)
 
-    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
-        """``flow doctor``'s causes counted by one statement (``causes.tally_sql``), then the
-        states of the few runs sampled, in one snapshot."""
-        with self._transaction(writes=False) as conn:
-            statement, params = causes.tally_sql(where, query, tables.POSTGRES, ' COLLATE "C"')
+    def _sql_snapshot(self) -> AbstractContextManager[Connection]:
+        # ``cause_tally``'s count and its samples' states read in one snapshot.
+        return self._transaction(writes=False)
 
-            def states(run_ids: list[str]) -> list[RunState]:
-                found, named = causes.states_sql(run_ids, tables.POSTGRES)
-                return assemble_states(conn.execute(found, named).fetchall(), tables.utc)
-
-            counts, samples = causes.tally(conn.execute(statement, params).fetchall(), states)
-        return CauseTally(counts=counts, samples=tuple(samples))
+    def _cause_rows(
+        self, conn: Connection, where: RunFilter, query: CauseQuery
+    ) -> list[tuple[Any, ...]]:
+        """Ranked by the statement itself (run ids in ``COLLATE "C"`` order)."""
+        statement, params = causes.tally_sql(where, query, tables.POSTGRES, ' COLLATE "C"')
+        return conn.execute(statement, params).fetchall()
 
     def build_usage(self) -> list[BuildUsage]:
         """Every build id of some run, with its open runs. The build ids are read by skipping

@@ -285,25 +285,15 @@ def _v11_priorities_pauses(conn: Connection) -> None:
     # Run priorities (flow start --priority) on runs and their step tasks, leading the indexes
     # the leases read (priority, then due time), and the pauses table (flow pause); see
     # flow_cli.store.pauses_sql. Runs recorded before have the default, 5.
-    from flow_cli.store.pauses_sql import PAUSES_TABLE
+    from flow_cli.store.pauses_sql import priority_indexes_and_pauses
 
     conn.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5")
     conn.execute(
         "ALTER TABLE step_tasks ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 5"
     )
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs (priority, decide_at, created_order)"
-        " WHERE decide_at IS NOT NULL"
+    priority_indexes_and_pauses(
+        conn.execute, runs_tie=", created_order", tasks_tie=", run_id, step_id", time="timestamptz"
     )
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready ON step_tasks"
-        " (priority, available_at, run_id, step_id)"
-    )
-    # They serve when work is next due too: an index on the due time alone would cost every
-    # write that moves one a second index entry to keep.
-    conn.execute("DROP INDEX IF EXISTS runs_decide_at")
-    conn.execute("DROP INDEX IF EXISTS step_tasks_available_at")
-    conn.execute(PAUSES_TABLE.format(time="timestamptz"))
 
 
 def _v12_limits(conn: Connection) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from flow_cli.errors import RunNotFound
@@ -15,7 +16,6 @@ from flow_cli.store.protocol import (
     NO_GROUP,
     BuildUsage,
     CauseQuery,
-    CauseTally,
     HookListing,
     RunCount,
     RunFilter,
@@ -43,14 +43,6 @@ from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
 
 class SQLiteReads(SQLiteConnections, SQLReads):
     """What the SQLite store reads (see ``SQLiteStore``)."""
-
-    @guarded
-    def read_history(self, run_id: str, after_sequence: int = 0) -> list[EventEnvelope]:
-        """Events with ``sequence > after_sequence``, in order. Raises ``RunNotFound``."""
-        found = self._histories({run_id: after_sequence})
-        if run_id not in found:
-            raise RunNotFound(run_id)
-        return found[run_id]
 
     @guarded
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
@@ -148,21 +140,15 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         )
         return assemble_states(rows, dt)
 
-    @guarded
-    def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
-        """``flow doctor``'s causes: every open run classified by one statement
-        (``causes.tally_sql``), counted and ranked as the rows stream by, then the states of
-        the few runs sampled."""
-        conn = self._conn()
+    def _sql_snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._sql_read()  # the store's connection, as every read here uses
+
+    def _cause_rows(
+        self, conn: sqlite3.Connection, where: RunFilter, query: CauseQuery
+    ) -> Iterable[Sequence[Any]]:
+        """Ranked as the rows stream by (``causes.ranked_in_passing``), not by the statement."""
         statement, params = causes.tally_sql(where, query, SQLITE, ranked=False)
-
-        def states(run_ids: list[str]) -> list[RunState]:
-            found, named = causes.states_sql(run_ids, SQLITE)
-            return assemble_states(conn.execute(found, named), dt)
-
-        ranked = causes.ranked_in_passing(conn.execute(statement, params), query.keep)
-        counts, samples = causes.tally(ranked, states)
-        return CauseTally(counts=counts, samples=tuple(samples))
+        return causes.ranked_in_passing(conn.execute(statement, params), query.keep)
 
     @guarded
     def build_usage(self) -> list[BuildUsage]:

@@ -257,25 +257,13 @@ def _v10_priorities_pauses(db: Database) -> None:
     indexes the leases read in (priority, then due time) in place of the due-time ones, and
     the pauses table (``flow
     pause``; see ``flow_cli.store.pauses_sql``). Runs recorded before have the default, 5."""
-    from flow_cli.store.pauses_sql import PAUSES_TABLE
+    from flow_cli.store.pauses_sql import priority_indexes_and_pauses
 
     conn = db.conn
     for table in ("runs", "step_tasks"):  # idempotent, as the later versions' tables are
         if "priority" not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 5")
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS runs_priority_due ON runs (priority, decide_at) "
-        "WHERE decide_at IS NOT NULL"
-    )
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS step_tasks_priority_ready "
-        "ON step_tasks (priority, available_at)"
-    )
-    # They serve when work is next due too (``store.sqlite.pauses.earliest``): an index on the
-    # due time alone would cost every write that moves one a second index entry to keep.
-    conn.execute("DROP INDEX IF EXISTS runs_decide_at")
-    conn.execute("DROP INDEX IF EXISTS step_tasks_available_at")
-    conn.execute(PAUSES_TABLE.format(time="TEXT"))
+    priority_indexes_and_pauses(conn.execute, runs_tie="", tasks_tie="", time="TEXT")
 
 
 def _v11_limits(db: Database) -> None:
