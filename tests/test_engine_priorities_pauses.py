@@ -81,6 +81,26 @@ def test_a_paused_workflow_records_facts_and_goes_on_once_resumed(
     assert engine.list_pauses() == []
 
 
+def test_resume_reports_the_runs_it_released_though_a_worker_ends_them_at_once(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = make_engine(store, [_gated_runtime()], clock)
+    engine.start("gated", run_id="r1")
+    engine.tick(until_idle=True)
+    engine.pause(_workflow("gated"), reason="deploy")
+    engine.signal("r1", "go", "yes")
+    lift = engine.store.remove_pauses
+
+    def lift_and_decide(targets):  # type: ignore[no-untyped-def]
+        lift(targets)
+        engine.tick(until_idle=True)  # a live worker, woken by the resume, ends r1 at once
+
+    engine.store.remove_pauses = lift_and_decide  # type: ignore[method-assign]
+    (change,) = engine.resume(_workflow("gated"))
+    assert engine.snapshot("r1").status is RunStatus.COMPLETED
+    assert (change.changed, change.open_runs) == (True, 1)  # the run the pause held
+
+
 def test_an_attempt_in_flight_finishes_but_its_run_is_not_decided(
     store: EventStore, clock: ManualClock
 ) -> None:

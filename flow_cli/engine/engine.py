@@ -655,11 +655,12 @@ class Engine:
 
         pauses.check_targets(self, targets, "resume")
         before = {p.target for p in self.store.list_pauses()}
+        # Counted while still held: once lifted, a worker may end some of them at once.
+        held = {t: pauses.open_runs(self, t) for t in targets}
         self.store.remove_pauses(targets)
         self.pause_gate.forget()
         return [
-            pauses.PauseChange(target=t, changed=t in before, open_runs=pauses.open_runs(self, t))
-            for t in targets
+            pauses.PauseChange(target=t, changed=t in before, open_runs=held[t]) for t in targets
         ]
 
     def list_pauses(self) -> list[Pause]:
