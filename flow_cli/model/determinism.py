@@ -147,9 +147,10 @@ class _Check:
         recorded: Mapping[str, StepState] | Mapping[str, ChildState],
         check: Callable[[_M, str | None], None],
     ) -> None:
-        """A batch of steps or children (``field``), checked whole: its ``(id, member)`` ids
-        must be unique, each member is checked as if issued alone, and a recorded batch is one
-        identity: re-issued, it must have exactly its recorded members."""
+        """A batch of steps or children, checked whole (the same rule for both): the ids of
+        its ``(id, member)`` pairs must be unique, each member is checked as if issued alone
+        (``check``), and a recorded batch is one identity: re-issued, it must have exactly its
+        recorded members (a mismatch of ``field``). Mismatches come in that order."""
         ids = [ident for ident, _ in members]
         seen: set[str] = set()
         for ident in ids:
