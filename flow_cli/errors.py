@@ -65,27 +65,34 @@ def _run_named(run_id: str) -> str:
     return f"Run {run_id!r}: "
 
 
-class _RunError(FlowError):
-    """An error of one run: its message begins with the run's id, which ``run_id`` holds."""
+class _OfRun(FlowError):
+    """An error of one run, which ``run_id`` holds (the command line names it without parsing
+    the message)."""
 
     def __init__(self, run_id: str, message: str) -> None:
-        super().__init__(_run_named(run_id) + message)
+        super().__init__(message)
         self.run_id = run_id
 
 
-class RunNotFound(FlowError):
+class _RunError(_OfRun):
+    """An error of one run whose message begins with the run's id."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        super().__init__(run_id, _run_named(run_id) + message)
+
+
+class RunNotFound(_OfRun):
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"Run {run_id!r} does not exist. List runs with `flow runs`.")
-        self.run_id = run_id
+        super().__init__(run_id, f"Run {run_id!r} does not exist. List runs with `flow runs`.")
 
 
-class RunAlreadyExists(FlowError):
+class RunAlreadyExists(_OfRun):
     def __init__(self, run_id: str, detail: str) -> None:
         super().__init__(
+            run_id,
             f"Run {run_id!r} already exists with a different {detail}. "
-            "Choose another --id, or start it with the same workflow and input."
+            "Choose another --id, or start it with the same workflow and input.",
         )
-        self.run_id = run_id
         self.detail = detail
 
 
@@ -93,15 +100,13 @@ class ForkIdTaken(RunAlreadyExists):
     """``flow fork --id NEW`` names a run that exists (whatever its spec)."""
 
     def __init__(self, run_id: str) -> None:
-        FlowError.__init__(self, f"Run {run_id!r} already exists; give the fork another --id.")
-        self.run_id = run_id
+        _OfRun.__init__(self, run_id, f"Run {run_id!r} already exists; give the fork another --id.")
         self.detail = "id"
 
 
-class RunFinished(FlowError):
+class RunFinished(_OfRun):
     def __init__(self, run_id: str, status: str, action: str) -> None:
-        super().__init__(f"Run {run_id!r} has already ended ({status}); cannot {action}.")
-        self.run_id = run_id
+        super().__init__(run_id, f"Run {run_id!r} has already ended ({status}); cannot {action}.")
         self.status = status
         self.action = action
 
@@ -212,7 +217,7 @@ def mismatch_hint(mismatch: Mismatch) -> str:
     return HINT_PATCHED
 
 
-class NonDeterminismError(FlowError):
+class NonDeterminismError(_OfRun):
     """The workflow code proposed a decision that history contradicts."""
 
     def __init__(self, run_id: str, sequence: int, mismatches: Sequence[Mismatch]) -> None:
@@ -228,9 +233,8 @@ class NonDeterminismError(FlowError):
         )
         hints = list(dict.fromkeys(m.hint for m in mismatches))
         super().__init__(
-            f"Run {run_id!r} at sequence {sequence}: {parts}. Hint: {'; '.join(hints)}."
+            run_id, f"Run {run_id!r} at sequence {sequence}: {parts}. Hint: {'; '.join(hints)}."
         )
-        self.run_id = run_id
         self.sequence = sequence
         self.mismatches = tuple(mismatches)
 
@@ -447,16 +451,16 @@ class CommandInHandler(HandlerFailed):
     """A query or update handler called a command method of its read-only ``ctx``."""
 
 
-class RunBuildNotLoaded(FlowError):
+class RunBuildNotLoaded(_OfRun):
     """A query or update runs the run's own build code, which is not loaded in this process."""
 
     def __init__(self, run_id: str, build_id: str, loaded: Sequence[str]) -> None:
         hint = f" Loaded builds: {', '.join(sorted(loaded))}." if loaded else ""
         super().__init__(
+            run_id,
             f"Run {run_id!r} is pinned to build {build_id!r}, which is not loaded here; its "
-            f"handlers run with its own code. Add that build to flow.toml's runtimes.{hint}"
+            f"handlers run with its own code. Add that build to flow.toml's runtimes.{hint}",
         )
-        self.run_id = run_id
         self.build_id = build_id
 
 
@@ -558,72 +562,90 @@ class StoreRefused(StoreError):
     Other runs' commits go on; the run is shown failing its decision (``flow doctor``)."""
 
 
-class StepOutputNotJSON(FlowError):
+class _OfStep(FlowError):
+    """An error of one step attempt, whose step ``step`` holds (the name its message begins
+    with)."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class _OverTime(_OfStep):
+    """A step attempt ran past one of its time limits (``seconds``): it is recorded failed and
+    retried per the step's policy."""
+
+    def __init__(self, step: str, seconds: float, message: str) -> None:
+        super().__init__(step, message)
+        self.seconds = seconds
+
+
+class StepOutputNotJSON(_OfStep):
     """A step handler returned a value Flow cannot store: not JSON (a set, bytes, a datetime,
     NaN, a non-string key) or a string holding NUL. The attempt fails without retry: running
     the step again would repeat its side effects and return the same kind of value."""
 
     def __init__(self, step: str, problem: str) -> None:
         super().__init__(
+            step,
             f"Step {step!r} returned a value Flow cannot store: {problem}. Return JSON "
             "(dict, list, str, int, float, bool or None), e.g. convert sets to lists, "
-            "datetimes to ISO text and bytes to base64."
+            "datetimes to ISO text and bytes to base64.",
         )
-        self.step = step
         self.problem = problem
 
 
-class StepTimedOut(FlowError):
+class StepTimedOut(_OverTime):
     """A step attempt ran past its ``timeout``. The attempt is recorded failed and retried per
     the step's policy; whatever the handler returns later is discarded."""
 
     def __init__(self, step: str, seconds: float) -> None:
         super().__init__(
+            step,
+            seconds,
             f"Step {step!r} ran past its timeout of {seconds:g}s; the attempt was failed and "
             "its late result will be discarded. Raise the step's timeout, or make the handler "
-            "give up sooner."
+            "give up sooner.",
         )
-        self.step = step
-        self.seconds = seconds
 
 
-class HeartbeatTimedOut(FlowError):
+class HeartbeatTimedOut(_OverTime):
     """A step attempt went silent (no ``info.heartbeat()``) for longer than its
     ``heartbeat_timeout``; failed and retried per its policy like ``StepTimedOut``."""
 
     def __init__(self, step: str, seconds: float) -> None:
         super().__init__(
+            step,
+            seconds,
             f"Step {step!r} sent no heartbeat for {seconds:g}s (its heartbeat_timeout); the "
             "attempt was failed. Call info.heartbeat() more often than that, or raise the "
-            "heartbeat_timeout."
+            "heartbeat_timeout.",
         )
-        self.step = step
-        self.seconds = seconds
 
 
-class StepCancelled(FlowError):
+class StepCancelled(_OfStep):
     """Raised by ``info.heartbeat()`` once the attempt is no longer wanted (it timed out, lost
     its lease, or the run is cancelling): stop working and let it propagate."""
 
     def __init__(self, step: str, why: str) -> None:
         super().__init__(
+            step,
             f"Step {step!r}: this attempt is cancelled ({why}); its result will be discarded. "
-            "Let this exception propagate."
+            "Let this exception propagate.",
         )
-        self.step = step
         self.why = why
 
 
-class StepNotUnknown(FlowError):
+class StepNotUnknown(_OfRun):
     """``flow step resolve`` on a step whose outcome is not unknown (it has no
     ``step_outcome_unknown`` waiting, or someone settled it first): nothing was written."""
 
     def __init__(self, run_id: str, step_id: str, state: str) -> None:
         super().__init__(
+            run_id,
             f"step {step_id!r} of run {run_id!r} is {state}, not unknown: only an attempt "
-            "recorded step_outcome_unknown is resolved. See `flow show` for its state."
+            "recorded step_outcome_unknown is resolved. See `flow show` for its state.",
         )
-        self.run_id = run_id
         self.step_id = step_id
         self.state = state
 
@@ -668,16 +690,16 @@ def _window(text: str, start: int, limit: int) -> str:
     return head + (body[: len(body) - len(tail)] if tail else body) + tail
 
 
-class RunIdTaken(FlowError):
+class RunIdTaken(_OfRun):
     """A run id the engine derives for a child or a successor belongs to another run."""
 
     def __init__(self, run_id: str) -> None:
         super().__init__(
+            run_id,
             f"Run id {run_id!r}, which the engine derives for a child or a continuation, "
             "already belongs to another run; choose another child id, or start this run "
-            "under another id."
+            "under another id.",
         )
-        self.run_id = run_id
 
 
 class Diverging(Protocol):

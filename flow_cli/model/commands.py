@@ -37,18 +37,23 @@ class ScheduleSteps:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WaitUntil:
-    """Wake the run at ``deadline`` (``ctx.wait_until``, ``ctx.sleep``)."""
+class _Wait:
+    """A command that opens a wait: a timer or a signal wait, never both under one id."""
 
     wait_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitUntil(_Wait):
+    """Wake the run at ``deadline`` (``ctx.wait_until``, ``ctx.sleep``)."""
+
     deadline: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WaitForSignal:
+class WaitForSignal(_Wait):
     """Wait for the next signal named ``signal_name`` (``ctx.wait_for_signal``)."""
 
-    wait_id: str
     signal_name: str
     select: tuple[str, ...] | None = None
     """Opened by ``ctx.first``: the members (``"kind:id"``) of its select; once one of them

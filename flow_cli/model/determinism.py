@@ -8,12 +8,14 @@ differing field; a batch is checked whole, so nothing of it is appended if any m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from flow_cli.errors import Mismatch, NonDeterminismError
 from flow_cli.model import commands
+from flow_cli.model.carried import carried
 from flow_cli.model.events import (
     ChildScheduled,
     Event,
@@ -23,7 +25,9 @@ from flow_cli.model.events import (
     WaitStarted,
 )
 from flow_cli.model.jsonval import canonical
-from flow_cli.model.snapshot import WorkflowRunSnapshot
+from flow_cli.model.snapshot import ChildState, StepState, WorkflowRunSnapshot
+
+_M = TypeVar("_M", commands.ScheduleStep, commands.StartChild)
 
 
 def child_run_id(parent_run_id: str, child_id: str) -> str:
@@ -72,12 +76,8 @@ def plan(snapshot: WorkflowRunSnapshot, command: commands.RuntimeCommand) -> Pla
         case commands.ScheduleStep():
             check.step(command, None)
         case commands.ScheduleSteps():
-            ids = [s.step_id for s in command.steps]
-            check.unique("step", ids)
-            for member in command.steps:
-                check.step(member, command.batch_id)
-            recorded = [(s.sequence, s.step_id, s.batch_id) for s in snapshot.steps.values()]
-            check.members(command.batch_id, "steps", recorded, ids)
+            steps = [(s.step_id, s) for s in command.steps]
+            check.batch("step", "steps", command.batch_id, steps, snapshot.steps, check.step)
         case commands.WaitUntil():
             check.wait(command)
         case commands.WaitForSignal():
@@ -87,12 +87,10 @@ def plan(snapshot: WorkflowRunSnapshot, command: commands.RuntimeCommand) -> Pla
         case commands.StartChild():
             check.child(command, None)
         case commands.StartChildren():
-            ids = [c.child_id for c in command.children]
-            check.unique("child", ids)
-            for child in command.children:
-                check.child(child, command.batch_id)
-            recorded = [(c.sequence, c.child_id, c.batch_id) for c in snapshot.children.values()]
-            check.members(command.batch_id, "children", recorded, ids)
+            children = [(c.child_id, c) for c in command.children]
+            check.batch(
+                "child", "children", command.batch_id, children, snapshot.children, check.child
+            )
         case commands.ContinueAsNew():
             spec = snapshot.spec
             patches = None if command.patches is None else list(command.patches)
@@ -140,40 +138,36 @@ class _Check:
         if not settled:
             self.plan.open_since.append(sequence)
 
-    def unique(self, kind: str, ids: list[str]) -> None:
+    def batch(
+        self,
+        kind: str,
+        field: str,
+        batch_id: str,
+        members: list[tuple[str, _M]],
+        recorded: Mapping[str, StepState] | Mapping[str, ChildState],
+        check: Callable[[_M, str | None], None],
+    ) -> None:
+        """A batch of steps or children, checked whole (the same rule for both): the ids of
+        its ``(id, member)`` pairs must be unique, each member is checked as if issued alone
+        (``check``), and a recorded batch is one identity: re-issued, it must have exactly its
+        recorded members (a mismatch of ``field``). Mismatches come in that order."""
+        ids = [ident for ident, _ in members]
         seen: set[str] = set()
         for ident in ids:
             if ident in seen:
                 self.mismatch(f"{kind} {ident!r}", "batch", None, "the same id twice in one batch")
             seen.add(ident)
-
-    def members(
-        self,
-        batch_id: str,
-        field: str,
-        recorded: list[tuple[int, str, str | None]],
-        produced: list[str],
-    ) -> None:
-        """A recorded batch is one identity: re-issued, it must have exactly its recorded
-        members (``recorded``: sequence, id and batch of every step or child)."""
-        members = [ident for _, ident, batch in sorted(recorded) if batch == batch_id]
-        if members and members != produced:
-            self.mismatch(f"batch {batch_id!r}", field, members, produced)
+        for _, member in members:
+            check(member, batch_id)
+        in_order = sorted((s.sequence, ident, s.batch_id) for ident, s in recorded.items())
+        before = [ident for _, ident, batch in in_order if batch == batch_id]
+        if before and before != ids:
+            self.mismatch(f"batch {batch_id!r}", field, before, ids)
 
     def step(self, cmd: commands.ScheduleStep, batch_id: str | None) -> None:
         recorded = self.snap.steps.get(cmd.step_id)
         if recorded is None:
-            self.plan.events.append(
-                StepScheduled(
-                    step_id=cmd.step_id,
-                    name=cmd.name,
-                    input=cmd.input,
-                    retry=cmd.retry,
-                    batch_id=batch_id,
-                    timeout=cmd.timeout,
-                    heartbeat_timeout=cmd.heartbeat_timeout,
-                )
-            )
+            self.plan.events.append(carried(StepScheduled, cmd, batch_id=batch_id))
             return
         self.reissued(
             f"step {cmd.step_id!r}",
@@ -189,10 +183,16 @@ class _Check:
             recorded.status.settled,
         )
 
+    def kind_taken(self, identity: str, taken: bool, recorded: str, produced: str) -> bool:
+        """A wait id names a timer or a signal wait, never both: when history has it as the
+        other kind (``taken``), that is the mismatch, and nothing else of it is compared."""
+        if taken:
+            self.mismatch(identity, "kind", recorded, produced)
+        return taken
+
     def wait(self, cmd: commands.WaitUntil) -> None:
         identity = f"wait {cmd.wait_id!r}"
-        if cmd.wait_id in self.snap.signal_waits:
-            self.mismatch(identity, "kind", "signal wait", "timer")
+        if self.kind_taken(identity, cmd.wait_id in self.snap.signal_waits, "signal wait", "timer"):
             return
         recorded = self.snap.waits.get(cmd.wait_id)
         # The deadline is an instant: compared and recorded in UTC, whatever offset the code used.
@@ -206,16 +206,11 @@ class _Check:
 
     def signal_wait(self, cmd: commands.WaitForSignal) -> None:
         identity = f"signal wait {cmd.wait_id!r}"
-        if cmd.wait_id in self.snap.waits:
-            self.mismatch(identity, "kind", "timer", "signal wait")
+        if self.kind_taken(identity, cmd.wait_id in self.snap.waits, "timer", "signal wait"):
             return
         recorded = self.snap.signal_waits.get(cmd.wait_id)
         if recorded is None:
-            self.plan.events.append(
-                SignalWaitStarted(
-                    wait_id=cmd.wait_id, signal_name=cmd.signal_name, select=cmd.select
-                )
-            )
+            self.plan.events.append(carried(SignalWaitStarted, cmd))
             return
         pairs = {"signal_name": (recorded.signal_name, cmd.signal_name)}
         self.reissued(identity, pairs, recorded.sequence, recorded.delivered)
@@ -223,9 +218,7 @@ class _Check:
     def hook(self, cmd: commands.CreateHook) -> None:
         recorded = self.snap.hooks.get(cmd.hook_id)
         if recorded is None:
-            self.plan.events.append(
-                HookCreated(hook_id=cmd.hook_id, token=cmd.token, metadata=cmd.metadata)
-            )
+            self.plan.events.append(carried(HookCreated, cmd))
             return
         pairs = {
             "token": (recorded.token, cmd.token),
@@ -236,15 +229,9 @@ class _Check:
     def child(self, cmd: commands.StartChild, batch_id: str | None) -> None:
         recorded = self.snap.children.get(cmd.child_id)
         if recorded is None:
+            run_id = child_run_id(self.snap.run_id, cmd.child_id)
             self.plan.events.append(
-                ChildScheduled(
-                    child_id=cmd.child_id,
-                    child_run_id=child_run_id(self.snap.run_id, cmd.child_id),
-                    workflow=cmd.workflow,
-                    input=cmd.input,
-                    cancellation=cmd.cancellation,
-                    batch_id=batch_id,
-                )
+                carried(ChildScheduled, cmd, child_run_id=run_id, batch_id=batch_id)
             )
             return
         self.reissued(

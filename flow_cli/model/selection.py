@@ -11,7 +11,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from flow_cli.model.states import ChildState, HookState, SignalWaitState, StepState, WaitState
+    from flow_cli.model.states import (
+        ChildState,
+        HookState,
+        Settling,
+        SignalWaitState,
+        StepState,
+        WaitState,
+    )
 
 
 class SelectProjection:
@@ -38,7 +45,7 @@ class SelectProjection:
                 return None
             # A signal buffered before its wait opened is taken when the wait opens.
             return max(wait.sequence, wait.signal_sequence)
-        kinds: dict[str, Mapping[str, WaitState | HookState | StepState | ChildState]] = {
+        kinds: dict[str, Mapping[str, Settling]] = {
             "timer": self.waits,
             "hook": self.hooks,
             "step": self.steps,

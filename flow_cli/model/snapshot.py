@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, assert_never
 
+from flow_cli.model.carried import carried
 from flow_cli.model.events import (
     AttributesSet,
     BuildUpgraded,
@@ -296,15 +297,10 @@ class WorkflowRunSnapshot(SelectProjection):
             case StepScheduled():
                 self._decision()
                 self._set_step(
-                    StepState(
-                        step_id=event.step_id,
-                        name=event.name,
-                        input=event.input,
-                        retry=event.retry,
-                        batch_id=event.batch_id,
+                    carried(
+                        StepState,
+                        event,
                         status=StepStatus.SCHEDULED,
-                        timeout=event.timeout,
-                        heartbeat_timeout=event.heartbeat_timeout,
                         sequence=envelope.sequence,
                         attempt=1,
                         scheduled_at=at,
@@ -356,11 +352,8 @@ class WorkflowRunSnapshot(SelectProjection):
                 )
             case WaitStarted():
                 self._decision()
-                self.waits[event.wait_id] = WaitState(
-                    wait_id=event.wait_id,
-                    deadline=event.deadline,
-                    sequence=envelope.sequence,
-                    opened_at=at,
+                self.waits[event.wait_id] = carried(
+                    WaitState, event, sequence=envelope.sequence, opened_at=at
                 )
                 self.open_deadlines[event.wait_id] = event.deadline
             case WaitCompleted():
@@ -373,11 +366,8 @@ class WorkflowRunSnapshot(SelectProjection):
                 self._settled("timer", event.wait_id)
             case SignalWaitStarted():
                 self._decision()
-                self.signal_waits[event.wait_id] = SignalWaitState(
-                    wait_id=event.wait_id,
-                    signal_name=event.signal_name,
-                    sequence=envelope.sequence,
-                    select=event.select,
+                self.signal_waits[event.wait_id] = carried(
+                    SignalWaitState, event, sequence=envelope.sequence
                 )
                 self.signal_waits_open += 1
                 buffered = self.buffered_signals.get(event.signal_name)
@@ -390,14 +380,7 @@ class WorkflowRunSnapshot(SelectProjection):
                 else:
                     self.waiting_signals.setdefault(event.signal_name, []).append(event.wait_id)
             case SignalReceived():
-                self.signals.append(
-                    ReceivedSignal(
-                        signal_name=event.signal_name,
-                        payload=event.payload,
-                        sequence=envelope.sequence,
-                        key=event.key,
-                    )
-                )
+                self.signals.append(carried(ReceivedSignal, event, sequence=envelope.sequence))
                 # The oldest wait for this name takes it; a wait whose deadline passed first
                 # (ctx.receive(..., deadline=)) takes no signal any more.
                 waiting = self.waiting_signals.get(event.signal_name, [])
@@ -416,12 +399,7 @@ class WorkflowRunSnapshot(SelectProjection):
                     )
             case HookCreated():
                 self._decision()
-                self.hooks[event.hook_id] = HookState(
-                    hook_id=event.hook_id,
-                    token=event.token,
-                    metadata=event.metadata,
-                    sequence=envelope.sequence,
-                )
+                self.hooks[event.hook_id] = carried(HookState, event, sequence=envelope.sequence)
                 self.hooks_open += 1
             case HookResolved():
                 hook = self.hooks[event.hook_id]
@@ -433,14 +411,8 @@ class WorkflowRunSnapshot(SelectProjection):
             case ChildScheduled():
                 self._decision()
                 self._set_child(
-                    ChildState(
-                        child_id=event.child_id,
-                        run_id=event.child_run_id,
-                        workflow=event.workflow,
-                        input=event.input,
-                        cancellation=event.cancellation,
-                        batch_id=event.batch_id,
-                        sequence=envelope.sequence,
+                    carried(
+                        ChildState, event, run_id=event.child_run_id, sequence=envelope.sequence
                     )
                 )
             case ChildCompleted():
@@ -489,23 +461,13 @@ class WorkflowRunSnapshot(SelectProjection):
                 # Not a decision: the failing state and everything open stay as they are.
                 self.spec = replace(self.spec, runtime_build_id=event.to_build)
                 self.build_upgrades.append(
-                    BuildUpgrade(
-                        from_build=event.from_build,
-                        to_build=event.to_build,
-                        sequence=envelope.sequence,
-                        at=at,
-                    )
+                    carried(BuildUpgrade, event, sequence=envelope.sequence, at=at)
                 )
             case UpdateApplied():
                 # A fact from outside, like a signal: not a decision, so a failing run stays
                 # failing until its code decides again.
-                self.updates[event.update_id] = AppliedUpdate(
-                    update_id=event.update_id,
-                    name=event.name,
-                    args=event.args,
-                    result=event.result,
-                    sequence=envelope.sequence,
-                    at=at,
+                self.updates[event.update_id] = carried(
+                    AppliedUpdate, event, sequence=envelope.sequence, at=at
                 )
             case AttributesSet():
                 self._decision()

@@ -14,15 +14,31 @@ from flow_cli.model.status import ChildStatus, StepStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepState:
+class Recorded:
+    """A part of the run's state that one event of its history recorded."""
+
+    sequence: int
+    """Sequence of that event (``step_scheduled``, ``wait_started``, ``signal_received``...)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settling(Recorded):
+    """What history opens and later settles: a step, a timer, a hook or a child (``ctx.first``
+    asks any of them when it settled)."""
+
+    settled_sequence: int | None = None
+    """Sequence of the event that settled it (completed, failed for good or cancelled; fired;
+    resolved); ``None`` while it is open."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepState(Settling):
     step_id: str
     name: str
     input: JsonValue
     retry: RetryPolicy
     batch_id: str | None
     status: StepStatus
-    sequence: int
-    """Sequence of its ``step_scheduled``."""
     attempt: int
     """The attempt that runs next or is running (after a retryable failure: the next one)."""
     attempts: int = 0
@@ -45,8 +61,6 @@ class StepState:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     cancel_reason: str | None = None
-    settled_sequence: int | None = None
-    """Sequence of the event that settled it (completed, failed for good, cancelled)."""
 
     def matches(
         self,
@@ -70,23 +84,19 @@ class StepState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WaitState:
+class WaitState(Settling):
     wait_id: str
     deadline: datetime
-    sequence: int
     done: bool = False
     fired_at: datetime | None = None
-    settled_sequence: int | None = None
-    """Sequence of its ``wait_completed``."""
     opened_at: datetime | None = None
     """When its ``wait_started`` was recorded (``ctx.now`` of the decision that opened it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignalWaitState:
+class SignalWaitState(Recorded):
     wait_id: str
     signal_name: str
-    sequence: int
     delivered: bool = False
     payload: JsonValue = None
     signal_sequence: int | None = None
@@ -99,10 +109,9 @@ class SignalWaitState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReceivedSignal:
+class ReceivedSignal(Recorded):
     signal_name: str
     payload: JsonValue
-    sequence: int
     key: str | None = None
     """The sender's idempotency key, if any."""
     wait_id: str | None = None
@@ -110,32 +119,26 @@ class ReceivedSignal:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HookState:
+class HookState(Settling):
     hook_id: str
     token: str
     metadata: JsonValue
-    sequence: int
     resolved: bool = False
     payload: JsonValue = None
-    settled_sequence: int | None = None
-    """Sequence of its ``hook_resolved``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChildState:
+class ChildState(Settling):
     child_id: str
     run_id: str
     workflow: str
     input: JsonValue
     cancellation: CancellationPolicy
     batch_id: str | None
-    sequence: int
     status: ChildStatus = ChildStatus.RUNNING
     """``Running`` or the child's terminal status; ``CancelRequested`` / ``Abandoned`` when the
     parent ended first."""
     outcome: JsonValue = None
-    settled_sequence: int | None = None
-    """Sequence of its ``child_completed``."""
 
     @property
     def open(self) -> bool:
@@ -159,12 +162,11 @@ class ChildState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BuildUpgrade:
+class BuildUpgrade(Recorded):
     """One ``build_upgraded`` event: the run was re-pinned from one build to another."""
 
     from_build: str
     to_build: str
-    sequence: int
     at: datetime
 
     def to_json(self) -> dict[str, Any]:
@@ -177,7 +179,7 @@ class BuildUpgrade:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AppliedUpdate:
+class AppliedUpdate(Recorded):
     """One ``update_applied`` event, as ``ctx.updates(name)`` gives it."""
 
     update_id: str
@@ -188,8 +190,6 @@ class AppliedUpdate:
     """What the caller sent."""
     result: JsonValue
     """What the handler answered, as recorded: replay never runs the handler again."""
-    sequence: int
-    """Sequence of the ``update_applied`` event."""
     at: datetime
     """When it was recorded."""
 
