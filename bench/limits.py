@@ -11,7 +11,10 @@ and limited/free as a ratio.
 unlimited: runs/s, and limited/free as a ratio (the target is at least 0.8).
 
 Each figure comes from a fresh database and a fresh worker; the two sides are measured in this
-process, interleaved (free, limited, free, limited, ...), and the ratio is of their medians.
+process, interleaved (free, limited, free, limited, ...), and the ratio is of their medians;
+the median of the pairs' own ratios is printed beside it. CPU per step (W1) or per run (keyed)
+is printed too, steadier than throughput on a shared machine: the worker's (``wait4``) and, on
+PostgreSQL, the local server's processes' (``/proc``; other sessions' work included).
 """
 
 from __future__ import annotations
@@ -60,8 +63,34 @@ def _wait(engine: object, run_ids: list[str], timeout: float) -> bool:
     return False
 
 
-def measure(case: str, runtime_name: str, backend: str, quick: bool) -> float:
-    """Steps/s (case W1) or runs/s (case keyed) of one fresh database and worker."""
+def _server_cpu() -> dict[str, float]:
+    """CPU seconds of each local PostgreSQL process (by pid), from ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if not f.read().startswith("postgres"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        found[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def _stopped_cpu(worker: subprocess.Popen[bytes]) -> float:
+    """Stop the worker; its CPU seconds (user and system)."""
+    worker.terminate()
+    _, status, usage = os.wait4(worker.pid, 0)
+    worker.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(case: str, runtime_name: str, backend: str, quick: bool) -> tuple[float, float, float]:
+    """Steps/s (case W1) or runs/s (case keyed) of one fresh database and worker, and the
+    worker's and the local PostgreSQL server's CPU microseconds per step (or run)."""
     import limit_bench_workflows
 
     from flow_cli.engine.engine import Engine
@@ -71,6 +100,7 @@ def measure(case: str, runtime_name: str, backend: str, quick: bool) -> float:
     with fresh_database(backend, DEFAULT_PG) as (url, scratch):
         worker = _worker(url, scratch, runtime_name)
         engine = Engine(open_store(url), [runtime], eager_start=True)
+        server = _server_cpu() if backend == "postgres" else {}
         try:
             t0 = time.perf_counter()
             if case == "W1":
@@ -79,13 +109,19 @@ def measure(case: str, runtime_name: str, backend: str, quick: bool) -> float:
                 for i, run_id in enumerate(ids):
                     engine.start("chain", {"steps": 10, "x": i}, run_id=run_id)
                 assert _wait(engine, ids, 600), "W1 did not complete"
-                return 10 * runs / (time.perf_counter() - t0)
-            runs = 200 if quick else 500
-            ids = [f"k-{i}" for i in range(runs)]
-            for i, run_id in enumerate(ids):
-                engine.start("keyed", {"key": f"customer-{i % 100}", "x": i}, run_id=run_id)
-            assert _wait(engine, ids, 600), "keyed runs did not complete"
-            return runs / (time.perf_counter() - t0)
+                units = 10 * runs
+            else:
+                runs = 200 if quick else 500
+                ids = [f"k-{i}" for i in range(runs)]
+                for i, run_id in enumerate(ids):
+                    engine.start("keyed", {"key": f"customer-{i % 100}", "x": i}, run_id=run_id)
+                assert _wait(engine, ids, 600), "keyed runs did not complete"
+                units = runs
+            rate = units / (time.perf_counter() - t0)
+            after = _server_cpu() if backend == "postgres" else {}
+            served = sum(cpu - server.get(pid, 0.0) for pid, cpu in after.items())
+            worked = _stopped_cpu(worker)
+            return rate, worked / units * 1e6, served / units * 1e6
         finally:
             stop([worker])
             engine.close()
@@ -113,15 +149,25 @@ def main() -> None:
     for backend in args.backends.split(","):
         for name in args.cases.split(","):
             case, runtime, unit, what = CASES[name]
-            free: list[float] = []
-            limited: list[float] = []
+            free: list[tuple[float, float, float]] = []
+            limited: list[tuple[float, float, float]] = []
             for _ in range(args.repeats):
                 free.append(measure(case, "free", backend, args.quick))
                 limited.append(measure(case, runtime, backend, args.quick))
-            f, g = statistics.median(free), statistics.median(limited)
+            f = statistics.median(x[0] for x in free)
+            g = statistics.median(x[0] for x in limited)
+            pairs = statistics.median(b[0] / a[0] for a, b in zip(free, limited, strict=True))
+            per = unit.split("/")[0].rstrip("s")
+            cpu = "; ".join(
+                f"{side} {statistics.median(x[1] for x in got):.0f} + "
+                f"{statistics.median(x[2] for x in got):.0f}"
+                for side, got in (("free", free), ("limited", limited))
+            )
             print(
-                f"{backend:8} {what}: free {f:,.0f} {unit} {[round(x) for x in free]}, "
-                f"limited {g:,.0f} {unit} {[round(x) for x in limited]}, ratio {g / f:.2f}",
+                f"{backend:8} {what}: free {f:,.0f} {unit} {[round(x[0]) for x in free]}, "
+                f"limited {g:,.0f} {unit} {[round(x[0]) for x in limited]}, ratio {g / f:.2f} "
+                f"(median of the pairs' ratios {pairs:.2f}); CPU µs per {per}, worker + "
+                f"server: {cpu}",
                 flush=True,
             )
 
