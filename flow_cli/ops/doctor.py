@@ -341,8 +341,7 @@ class _Tally:
             return [_diagnosis(row) for row in self.every]
         found: list[Diagnosis] = []
         for cause in CAUSES:
-            kept = sorted(self.by_cause.get(cause, ()), key=_longest_first)
-            found += kept if self.keep is None else kept[: self.keep]
+            found += sorted(self.by_cause.get(cause, ()), key=_longest_first)[: self.keep]
         return found
 
 
