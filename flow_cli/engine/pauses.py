@@ -48,29 +48,51 @@ class PauseGate:
         self._probes = store if isinstance(store, PauseProbes) else None
         """The store's last look at the pauses table, when it tells it (SQLite)."""
         self._lock = threading.Lock()
+        self._reading = threading.Lock()
+        """Held by the one thread reading the table: a worker's step threads, finding the copy
+        old at the same moment, would each take a connection and read it."""
         self._pauses = PauseSet()
         self._read_at: float | None = None
+        self._forgotten = 0
+        """How many times ``forget`` was called: a read that began before the last call is
+        not kept as fresh."""
 
     def forget(self) -> None:
         """Read the pauses again at the next question (this process changed them)."""
         with self._lock:
             self._read_at = None
+            self._forgotten += 1
 
     def current(self) -> PauseSet:
         """The pauses in force, read again if the copy is older than ``MAX_AGE`` (unless a
-        lease of this process found nothing paused more recently: ``PauseProbes``)."""
+        lease of this process found nothing paused more recently: ``PauseProbes``). While one
+        thread reads, the others answer from the old copy; with no copy (the first question,
+        or after ``forget``) they wait for a read of their own."""
         now = time.monotonic()
         with self._lock:
-            fresh = self._read_at is not None and now - self._read_at < MAX_AGE
-            if fresh:
+            if self._fresh(now):
                 return self._pauses
+            copied = self._read_at is not None
         probe = self._probes.last_pause_probe() if self._probes is not None else None
         if probe is not None and not probe[1] and now - probe[0] < MAX_AGE:
             return _NOTHING
-        found = PauseSet(self._store.list_pauses())
-        with self._lock:
-            self._pauses, self._read_at = found, time.monotonic()
-        return found
+        if not self._reading.acquire(blocking=not copied):
+            return self._pauses  # another thread is reading: at most one read older
+        try:
+            with self._lock:
+                if self._fresh(time.monotonic()):  # read by the thread this one waited for
+                    return self._pauses
+                began = self._forgotten
+            found = PauseSet(self._store.list_pauses())
+            with self._lock:
+                if self._forgotten == began:
+                    self._pauses, self._read_at = found, time.monotonic()
+            return found
+        finally:
+            self._reading.release()
+
+    def _fresh(self, now: float) -> bool:
+        return self._read_at is not None and now - self._read_at < MAX_AGE
 
     def holds(self, run_id: str, workflow: str, build_id: str) -> bool:
         """Whether a pause holds this run."""
