@@ -127,6 +127,43 @@ def test_the_history_a_hand_off_carries_is_the_one_stored(pair: tuple[Engine, En
     ]
 
 
+def test_a_worker_does_not_decode_the_history_of_a_step_handed_to_another(
+    pair: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every listening worker hears every hand-off; decoding the others' histories cost each
+    # worker of a fleet of four three decodes for every one of its own.
+    from flow_cli.store.postgres import handoffs
+
+    worker, starter = pair
+    store = worker.store
+    assert isinstance(store, PostgresStore)
+    url = os.environ["FLOW_TEST_POSTGRES"]
+    other = Engine(PostgresStore(url, schema=store.schema), [shop], worker_id="worker-b")
+    try:
+        _offered(other)  # listening, not offered: it hears worker-a's hand-off
+        other.work.withdraw()
+        _offered(worker)
+        decoded: list[str] = []
+        real = handoffs.event_from_data
+
+        def counting(key: str, data: object) -> object:
+            decoded.append(key)
+            return real(key, data)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(handoffs, "event_from_data", counting)
+        starter.start("chain", {"steps": 1, "x": 1}, run_id="r1")
+        assert _keys(starter, "r1")[-1] == "step_started"
+        other.store.wait_for_change(0.5, work_only=True)
+        assert other.work.take_handed_steps() == []
+        assert decoded == []
+        worker.store.wait_for_change(5, work_only=True)
+        ((lease, snapshot),) = worker.work.take_handed_steps()
+        assert lease.run_id == "r1" and snapshot is not None
+        assert decoded == ["run_started", "step_scheduled"]
+    finally:
+        other.close()
+
+
 def test_a_history_too_long_to_carry_is_read(pair: tuple[Engine, Engine]) -> None:
     worker, starter = pair
     _offered(worker)

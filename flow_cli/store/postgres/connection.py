@@ -434,10 +434,10 @@ class PostgresConnections:
         among them)."""
         if text == self.schema:
             return WORK
-        handoff = handoffs.parse(self.schema, text)
-        if handoff is not None:
-            if handoff.worker_id != self._offerer:
-                return NOTHING
+        handoff = handoffs.parse(self.schema, text, self._offerer)
+        if handoff == handoffs.ELSEWHERE:
+            return NOTHING
+        if isinstance(handoff, handoffs.Handoff):
             with self._lock:  # a step thread's commit on the listener reads them too
                 self._handed.append(handoff)
             self._offered_at = None  # the claim took the offer: make it again before sleeping

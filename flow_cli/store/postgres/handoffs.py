@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 from flow_cli.model.events import Event, EventEnvelope, StepStarted, event_from_data, event_json
 
@@ -148,13 +148,22 @@ def fits(schema: str, run_id: str, step_id: str) -> bool:
     return len(schema) + len(json.dumps([run_id, step_id]).encode()) + _ROOM <= MAX_PAYLOAD_BYTES
 
 
-def parse(schema: str, text: str) -> Handoff | None:
-    """The hand-off a payload for ``schema`` carries; ``None`` when it is not one."""
+ELSEWHERE: Final = "elsewhere"
+"""What ``parse`` returns for a step handed to another worker."""
+
+
+def parse(schema: str, text: str, worker_id: str | None) -> Handoff | Literal["elsewhere"] | None:
+    """The hand-off a payload for ``schema`` carries to worker ``worker_id``; ``ELSEWHERE``
+    when it hands a step to another worker, ``None`` when it is not a hand-off."""
     head, separator, body = text.partition("\n")
     if not separator or head != schema or not body.startswith(_MARK):
         return None
     try:
-        worker_id, until, (run_id, step_id, attempt, at, events) = json.loads(body[len(_MARK) :])
+        to, until, (run_id, step_id, attempt, at, events) = json.loads(body[len(_MARK) :])
+        if to != worker_id:
+            # Every listening worker hears every hand-off: the others' histories are not
+            # decoded (with four workers, three of every four hand-offs heard are not theirs).
+            return ELSEWHERE
         lease_until = datetime.fromisoformat(until)
         history = None
         if events is not None:
@@ -162,7 +171,7 @@ def parse(schema: str, text: str) -> Handoff | None:
             started = StepStarted(
                 step_id=str(step_id),
                 attempt=int(attempt),
-                worker=str(worker_id),
+                worker=str(to),
                 lease_until=lease_until,
             )
             decoded = [event_from_data(key, data) for key, data in events] + [started]
@@ -176,8 +185,6 @@ def parse(schema: str, text: str) -> Handoff | None:
                 )
                 for sequence, event in enumerate(decoded, start=1)
             )
-        return Handoff(
-            str(worker_id), str(run_id), str(step_id), int(attempt), lease_until, history
-        )
+        return Handoff(str(to), str(run_id), str(step_id), int(attempt), lease_until, history)
     except (ValueError, TypeError, KeyError):
         return None
