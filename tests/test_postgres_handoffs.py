@@ -190,6 +190,68 @@ def test_an_offer_serves_one_start(pair: tuple[Engine, Engine]) -> None:
     assert [lease.run_id for lease, _ in leased] == ["r2"]
 
 
+def test_an_offer_of_two_slots_serves_two_starts_and_is_made_again_once_both_are_heard(
+    pair: tuple[Engine, Engine],
+) -> None:
+    worker, starter = pair
+    worker.work.offer_idle(30.0, slots=2)
+    worker.store.wait_for_change(0, work_only=True)
+    for run_id in ("r1", "r2", "r3"):
+        starter.start("chain", {"steps": 1, "x": 0}, run_id=run_id)
+    assert _keys(starter, "r1")[-1] == "step_started"
+    assert _keys(starter, "r2")[-1] == "step_started"
+    assert _keys(starter, "r3") == ["run_started", "step_scheduled"]  # the slots are used up
+    worker.store.wait_for_change(5, work_only=True)
+    handed = worker.work.take_handed_steps()
+    assert sorted(lease.run_id for lease, _ in handed) == ["r1", "r2"]
+    assert [lease.run_id for lease, _ in worker.work.lease_steps_handed(30.0, 10)] == ["r3"]
+    # Both hand-offs heard: the next wait offers the worker again, for two more.
+    worker.work.offer_idle(30.0, slots=2)
+    worker.store.wait_for_change(0, work_only=True)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r4")
+    assert _keys(starter, "r4")[-1] == "step_started"
+
+
+def test_a_start_claims_the_latest_offer(pair: tuple[Engine, Engine]) -> None:
+    # The worker that had room last most likely has it still; runs gathered on fewer workers
+    # commit more steps at a time.
+    worker, starter = pair
+    store = worker.store
+    assert isinstance(store, PostgresStore)
+    url = os.environ["FLOW_TEST_POSTGRES"]
+    later = Engine(PostgresStore(url, schema=store.schema), [shop], worker_id="worker-b")
+    try:
+        _offered(worker)
+        time.sleep(0.01)
+        _offered(later)
+        starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+        assert starter.history("r1")[-1].event.worker == "worker-b"  # type: ignore[union-attr]
+        # Its slot used up, the next start goes to the other offer.
+        starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")
+        assert starter.history("r2")[-1].event.worker == "worker-a"  # type: ignore[union-attr]
+    finally:
+        later.close()
+
+
+def test_a_worker_that_heard_fewer_hand_offs_than_its_slots_does_not_offer_again(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # An offer not used up stays: the worker's round trip before it sleeps is saved.
+    worker, starter = pair
+    worker.work.offer_idle(30.0, slots=3)
+    worker.store.wait_for_change(0, work_only=True)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    worker.store.wait_for_change(5, work_only=True)
+    assert len(worker.work.take_handed_steps()) == 1
+    with worker.store._reading() as conn:  # type: ignore[attr-defined]
+        offered_at = conn.execute("SELECT offered_at, slots FROM idle_workers").fetchall()
+    assert [slots for _, slots in offered_at] == [2]
+    worker.work.offer_idle(30.0, slots=3)
+    worker.store.wait_for_change(0, work_only=True)
+    with worker.store._reading() as conn:  # type: ignore[attr-defined]
+        assert conn.execute("SELECT offered_at, slots FROM idle_workers").fetchall() == offered_at
+
+
 def test_a_worker_offers_itself_again_before_it_sleeps(pair: tuple[Engine, Engine]) -> None:
     worker, starter = pair
     _offered(worker)
@@ -467,9 +529,12 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
     offers: list[float] = []
     offer = worker_engine.work.offer_idle
 
-    def timed_offer(lease_seconds: float) -> None:
+    slots_offered: list[int] = []
+
+    def timed_offer(lease_seconds: float, slots: int = 1) -> None:
         offers.append(time.time())  # the clock the events' times are read from
-        offer(lease_seconds)
+        slots_offered.append(slots)
+        offer(lease_seconds, slots)
 
     worker_engine.work.offer_idle = timed_offer  # type: ignore[method-assign]
     worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
@@ -480,12 +545,18 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
         for i in range(3):
             run_id = f"r{i}"
             starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
-            _until(lambda: _offers(starter) == ["worker-a"], 10, "the next offer")
+            _until(
+                lambda run_id=run_id: _keys(starter, run_id)[-1] == "run_completed",  # type: ignore[misc]
+                10,
+                "the run's end",
+            )
             history = starter.history(run_id)
             assert history[2].event.worker == "worker-a"  # type: ignore[union-attr]
-            assert history[-1].event_key == "run_completed"
             ended = history[-1].recorded_at.timestamp()  # taken before that commit
+            _until(lambda e=ended: max(offers) > e, 10, "the worker's next offer")  # type: ignore[misc]
             assert min(t for t in offers if t > ended) - ended >= HANDOFF_AFTER
+        # Never more starts than the worker has free threads for.
+        assert set(slots_offered) <= {1, 2} and 2 in slots_offered
     finally:
         worker.stop()
         thread.join(30)

@@ -46,6 +46,12 @@ so a worker with more of them in hand writes more steps per flush (W1 on SQLite:
 steps/s against 678-931 with 4 threads; docs/benchmarks.md)."""
 
 
+HANDOFF_SLOTS = 16
+"""Starts one offer of an idle worker may serve at most (``postgres.handoffs``; never more
+than its free threads) before the worker offers itself again: a busy fleet's starts find an
+offer, and its runs gather on the workers that had room last, each committing more steps at a
+time (four PostgreSQL workers: half the commits of one offer per start)."""
+
 HANDOFF_QUIET = 0.02
 """Seconds an idle worker that took handed steps waits at most for them to end before its
 own round trips (work then announced is heard at once after it)."""
@@ -154,12 +160,12 @@ class WorkerSession:
         snapshot = self.engine.streams.handed(lease.run_id, lease.history)
         return dataclasses.replace(lease, history=None), snapshot  # not kept while it runs
 
-    def offer_idle(self, lease_seconds: float) -> None:
-        """Offer this engine's worker for hand-offs before it sleeps (a store that cannot
-        tell a worker of one ignores it)."""
+    def offer_idle(self, lease_seconds: float, slots: int = 1) -> None:
+        """Offer this engine's worker for hand-offs (``slots`` starts) before it sleeps (a
+        store that cannot tell a worker of one ignores it)."""
         engine = self.engine
         if engine.handoffs is not None:
-            engine.handoffs.offer_worker(engine.worker_id, engine.build_ids, lease_seconds)
+            engine.handoffs.offer_worker(engine.worker_id, engine.build_ids, lease_seconds, slots)
 
     def withdraw(self) -> None:
         """Stop being offered for hand-offs (the worker stops)."""
@@ -452,6 +458,7 @@ class Worker:
             timeout = max(0.0, min(timeout, seconds))
         if timeout > 0:
             # A thread is free: a start may hand this worker its run's first step meanwhile.
-            self._work.offer_idle(self.lease_seconds)
+            free = self.concurrency - len(in_flight)
+            self._work.offer_idle(self.lease_seconds, min(free, HANDOFF_SLOTS))
             self.liveness.beat(waiting=timeout)
             self.engine.store.wait_for_change(timeout, work_only=True)

@@ -431,9 +431,11 @@ class HandOffs(Protocol):
     own commit (PostgreSQL). The engine checks for it with ``isinstance``; a store without it
     leaves every first step ready for a lease."""
 
-    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
-        """Offer an idle worker (about to ``wait_for_change``) for hand-offs: until one is made
-        to it, a start of a run of these builds may hand the run's first step to it
+    def offer_worker(
+        self, worker_id: str, build_ids: Sequence[str], lease_seconds: float, slots: int = 1
+    ) -> None:
+        """Offer an idle worker (about to ``wait_for_change``) for hand-offs: until ``slots``
+        are made to it, a start of a run of these builds may hand the run's first step to it
         (``NewRun.hand_off``)."""
         ...
 

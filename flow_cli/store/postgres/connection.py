@@ -118,13 +118,15 @@ class PostgresConnections:
         # Ready steps the notifications that ended the last wait named (``postgres.hints``).
         self._hints: list[hints.Hint] = []
         # This process's worker as offered for hand-offs (``postgres.handoffs``): its id, its
-        # builds and lease length; when the listening connection last offered it (monotonic,
-        # ``None``: not offered there); the steps handed to it not yet taken.
-        self._offer: tuple[str, list[str], float] | None = None
+        # builds, lease length and slots; when the listening connection last offered it
+        # (monotonic, ``None``: not offered there) and the slots not yet claimed as far as
+        # this process heard; the steps handed to it not yet taken.
+        self._offer: tuple[str, list[str], float, int] | None = None
         self._offerer: str | None = None
         """The worker this process offered (kept after it withdraws: what was handed to it
         before that still reaches it)."""
         self._offered_at: float | None = None
+        self._offer_left = 0
         self._handed: list[handoffs.Handoff] = []
         # Work announced that no lease has looked for yet: a pass that took handed steps only
         # does not look, and the wait after it returns at once for it. A lease clears it.
@@ -440,7 +442,9 @@ class PostgresConnections:
         if isinstance(handoff, handoffs.Handoff):
             with self._lock:  # a step thread's commit on the listener reads them too
                 self._handed.append(handoff)
-            self._offered_at = None  # the claim took the offer: make it again before sleeping
+            self._offer_left -= 1
+            if self._offer_left <= 0:  # the claims took the offer: make it again before sleeping
+                self._offered_at = None
             return HANDOFF
         found = hints.parse(self.schema, text)
         if found is None:

@@ -6,17 +6,28 @@ trip to the database, with a flush, on the path of every new run, between a work
 and its step beginning.
 
 A worker about to sleep offers itself in ``idle_workers`` (an unlogged table: offers are not
-history, and a crash of the server may drop them), from the connection it listens on. The
-commit that creates a run with its first decisions (``NewRun.hand_off``) also claims one offer
-of the run's build (``HAND_OFF``: deleted as it is read, so two starts never claim the same one,
-and only while that worker's connection is still open, so a worker that died is not claimed),
+history, and a crash of the server may drop them), from the connection it listens on, for a few
+starts (``slots``). The commit that creates a run with its first decisions
+(``NewRun.hand_off``) also claims a slot of the latest offer of the run's build (``HAND_OFF``:
+the row locked until that commit, so two starts never claim the same slot, and only while that
+worker's connection is still open, so a worker that died is not claimed),
 records the step's ``step_started`` for that worker, and notifies it, with the run's history in
 the payload when it fits. The worker runs the step at once: no lease, no read. With no offer to
 claim, the commit announces the ready step as any commit does, and a worker leases it.
 
 If the claimed worker dies before it runs the step, the step's lease runs out and another worker
 runs it, as after any crash mid-step. A worker offers itself again whenever it is about to sleep
-with a thread free and its offer may have gone (claimed, or older than ``OFFER_REFRESH``).
+with a thread free and its offer may be used up (as many hand-offs heard as it had slots) or
+older than ``OFFER_REFRESH``.
+
+An offer serves several starts (as many as the worker has free threads, up to
+``worker.HANDOFF_SLOTS``) because a fleet's workers are busy and idle by turns: with one start
+per offer, a claimed worker was not offered again until it had run the step and was about to
+sleep, and with four workers a third or more of the starts found no offer. Each of those woke
+every listening worker to lease one step (one of them got it). The latest offer is claimed
+first, not the oldest: the worker that had room last most likely has it still, and runs
+gathered on fewer workers commit more steps at a time. A worker whose threads are all taken
+does not offer itself, so work spills over to the next one as the first fills up.
 """
 
 from __future__ import annotations
@@ -30,15 +41,17 @@ from flow_cli.model.events import Event, EventEnvelope, StepStarted, event_from_
 
 OFFER = (
     "INSERT INTO idle_workers"
-    " (worker_id, builds, lease_seconds, backend_pid, backend_start, offered_at)"
-    " SELECT %s, %s, %s, a.pid, a.backend_start, now()"
+    " (worker_id, builds, lease_seconds, slots, backend_pid, backend_start, offered_at)"
+    " SELECT %s, %s, %s, %s, a.pid, a.backend_start, now()"
     " FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()"
     " ON CONFLICT (worker_id) DO UPDATE SET builds = EXCLUDED.builds,"
-    " lease_seconds = EXCLUDED.lease_seconds, backend_pid = EXCLUDED.backend_pid,"
-    " backend_start = EXCLUDED.backend_start, offered_at = EXCLUDED.offered_at"
+    " lease_seconds = EXCLUDED.lease_seconds, slots = EXCLUDED.slots,"
+    " backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start,"
+    " offered_at = EXCLUDED.offered_at"
 )
-"""Offer the worker whose listening connection runs this. Its server process is named by its
-pid and its start time: a pid alone may be reused by another session after this one ends."""
+"""Offer the worker whose listening connection runs this, for ``slots`` starts. Its server
+process is named by its pid and its start time: a pid alone may be reused by another session
+after this one ends."""
 
 _SAME_SESSION = (
     "SELECT 1 FROM pg_stat_activity a"
@@ -53,10 +66,10 @@ WITHDRAW = "DELETE FROM idle_workers WHERE worker_id = %s"
 
 HAND_OFF = (
     "WITH claimed AS ("
-    " DELETE FROM idle_workers WHERE worker_id = ("
-    "  SELECT i.worker_id FROM idle_workers i WHERE %(build)s = ANY(i.builds)"
+    " UPDATE idle_workers SET slots = slots - 1 WHERE worker_id = ("
+    "  SELECT i.worker_id FROM idle_workers i WHERE %(build)s = ANY(i.builds) AND i.slots > 0"
     f"  AND EXISTS ({_SAME_SESSION})"
-    "  ORDER BY i.offered_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    "  ORDER BY i.offered_at DESC LIMIT 1 FOR UPDATE SKIP LOCKED)"
     " RETURNING worker_id, %(now)s::timestamptz + lease_seconds * interval '1 second' AS until"
     "), started AS ("
     " INSERT INTO events (run_id, sequence, event_key, recorded_at, data)"
@@ -77,9 +90,10 @@ HAND_OFF = (
     "UNION ALL "
     "SELECT pg_notify(%(channel)s, %(schema)s) WHERE NOT EXISTS (SELECT 1 FROM claimed)"
 )
-"""Claim the longest-idle offer of the run's build whose worker is still connected, start the
-step for it (the event, the step task, the run's sequence) and notify it; with no offer, notify
-the step as ready (its hint, and the plain notification older workers wait for)."""
+"""Claim a slot of the latest offer of the run's build whose worker is still connected (the
+row locked until the commit: a concurrent start claims another worker's), start the step for
+it (the event, the step task, the run's sequence) and notify it; with no offer, notify the
+step as ready (its hint, and the plain notification older workers wait for)."""
 
 OFFER_REFRESH = 30.0
 """Seconds after which a worker that has not been claimed offers itself again before it sleeps

@@ -353,6 +353,14 @@ def _v13_limit_start_counts(conn: Connection) -> None:
     )
 
 
+def _v14_offer_slots(conn: Connection) -> None:
+    """How many starts an idle worker's offer may still serve (``handoffs``): one claim no
+    longer takes the whole offer. Offers made before it serve one start, as they did."""
+    conn.execute(
+        "ALTER TABLE idle_workers ADD COLUMN IF NOT EXISTS slots integer NOT NULL DEFAULT 1"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, runs, step_tasks, hooks", _v1_base_tables),
     Migration(2, "runs.waiting_on, hook creation time and metadata, filter indexes", _v2_triage),
@@ -367,6 +375,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "runs.priority, step_tasks.priority, pauses", _v11_priorities_pauses),
     Migration(12, "limits, limit_starts, run_slots, step_tasks.step_name", _v12_limits),
     Migration(13, "limit_start_counts", _v13_limit_start_counts),
+    Migration(14, "idle_workers.slots", _v14_offer_slots),
 )
 """Every migration, in order; the last one's version is the schema this code writes."""
 

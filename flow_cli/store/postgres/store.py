@@ -672,11 +672,13 @@ class PostgresStore(
                 self._listener = None
             self._listen_lock.release()
 
-    def offer_worker(self, worker_id: str, build_ids: Sequence[str], lease_seconds: float) -> None:
-        """Offer this process's worker for hand-offs; the offer is made from the listening
-        connection, by the next ``wait_for_change`` (a start checks that connection is open
-        before it hands a step over)."""
-        offer = (worker_id, list(build_ids), float(lease_seconds))
+    def offer_worker(
+        self, worker_id: str, build_ids: Sequence[str], lease_seconds: float, slots: int = 1
+    ) -> None:
+        """Offer this process's worker for hand-offs (``slots`` starts); the offer is made from
+        the listening connection, by the next ``wait_for_change`` (a start checks that
+        connection is open before it hands a step over)."""
+        offer = (worker_id, list(build_ids), float(lease_seconds), max(1, slots))
         if offer != self._offer:
             self._offer, self._offered_at = offer, None
         self._offerer = worker_id
@@ -694,8 +696,9 @@ class PostgresStore(
         self._queue_offer(batch, offer)
         batch.send()
         self._offered_at = monotonic()
+        self._offer_left = offer[3]
 
-    def _queue_offer(self, batch: Batch, offer: tuple[str, list[str], float]) -> None:
+    def _queue_offer(self, batch: Batch, offer: tuple[str, list[str], float, int]) -> None:
         """Add the offer to ``batch``, and now and then the removal of dead workers' offers
         (a look at every server process: not on every offer)."""
         if monotonic() >= self._forget_gone_at:
