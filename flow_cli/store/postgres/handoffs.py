@@ -162,6 +162,11 @@ def fits(schema: str, run_id: str, step_id: str) -> bool:
     return len(schema) + len(json.dumps([run_id, step_id]).encode()) + _ROOM <= MAX_PAYLOAD_BYTES
 
 
+def _addressed(worker_id: str) -> str:
+    """How a hand-off's body to ``worker_id`` starts (``json_build_array``'s text)."""
+    return f"{_MARK}[{json.dumps(worker_id, ensure_ascii=False)}, "
+
+
 ELSEWHERE: Final = "elsewhere"
 """What ``parse`` returns for a step handed to another worker."""
 
@@ -172,11 +177,15 @@ def parse(schema: str, text: str, worker_id: str | None) -> Handoff | Literal["e
     head, separator, body = text.partition("\n")
     if not separator or head != schema or not body.startswith(_MARK):
         return None
+    # Every listening worker hears every hand-off (with four workers, three of every four are
+    # not its own): another's is told by the worker id the payload starts with, unread.
+    if worker_id is not None and not body.startswith(_addressed(worker_id)):
+        quoted = json.dumps(worker_id, ensure_ascii=False)
+        if quoted == f'"{worker_id}"':  # no character PostgreSQL might escape otherwise
+            return ELSEWHERE
     try:
         to, until, (run_id, step_id, attempt, at, events) = json.loads(body[len(_MARK) :])
         if to != worker_id:
-            # Every listening worker hears every hand-off: the others' histories are not
-            # decoded (with four workers, three of every four hand-offs heard are not theirs).
             return ELSEWHERE
         lease_until = datetime.fromisoformat(until)
         history = None
