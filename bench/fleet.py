@@ -7,13 +7,16 @@ For each worker count: a fresh database, N real `flow worker` processes (idle, b
 then ``--runs`` runs of the ``chain`` workflow (``--steps`` sequential trivial steps) started
 from ``--starters`` threads of this process *while* the workers work. Printed per count: steps
 per second from the first start to the last completion, the median start latency (ms), and the
-workers' CPU seconds per 1,000 steps (user + system, from /proc). Ratios are to the first count,
-measured in the same invocation: this machine is noisy.
+workers' CPU seconds per 1,000 steps (user + system, from /proc), and how busy the machine was
+meanwhile (every process: the workers, the database server, the starting threads; anything
+else running shows here too), which bounds what more workers could add. Ratios are to the
+first count, measured in the same invocation: this machine is noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -30,9 +33,15 @@ TERMINAL = ("Completed", "Failed", "Cancelled")
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> tuple[float, float]:
+    """Busy and total CPU seconds of the whole machine so far (every core, every process)."""
+    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks[:8]) - idle) / hz, sum(ticks[:8]) / hz
 
 
 def measure(backend: str, workers: int, runs: int, steps: int, starters: int, pg: str) -> dict:
@@ -46,6 +55,7 @@ def measure(backend: str, workers: int, runs: int, steps: int, starters: int, pg
         fleet = [bench_worker(url, scratch) for _ in range(workers)]
         try:
             cpu_before = sum(_cpu_seconds(w.pid) for w in fleet)
+            busy_before, total_before = _machine_busy()
             latencies: list[float] = []
 
             def start(i: int) -> None:
@@ -63,6 +73,8 @@ def measure(backend: str, workers: int, runs: int, steps: int, starters: int, pg
                 time.sleep(0.05)
             taken = time.perf_counter() - began
             cpu = sum(_cpu_seconds(w.pid) for w in fleet) - cpu_before
+            busy, total = _machine_busy()
+            busy, total = busy - busy_before, total - total_before
         finally:
             stop(fleet)
             engine.close()
@@ -71,6 +83,8 @@ def measure(backend: str, workers: int, runs: int, steps: int, starters: int, pg
         "steps_per_s": total_steps / taken,
         "start_ms": statistics.median(latencies) * 1000,
         "cpu_per_1000": cpu / total_steps * 1000,
+        "machine_busy": busy / total,
+        "workers_share": cpu / total,
     }
 
 
@@ -102,7 +116,9 @@ def main() -> None:
             f"start {got['start_ms']:.1f} ms median "
             f"({got['start_ms'] / first['start_ms']:.2f}x), "
             f"workers' CPU {got['cpu_per_1000']:.2f} s per 1,000 steps "
-            f"({got['cpu_per_1000'] / first['cpu_per_1000']:.2f}x)",
+            f"({got['cpu_per_1000'] / first['cpu_per_1000']:.2f}x); machine busy "
+            f"{got['machine_busy']:.0%} of {os.cpu_count()} cores, the workers "
+            f"{got['workers_share']:.0%}",
             flush=True,
         )
 
