@@ -45,6 +45,10 @@ class SQLReads(SQLRole):
     """The reads of a SQL store that are the same on either backend but for the placeholder
     and the few hooks below."""
 
+    _sql_before_cursor: str
+    """``_page``'s condition on the runs before its cursor's ``created_at`` and creation order
+    (the parameters ``c_at`` and ``c_order``), spelled as the backend's indexes serve it."""
+
     @abstractmethod
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
         """Each run's events after its sequence in ``after``; a run that does not exist is
@@ -60,11 +64,6 @@ class SQLReads(SQLRole):
         self, conn: Any, where: RunFilter, query: CauseQuery
     ) -> Iterable[Sequence[Any]]:
         """``causes.tally_sql``'s rows, ranked (``causes.tally`` reads them in that order)."""
-
-    @abstractmethod
-    def _page(self, conn: Any, where: RunFilter, columns: str) -> tuple[str, dict[str, Any]]:
-        """``SELECT columns FROM runs`` of the runs matching ``where`` after its cursor, newest
-        first, and its parameters. Raises ``RunNotFound`` for a cursor that does not exist."""
 
     @abstractmethod
     def _count_by(
@@ -94,6 +93,30 @@ class SQLReads(SQLRole):
                 (token,),
             ).fetchone()
         return hook_record(row)
+
+    def _page(self, conn: Any, where: RunFilter, columns: str) -> tuple[str, dict[str, Any]]:
+        """``SELECT columns FROM runs`` of the runs matching ``where`` after its cursor, newest
+        first (creation order breaks ties), and its parameters."""
+        dialect = self._sql_dialect
+        conditions, params = run_filter(where, dialect)
+        if where.after is not None:
+            cursor = conn.execute(
+                f"SELECT created_at, {dialect.created_order} FROM runs "
+                f"WHERE run_id = {dialect.param}",
+                (where.after,),
+            ).fetchone()
+            if cursor is None:
+                raise RunNotFound(where.after)
+            conditions.append(self._sql_before_cursor)
+            params.update(c_at=cursor[0], c_order=cursor[1])
+        query = f"SELECT {columns} FROM runs"
+        if conditions:
+            query += f" WHERE {' AND '.join(conditions)}"
+        query += f" ORDER BY created_at DESC, {dialect.created_order} DESC"
+        if where.limit is not None:
+            query += f" LIMIT {dialect.named('limit')}"
+            params["limit"] = where.limit
+        return query, params
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
         """How many runs match ``where``, grouped by ``by`` when given."""

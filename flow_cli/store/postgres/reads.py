@@ -9,14 +9,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from flow_cli.errors import RunNotFound, StoreError
+from flow_cli.errors import StoreError
 from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.store import causes
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
-from flow_cli.store.postgres.tables import POSTGRES
 from flow_cli.store.protocol import (
     NO_GROUP,
     CauseQuery,
@@ -24,7 +23,7 @@ from flow_cli.store.protocol import (
     RunRecord,
 )
 from flow_cli.store.reads_sql import SQLReads
-from flow_cli.store.sql import OPEN_LIST, run_filter
+from flow_cli.store.sql import OPEN_LIST
 
 READ_HISTORIES = (
     "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -41,6 +40,8 @@ def histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
 
 class PostgresReads(PostgresConnections, SQLReads):
     """What the PostgreSQL store reads (see ``PostgresStore``)."""
+
+    _sql_before_cursor = "(created_at, created_order) < (%(c_at)s, %(c_order)s)"
 
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
         """Each run's events after its sequence in ``after``, in one statement; a run that
@@ -85,25 +86,6 @@ class PostgresReads(PostgresConnections, SQLReads):
                 f"SELECT {tables.RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
             ).fetchone()
         return None if row is None else tables.run_record(row)
-
-    def _page(self, conn: Connection, where: RunFilter, columns: str) -> tuple[str, dict[str, Any]]:
-        """The runs matching ``where`` after its cursor, newest first, as a ``SELECT``."""
-        conditions, params = run_filter(where, POSTGRES)
-        if where.after is not None:
-            found = conn.execute(
-                "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
-            ).fetchone()
-            if found is None:
-                raise RunNotFound(where.after)
-            conditions.append("(created_at, created_order) < (%(c_at)s, %(c_order)s)")
-            params.update(c_at=found[0], c_order=found[1])
-        params["limit"] = where.limit
-        condition = " AND ".join(["TRUE", *conditions])
-        return (
-            f"SELECT {columns} FROM runs WHERE {condition} "
-            "ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s",
-            params,
-        )
 
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
         """Runs matching ``where``, newest first (creation order breaks ties). Read without a

@@ -8,7 +8,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flow_cli.errors import RunNotFound
 from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.store import causes, damage
 from flow_cli.store.integrity import structural_problems
@@ -19,7 +18,7 @@ from flow_cli.store.protocol import (
     RunRecord,
 )
 from flow_cli.store.reads_sql import SQLReads
-from flow_cli.store.sql import OPEN_LIST, run_filter
+from flow_cli.store.sql import OPEN_LIST
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
 from flow_cli.store.sqlite.rows import RUN_COLUMNS, RUN_SELECT, SQLITE, from_micros, run_record
@@ -27,6 +26,8 @@ from flow_cli.store.sqlite.rows import RUN_COLUMNS, RUN_SELECT, SQLITE, from_mic
 
 class SQLiteReads(SQLiteConnections, SQLReads):
     """What the SQLite store reads (see ``SQLiteStore``)."""
+
+    _sql_before_cursor = "(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))"
 
     @guarded
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
@@ -83,25 +84,6 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         """The run's index row, or None."""
         row = self._conn().execute(f"{RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else run_record(row)
-
-    def _page(
-        self, conn: sqlite3.Connection, where: RunFilter, columns: str
-    ) -> tuple[str, dict[str, Any]]:
-        """The runs matching ``where`` after its cursor, newest first, as a ``SELECT``."""
-        conditions, params = run_filter(where, SQLITE)
-        if where.after is not None:
-            cursor = conn.execute(
-                "SELECT created_at, rowid FROM runs WHERE run_id = ?", (where.after,)
-            ).fetchone()
-            if cursor is None:
-                raise RunNotFound(where.after)
-            conditions.append("(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))")
-            params.update(c_at=cursor[0], c_order=cursor[1])
-        params["limit"] = -1 if where.limit is None else where.limit
-        query = (f" WHERE {' AND '.join(conditions)}" if conditions else "") + (
-            " ORDER BY created_at DESC, rowid DESC LIMIT :limit"
-        )
-        return f"SELECT {columns} FROM runs{query}", params
 
     @guarded
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
