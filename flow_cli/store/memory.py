@@ -119,7 +119,7 @@ def _names(kind: Any, besides: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(kind) if f.name != besides)
 
 
-_STATE_FIELDS = tuple(set(_names(RunState, "tasks")) & set(_names(RunRecord, "")))
+_STATE_FIELDS = tuple(sorted(set(_names(RunState, "tasks")) & set(_names(RunRecord, "attributes"))))
 """What a run's state reads from its index row (not its lease nor ``failing_since``)."""
 _TASK_FIELDS = _names(TaskState, "step_id")
 
