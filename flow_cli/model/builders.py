@@ -5,8 +5,9 @@ the checks they share."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from flow_cli.errors import InputError
 from flow_cli.model import commands
@@ -24,6 +25,35 @@ STEP_NAME_ATTRIBUTE: Final = "__flow_step_name__"
 
 
 _C = TypeVar("_C", bound=commands.RuntimeCommand)
+_M = TypeVar("_M")
+_B = TypeVar("_B")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKind(Generic[_M, _B]):
+    """What a batch of steps and a batch of children differ in (``CommandBuilders._batch``)."""
+
+    empty: str
+    """The error an empty batch raises."""
+    member_id: Callable[[_M], str]
+    recorded: Callable[[WorkflowRunSnapshot], Mapping[str, StepState] | Mapping[str, ChildState]]
+    """The members history recorded, by id."""
+    command: Callable[[tuple[_M, ...], str], _B]
+    """The batch command of the members and the batch id."""
+
+
+STEP_BATCH: BatchKind[commands.ScheduleStep, commands.ScheduleSteps] = BatchKind(
+    empty="schedule_steps needs at least one step",
+    member_id=lambda step: step.step_id,
+    recorded=lambda snap: snap.steps,
+    command=lambda steps, batch_id: commands.ScheduleSteps(steps=steps, batch_id=batch_id),
+)
+CHILD_BATCH: BatchKind[commands.StartChild, commands.StartChildren] = BatchKind(
+    empty="start_children needs at least one child",
+    member_id=lambda child: child.child_id,
+    recorded=lambda snap: snap.children,
+    command=lambda children, batch_id: commands.StartChildren(children=children, batch_id=batch_id),
+)
 
 
 class CommandBuilders:
@@ -98,19 +128,7 @@ class CommandBuilders:
 
         The default ``batch_id`` is a short hash of the member ids.
         """
-        return self._record(self._schedule_steps(steps, batch_id))
-
-    def _schedule_steps(
-        self, steps: Iterable[commands.ScheduleStep], batch_id: str | None = None
-    ) -> commands.ScheduleSteps:
-        members = tuple(steps)
-        ids = [s.step_id for s in members]
-        return commands.ScheduleSteps(
-            steps=members,
-            batch_id=_batch_id(
-                "schedule_steps needs at least one step", ids, self._snap.steps, batch_id
-            ),
-        )
+        return self._record(self._batch(STEP_BATCH, steps, batch_id))
 
     def wait_until(self, wait_id: str, deadline: datetime) -> commands.WaitUntil:
         """Wait until a UTC deadline (derive it from ``ctx.started_at`` or step outputs)."""
@@ -169,18 +187,19 @@ class CommandBuilders:
         self, children: Iterable[commands.StartChild], batch_id: str | None = None
     ) -> commands.StartChildren:
         """One atomic batch of ``ctx.start_child(...)`` commands."""
-        return self._record(self._start_children(children, batch_id))
+        return self._record(self._batch(CHILD_BATCH, children, batch_id))
 
-    def _start_children(
-        self, children: Iterable[commands.StartChild], batch_id: str | None = None
-    ) -> commands.StartChildren:
-        members = tuple(children)
-        ids = [c.child_id for c in members]
-        return commands.StartChildren(
-            children=members,
-            batch_id=_batch_id(
-                "start_children needs at least one child", ids, self._snap.children, batch_id
-            ),
+    def _batch(self, kind: BatchKind[_M, _B], members: Iterable[_M], given: str | None) -> _B:
+        """The batch command of ``members`` (not recorded): its id is ``given``, else
+        ``default_batch_id`` of the member ids (a long batch recorded with its ids joined
+        keeps that label)."""
+        batch = tuple(members)
+        ids = [kind.member_id(member) for member in batch]
+        if not ids:
+            raise InputError(kind.empty)
+        first = kind.recorded(self._snap).get(ids[0])
+        return kind.command(
+            batch, given or default_batch_id(ids, first.batch_id if first else None)
         )
 
     def complete(self, result: JsonValue = None) -> commands.Complete:
@@ -215,18 +234,6 @@ def _json(value: JsonValue, what: str) -> JsonValue:
         raise InputError(f"{what} is refused: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} is not a JSON value: {exc}") from None
-
-
-def _batch_id(
-    empty: str,
-    ids: list[str],
-    known: Mapping[str, StepState] | Mapping[str, ChildState],
-    given: str | None,
-) -> str:
-    if not ids:
-        raise InputError(empty)
-    first = known.get(ids[0])
-    return given or default_batch_id(ids, first.batch_id if first else None)
 
 
 def iso_or_none(value: datetime | None) -> str | None:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, NoReturn, cast
 
 from flow_cli.errors import InputError
+from flow_cli.model.builders import STEP_BATCH
 from flow_cli.model.clock import Seconds
 from flow_cli.model.commands import (
     CancellationPolicy,
@@ -317,7 +318,7 @@ def _all_settled(ctx: SelectHelpers, members: list[ScheduleStep | StartChild]) -
 
 def _steps_settled(ctx: SelectHelpers, members: list[ScheduleStep]) -> list[Settled]:
     snap = ctx._snap
-    batch = ctx._schedule_steps(members)
+    batch = ctx._batch(STEP_BATCH, members, None)
     results: list[Settled] = []
     pending = False
     for member in batch.steps:

@@ -10,7 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.errors import InputError
-from flow_cli.model.builders import DEFAULT_RETRY, iso_or_none, seconds_or_none, step_name
+from flow_cli.model.builders import (
+    CHILD_BATCH,
+    DEFAULT_RETRY,
+    STEP_BATCH,
+    iso_or_none,
+    seconds_or_none,
+    step_name,
+)
 from flow_cli.model.clock import Seconds, as_timedelta
 from flow_cli.model.commands import CancellationPolicy, ScheduleStep, StartChild, WaitForSignal
 from flow_cli.model.ctx_base import ContextBase
@@ -98,7 +105,7 @@ class SequentialHelpers(ContextBase):
         members = list(steps)
         if not members:
             return []
-        batch = self._schedule_steps(members, batch_id)
+        batch = self._batch(STEP_BATCH, members, batch_id)
         recorded = []
         for member in batch.steps:
             recorded.append(self._batch_member(member, batch))
@@ -275,7 +282,7 @@ class SequentialHelpers(ContextBase):
         members = list(children)
         if not members:
             return []
-        batch = self._start_children(members, batch_id)
+        batch = self._batch(CHILD_BATCH, members, batch_id)
         outcomes: list[WorkflowTerminalOutcome] = []
         pending = False
         for member in batch.children:

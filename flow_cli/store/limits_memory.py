@@ -12,19 +12,16 @@ from typing import Protocol
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.limits_sql import THROTTLE_POLL, limit_key
+from flow_cli.store.records import RunRecord
 
 OPEN = {s.value for s in RunStatus if s not in TERMINAL_STATUSES}
 
 
 class LimitedRun(Protocol):
-    """What the memory store's run shows a limit."""
+    """What the memory store's run shows a limit: its index row and its events."""
 
-    run_id: str
-    workflow: str
-    status: RunStatus
-    build_id: str
-    created_at: datetime
-    decide_at: datetime | None
+    @property
+    def row(self) -> RunRecord: ...
 
     @property
     def events(self) -> Sequence[LimitedEvent]: ...
@@ -130,14 +127,16 @@ class MemoryLimits:
                 in_use = sum(1 for t in mine if t.lease_owner and t.available_at > now)
                 waiting = sum(1 for t in mine if t.available_at <= now)
                 if kind == "workflow":
-                    runs = [r for r in self._limit_runs() if r.workflow == name]
+                    runs = [r for r in self._limit_runs() if r.row.workflow == name]
                     in_use = sum(
-                        1 for r in runs if r.run_id in self._slots and r.status.value in OPEN
+                        1
+                        for r in runs
+                        if r.row.run_id in self._slots and r.row.status.value in OPEN
                     )
                     waiting = sum(
                         1
                         for r in runs
-                        if r.status is RunStatus.PENDING and r.run_id not in self._slots
+                        if r.row.status is RunStatus.PENDING and r.row.run_id not in self._slots
                     )
                 found.append(
                     LimitState(
@@ -179,30 +178,30 @@ class MemoryLimits:
         chosen: list[LimitedRun] = []
         by_workflow: dict[str, list[LimitedRun]] = {}
         for run in runs:
-            by_workflow.setdefault(run.workflow, []).append(run)
+            by_workflow.setdefault(run.row.workflow, []).append(run)
         for name in sorted(self.limited_workflows()):
             held = self._limits[("workflow", name)]
-            mine = sorted(by_workflow.get(name, []), key=lambda r: (r.created_at, r.run_id))
+            mine = sorted(by_workflow.get(name, []), key=lambda r: (r.row.created_at, r.row.run_id))
             used: dict[str, int] = {}
             for run in mine:
-                key = self._slots.get(run.run_id)
-                if key is not None and run.status.value in OPEN:
+                key = self._slots.get(run.row.run_id)
+                if key is not None and run.row.status.value in OPEN:
                     used[key] = used.get(key, 0) + 1
             for run in mine:
-                if len(chosen) >= room or run.status is not RunStatus.PENDING:
+                if len(chosen) >= room or run.row.status is not RunStatus.PENDING:
                     continue
-                due = run.decide_at is not None and run.decide_at <= now
-                if run.run_id in self._slots:
-                    if due and run.build_id in builds:
+                due = run.row.decide_at is not None and run.row.decide_at <= now
+                if run.row.run_id in self._slots:
+                    if due and run.row.build_id in builds:
                         chosen.append(run)
                     continue
                 key = limit_key(run.events[0].data, held.code.key)
                 if used.get(key, 0) >= (held.concurrency or 0):
                     self._throttled_until = now + THROTTLE_POLL
                     continue
-                if due and run.build_id in builds:
+                if due and run.row.build_id in builds:
                     used[key] = used.get(key, 0) + 1
-                    self._slots[run.run_id] = key
+                    self._slots[run.row.run_id] = key
                     chosen.append(run)
         return chosen
 

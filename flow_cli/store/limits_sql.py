@@ -21,12 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
-from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.pauses_sql import unpaused_or_not_held
-from flow_cli.store.sql import SQLRole
-
-OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if s not in TERMINAL_STATUSES)
-TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in TERMINAL_STATUSES)
+from flow_cli.store.sql import OPEN_LIST, TERMINAL_LIST, SQLRole
 
 UNLIMITED_RUN = (
     "NOT ({table}.status = 'Pending' AND EXISTS (SELECT 1 FROM limits l WHERE"

@@ -14,7 +14,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,28 +78,19 @@ class _Event:
 
 @dataclass(slots=True)
 class _Run:
-    run_id: str
+    """A run as the store keeps it: its index row, and what only the store sees of it."""
+
+    row: RunRecord
+    """Its index row but for ``last_sequence`` and ``attributes``, which ``record`` reads from
+    ``events`` and ``attribute_texts`` (so there is one copy of each); written by ``replace``."""
     order: int
     """Creation order: breaks ties between runs created at the same instant."""
-    workflow: str
-    status: RunStatus
-    build_id: str
-    parent_run_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    decide_at: datetime | None
-    lease_owner: str | None = None
-    failing: str | None = None
-    failing_since: datetime | None = None
-    waiting_on: str | None = None
-    error_type: str | None = None
-    error: str | None = None
-    patches: tuple[str, ...] = ()
-    priority: int = 5
-    """1 (first) to 9: the order, before age, in which its decisions and steps are taken."""
-    events: list[_Event] = field(default_factory=list)
-    attribute_texts: dict[str, str] = field(default_factory=dict)
+    events: list[_Event]
+    attribute_texts: dict[str, str]
     """Search attributes as the index keeps them: key → JSON text."""
+    patches: tuple[str, ...] = ()
+    lease_owner: str | None = None
+    failing_since: datetime | None = None
 
     @property
     def attributes(self) -> dict[str, Any]:
@@ -107,26 +98,35 @@ class _Run:
 
     def record(self) -> RunRecord:
         """Its index row (its sequence is its event count)."""
-        kept = _kept(self, _RECORD_FIELDS)
-        return RunRecord(last_sequence=len(self.events), **kept)
+        return replace(self.row, last_sequence=len(self.events), attributes=self.attributes)
 
     def state(self, tasks: Iterable[TaskState]) -> RunState:
         """Its index row with its lease and step ``tasks``, as ``run_states`` reads it."""
-        return RunState(tasks=tuple(tasks), **_kept(self, _STATE_FIELDS))
+        return RunState(
+            tasks=tuple(tasks),
+            lease_owner=self.lease_owner,
+            failing_since=self.failing_since,
+            **_kept(self.row, _STATE_FIELDS),
+        )
+
+    def set_decide_at(self, decide_at: datetime | None) -> None:
+        """A new decision time, which releases the run's lease."""
+        self.row = replace(self.row, decide_at=None if decide_at is None else _utc(decide_at))
+        self.lease_owner = None
 
 
 def _names(kind: Any, besides: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(kind) if f.name != besides)
 
 
-_RECORD_FIELDS = _names(RunRecord, "last_sequence")
-_STATE_FIELDS = _names(RunState, "tasks")
+_STATE_FIELDS = tuple(sorted(set(_names(RunState, "tasks")) & set(_names(RunRecord, "attributes"))))
+"""What a run's state reads from its index row (not its lease nor ``failing_since``)."""
 _TASK_FIELDS = _names(TaskState, "step_id")
 
 
 def _kept(source: object, names: tuple[str, ...]) -> dict[str, Any]:
-    """``names`` as ``source`` holds them: a ``_Run`` or ``_Task`` read out into a record of
-    the same field names (``_RECORD_FIELDS`` ...) without restating each field."""
+    """``names`` as ``source`` holds them: a run's row or a ``_Task`` read out into a record
+    of the same field names (``_STATE_FIELDS`` ...) without restating each field."""
     return {name: getattr(source, name) for name in names}
 
 
@@ -256,43 +256,50 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
 
     def _insert(self, run: NewRun, at: datetime) -> None:
         spec = run.spec
-        self._runs[run.run_id] = _Run(
+        row = RunRecord(
             run_id=run.run_id,
-            order=next(self._order),
             workflow=spec.workflow,
             status=RunStatus.PENDING,
             build_id=spec.runtime_build_id,
             parent_run_id=spec.parent_run_id,
             created_at=at if run.created_at is None else _utc(run.created_at),
             updated_at=at,
+            last_sequence=0,  # read from the events
             decide_at=None if run.decide_at is None else _utc(run.decide_at),
-            patches=tuple(spec.patches),
+            failing=None,
             priority=spec.priority,
+        )
+        self._runs[run.run_id] = _Run(
+            row=row,
+            order=next(self._order),
             events=_encode([RunStarted(spec=spec, seed=run.seed)], at),
             attribute_texts=start_attributes(run),
+            patches=tuple(spec.patches),
         )
 
     def _apply_index(self, run_id: str, index: RunIndex, at: datetime) -> None:
         changes = row_changes(index)
         run = self._runs[run_id]
-        run.status = changes.status
-        run.updated_at = at
+        run.row = replace(run.row, status=changes.status, updated_at=at)
         if changes.build_id is not KEEP:
-            run.build_id = changes.build_id
+            run.row = replace(run.row, build_id=changes.build_id)
             for (task_run, _), held in self._tasks.items():
                 if task_run == run_id:
                     held.build_id = changes.build_id
         if changes.decide_at is not KEEP:
-            run.decide_at = None if changes.decide_at is None else _utc(changes.decide_at)
-            run.lease_owner = None
+            run.set_decide_at(changes.decide_at)
         if changes.failing is not KEEP:
-            run.failing_since = changes.failing_since(run.failing, run.failing_since, at)
-            run.failing = changes.failing
+            run.failing_since = changes.failing_since(run.row.failing, run.failing_since, at)
+            run.row = replace(run.row, failing=changes.failing)
         if changes.error is not KEEP:
-            run.error_type = None if changes.error is None else changes.error.error_type
-            run.error = None if changes.error is None else changes.error.text
+            error = changes.error
+            run.row = replace(
+                run.row,
+                error_type=None if error is None else error.error_type,
+                error=None if error is None else error.text,
+            )
         if changes.waiting_on is not KEEP:
-            run.waiting_on = changes.waiting_on
+            run.row = replace(run.row, waiting_on=changes.waiting_on)
         run.attribute_texts.update(changes.attributes)
         if changes.drop_tasks:
             for key in [k for k in self._tasks if k[0] == run_id]:
@@ -302,7 +309,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 self._tasks.pop((run_id, step_id), None)
             else:
                 self._tasks[(run_id, step_id)] = _Task(
-                    run.build_id, task.attempt, _utc(task.available_at), task.owner, task.name
+                    run.row.build_id, task.attempt, _utc(task.available_at), task.owner, task.name
                 )
         for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
@@ -322,8 +329,8 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         """Whether a pause holds the run (``flow pause``): its work is not leased."""
         if not self._pauses:
             return False
-        run = self._runs[run_id]
-        return self._pause_set().holding(run_id, run.workflow, run.build_id) is not None
+        row = self._runs[run_id].row
+        return self._pause_set().holding(run_id, row.workflow, row.build_id) is not None
 
     def _pauses_changed(self) -> None:
         with self._lock:
@@ -343,8 +350,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             run = self._runs.get(run_id)
             if run is None or len(run.events) != expected_sequence:
                 return False
-            run.decide_at = None if decide_at is None else _utc(decide_at)
-            run.lease_owner = None
+            run.set_decide_at(decide_at)
             self._touched(durable=False)
             return True
 
@@ -390,19 +396,22 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         runs = [
             r
             for r in self._runs.values()
-            if (not statuses or r.status in statuses)
-            and (where.workflow is None or r.workflow == where.workflow)
-            and (where.build_id is None or r.build_id == where.build_id)
-            and (since is None or r.created_at >= since)
-            and (until is None or r.created_at < until)
-            and (not where.failing or r.failing is not None)
-            and (needle is None or (r.waiting_on is not None and needle in f" {r.waiting_on} "))
-            and (idle is None or r.updated_at <= idle)
-            and (not where.top_level or r.parent_run_id is None)
-            and (where.error_type is None or r.error_type == where.error_type)
+            if (not statuses or r.row.status in statuses)
+            and (where.workflow is None or r.row.workflow == where.workflow)
+            and (where.build_id is None or r.row.build_id == where.build_id)
+            and (since is None or r.row.created_at >= since)
+            and (until is None or r.row.created_at < until)
+            and (not where.failing or r.row.failing is not None)
+            and (
+                needle is None
+                or (r.row.waiting_on is not None and needle in f" {r.row.waiting_on} ")
+            )
+            and (idle is None or r.row.updated_at <= idle)
+            and (not where.top_level or r.row.parent_run_id is None)
+            and (where.error_type is None or r.row.error_type == where.error_type)
             and all(r.attribute_texts.get(key) == text for key, text in where.attributes)
         ]
-        runs.sort(key=lambda r: (r.created_at, r.order), reverse=True)
+        runs.sort(key=lambda r: (r.row.created_at, r.order), reverse=True)
         return runs
 
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
@@ -413,8 +422,8 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 cursor = self._runs.get(where.after)
                 if cursor is None:
                     raise RunNotFound(where.after)
-                key = (cursor.created_at, cursor.order)
-                runs = [r for r in runs if (r.created_at, r.order) < key]
+                key = (cursor.row.created_at, cursor.order)
+                runs = [r for r in runs if (r.row.created_at, r.order) < key]
             return [r.record() for r in runs[: where.limit]]
 
     def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
@@ -427,7 +436,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 return attribute_count(Counter(r.attribute_texts.get(key) for r in runs).items())
             if by is not None:
                 for run in runs:
-                    value = getattr(run, by)
+                    value = getattr(run.row, by)
                     key = NO_GROUP if value is None else str(value)
                     groups[key] = groups.get(key, 0) + 1
             return RunCount(total=len(runs), groups=dict(sorted(groups.items())))
@@ -441,7 +450,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 tasks.setdefault(run_id, []).append(
                     TaskState(step_id=step_id, **_kept(task, _TASK_FIELDS))
                 )
-            return [run.state(tasks.get(run.run_id, ())) for run in runs]
+            return [run.state(tasks.get(run.row.run_id, ())) for run in runs]
 
     def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
         """``flow doctor``'s causes by ``causes.RULES`` over every run selected."""
@@ -457,22 +466,22 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
     def build_usage(self) -> list[BuildUsage]:
         """Every build id of some run, by build id, with its open runs."""
         with self._lock:
-            runs = sorted(self._runs.values(), key=lambda r: (r.created_at, r.order))
+            runs = sorted(self._runs.values(), key=lambda r: (r.row.created_at, r.order))
             builds: dict[str, list[_Run]] = {}
             for run in runs:
-                builds.setdefault(run.build_id, []).append(run)
+                builds.setdefault(run.row.build_id, []).append(run)
         usage = []
         for build_id, members in sorted(builds.items()):
-            open_runs = [r for r in members if not r.status.terminal]
+            open_runs = [r for r in members if not r.row.status.terminal]
             counts: dict[str, int] = {}
             for run in open_runs:
-                counts[run.status.value] = counts.get(run.status.value, 0) + 1
+                counts[run.row.status.value] = counts.get(run.row.status.value, 0) + 1
             usage.append(
                 BuildUsage(
                     build_id=build_id,
                     open=dict(sorted(counts.items())),
-                    oldest_open_run=open_runs[0].run_id if open_runs else None,
-                    oldest_open_at=open_runs[0].created_at if open_runs else None,
+                    oldest_open_run=open_runs[0].row.run_id if open_runs else None,
+                    oldest_open_at=open_runs[0].row.created_at if open_runs else None,
                     patches=tuple(sorted({p for r in open_runs for p in r.patches})),
                 )
             )
@@ -485,7 +494,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 h
                 for h in self._hook_rows.values()
                 if (run_id is None or h.run_id == run_id)
-                and not (open_only and (h.resolved or self._runs[h.run_id].status.terminal))
+                and not (open_only and (h.resolved or self._runs[h.run_id].row.status.terminal))
             ]
 
     # -- due work ---------------------------------------------------------------------------------
@@ -498,13 +507,13 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         with self._lock:
             limited = self.limited_workflows()
             due = [
-                (r.priority, r.decide_at, r.order, r)
+                (r.row.priority, r.row.decide_at, r.order, r)
                 for r in self._runs.values()
-                if r.build_id in builds
-                and r.decide_at is not None
-                and r.decide_at <= now
-                and not (paused and paused.holding(r.run_id, r.workflow, r.build_id))
-                and not (r.status is RunStatus.PENDING and r.workflow in limited)
+                if r.row.build_id in builds
+                and r.row.decide_at is not None
+                and r.row.decide_at <= now
+                and not (paused and paused.holding(r.row.run_id, r.row.workflow, r.row.build_id))
+                and not (r.row.status is RunStatus.PENDING and r.row.workflow in limited)
             ]
             due.sort(key=lambda item: item[:3])
             leased = [r for _, _, _, r in due[: max(limit, 0)]]
@@ -513,16 +522,17 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 runs = [
                     r
                     for r in self._runs.values()
-                    if not (paused and paused.holding(r.run_id, r.workflow, r.build_id))
+                    if not (paused and paused.holding(r.row.run_id, r.row.workflow, r.row.build_id))
                 ]
                 admitted = self._lease_limited_runs(runs, builds, now, room)
-                leased += [self._runs[r.run_id] for r in admitted]
+                leased += [self._runs[r.row.run_id] for r in admitted]
             for run in leased:
-                run.decide_at, run.lease_owner = until, worker
+                run.row = replace(run.row, decide_at=until)
+                run.lease_owner = worker
             if leased:
                 self._touched(durable=False)
             self.stats.scheduler_rows_read += len(leased)
-            return [r.run_id for r in leased]
+            return [r.row.run_id for r in leased]
 
     def lease_steps(self, ask: LeaseAsk, read_after: ReadAfter | None = None) -> list[StepLease]:
         """Lease up to ``limit`` ready step tasks of these builds, oldest first, recording
@@ -533,7 +543,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             limited = self.limited_steps()
             ready = sorted(
                 (
-                    (self._runs[key[0]].priority, task.available_at, key)
+                    (self._runs[key[0]].row.priority, task.available_at, key)
                     for key, task in self._tasks.items()
                     if task.build_id in builds
                     and task.available_at <= now
@@ -543,7 +553,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             )[: max(limit, 0)]
             # Steps under a limit: leased as their limits leave slots (``limits_memory``).
             ready += [
-                (self._runs[key[0]].priority, now, key)
+                (self._runs[key[0]].row.priority, now, key)
                 for key, _ in self._lease_limited(builds, now, limit - len(ready))
             ]
             leases = []
@@ -555,9 +565,10 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                     step_id=step_id, attempt=task.attempt, worker=worker, lease_until=until
                 )
                 run.events.extend(_encode([started], now))
-                run.updated_at = now
-                if run.status is not RunStatus.CANCELLING:
-                    run.status = RunStatus.RUNNING
+                status = run.row.status
+                if status is not RunStatus.CANCELLING:
+                    status = RunStatus.RUNNING
+                run.row = replace(run.row, updated_at=now, status=status)
                 leases.append(
                     StepLease(
                         run_id=run_id, step_id=step_id, attempt=task.attempt, lease_until=until
@@ -599,12 +610,12 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 min(times)
                 for times in (
                     [
-                        r.decide_at
+                        r.row.decide_at
                         for r in self._runs.values()
-                        if r.build_id in builds
-                        and r.decide_at
-                        and not self._held(r.run_id)
-                        and not (r.status is RunStatus.PENDING and r.workflow in waiting)
+                        if r.row.build_id in builds
+                        and r.row.decide_at
+                        and not self._held(r.row.run_id)
+                        and not (r.row.status is RunStatus.PENDING and r.row.workflow in waiting)
                     ],
                     [
                         t.available_at
@@ -621,7 +632,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         return self._held(run_id)
 
     def _limit_priority(self, run_id: str) -> int:
-        return self._runs[run_id].priority
+        return self._runs[run_id].row.priority
 
     def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
         return list(self._tasks.items())

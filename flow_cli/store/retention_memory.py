@@ -27,7 +27,7 @@ class MemoryRetention:
         """The runs whose parent is one of ``run_ids``."""
         parents = set(run_ids)
         with self._lock:
-            return [r.record() for r in self._runs.values() if r.parent_run_id in parents]
+            return [r.record() for r in self._runs.values() if r.row.parent_run_id in parents]
 
     def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
         """Delete the ended ones of ``run_ids`` with every row that belongs to them: the run
@@ -35,7 +35,7 @@ class MemoryRetention:
         ``retention_sql.RUN_TABLES`` lists the tables). Returns the ids deleted."""
         with self._lock:
             gone = [i for i in dict.fromkeys(run_ids) if i in self._runs]
-            gone = [i for i in gone if self._runs[i].status.terminal]
+            gone = [i for i in gone if self._runs[i].row.status.terminal]
             doomed = set(gone)
             for keyed in (self._tasks, self._heartbeats):
                 for key in [k for k in keyed if k[0] in doomed]:

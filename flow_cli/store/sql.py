@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
+from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.index import RowChanges
 from flow_cli.store.protocol import (
     KEEP,
@@ -26,6 +27,10 @@ from flow_cli.store.protocol import (
     WorkerInfo,
     waiting_needle,
 )
+
+OPEN_LIST = ", ".join(f"'{s.value}'" for s in RunStatus if s not in TERMINAL_STATUSES)
+TERMINAL_LIST = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_STATUSES))
+"""The open and the ended statuses as SQL literals, for ``status IN (...)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,12 @@ class Dialect:
     """The function that finds a string in another: ``instr`` or ``strpos``."""
     build_key: str
     """The expression of the runs' build index (SQLite indexes an expression)."""
+    created_order: str
+    """The column that orders rows (runs, hooks) created at the same instant."""
+    false: str
+    """A false boolean column's value, spelled as the backend's partial indexes spell it."""
+    json_value: Callable[[Any], Any]
+    """A JSON column's value as read back (SQLite holds the text)."""
 
     def time_or_none(self, value: datetime | None) -> Any:
         return None if value is None else self.time(value)

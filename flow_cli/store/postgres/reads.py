@@ -9,37 +9,21 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from flow_cli.errors import RunNotFound, StoreError
+from flow_cli.errors import StoreError
 from flow_cli.model.events import EventEnvelope, event_from_data
-from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store import causes
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.postgres import tables
 from flow_cli.store.postgres.batch import Connection
 from flow_cli.store.postgres.connection import PostgresConnections
-from flow_cli.store.postgres.tables import POSTGRES
 from flow_cli.store.protocol import (
     NO_GROUP,
-    BuildUsage,
     CauseQuery,
-    HookListing,
-    RunCount,
     RunFilter,
     RunRecord,
-    RunState,
-    assemble_states,
-    attribute_count,
-    build_usages,
-    grouped_by,
 )
 from flow_cli.store.reads_sql import SQLReads
-from flow_cli.store.sql import (
-    LIST_HOOKS,
-    RUN_STATES,
-    STATE_COLUMNS,
-    attribute_group,
-    hook_listing,
-)
+from flow_cli.store.sql import OPEN_LIST
 
 READ_HISTORIES = (
     "SELECT e.run_id, e.sequence, e.event_key, e.recorded_at, e.data, "
@@ -56,6 +40,8 @@ def histories_params(after: Mapping[str, int]) -> tuple[list[str], list[int]]:
 
 class PostgresReads(PostgresConnections, SQLReads):
     """What the PostgreSQL store reads (see ``PostgresStore``)."""
+
+    _sql_before_cursor = "(created_at, created_order) < (%(c_at)s, %(c_order)s)"
 
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
         """Each run's events after its sequence in ``after``, in one statement; a run that
@@ -101,26 +87,6 @@ class PostgresReads(PostgresConnections, SQLReads):
             ).fetchone()
         return None if row is None else tables.run_record(row)
 
-    def _page(
-        self, conn: Connection, where: RunFilter, columns: str
-    ) -> tuple[sql.Composed, dict[str, Any]]:
-        """The runs matching ``where`` after its cursor, newest first, as a ``SELECT``."""
-        condition, params = tables.run_filter(where)
-        cursor = sql.SQL("")
-        if where.after is not None:
-            found = conn.execute(
-                "SELECT created_at, created_order FROM runs WHERE run_id = %s", (where.after,)
-            ).fetchone()
-            if found is None:
-                raise RunNotFound(where.after)
-            cursor = sql.SQL(" AND (created_at, created_order) < (%(c_at)s, %(c_order)s)")
-            params.update(c_at=found[0], c_order=found[1])
-        params["limit"] = where.limit
-        query = sql.SQL("SELECT {} FROM runs WHERE {}{} ").format(
-            sql.SQL(columns), condition, cursor
-        ) + sql.SQL("ORDER BY created_at DESC, created_order DESC LIMIT %(limit)s")
-        return query, params
-
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
         """Runs matching ``where``, newest first (creation order breaks ties). Read without a
         transaction around it (``_reading``): one round trip per statement, and a cursor's row
@@ -129,15 +95,6 @@ class PostgresReads(PostgresConnections, SQLReads):
             query, params = self._page(conn, where, tables.RUN_COLUMNS)
             rows = conn.execute(query, params).fetchall()
         return [tables.run_record(row) for row in rows]
-
-    def run_states(self, where: RunFilter) -> list[RunState]:
-        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
-        (one consistent snapshot), the runs served by the filter's index, each run's tasks by
-        the step task primary key."""
-        with self._transaction(writes=False) as conn:
-            page, params = self._page(conn, where, f"created_order, {STATE_COLUMNS}")
-            rows = conn.execute(sql.SQL(RUN_STATES).format(page=page), params).fetchall()
-        return assemble_states(rows, tables.utc)
 
     def _sql_snapshot(self) -> AbstractContextManager[Connection]:
         # ``cause_tally``'s count and its samples' states read in one snapshot.
@@ -150,79 +107,27 @@ class PostgresReads(PostgresConnections, SQLReads):
         statement, params = causes.tally_sql(where, query, tables.POSTGRES, ' COLLATE "C"')
         return conn.execute(statement, params).fetchall()
 
-    def build_usage(self) -> list[BuildUsage]:
-        """Every build id of some run, with its open runs. The build ids are read by skipping
-        through the build index (one probe per build, not one row per run); the open runs
-        through the status index."""
-        open_statuses = [s.value for s in RunStatus if not s.terminal]
-        with self._transaction(writes=False) as conn:
-            builds = [
-                row[0]
-                for row in conn.execute(
-                    "WITH RECURSIVE b(id) AS (SELECT min(build_id) FROM runs UNION ALL "
-                    "SELECT (SELECT min(build_id) FROM runs WHERE build_id > b.id) "
-                    "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
-                )
-            ]
-            grouped = conn.execute(
-                "SELECT build_id, status, patches, count(*) FROM runs "
-                "WHERE status = ANY(%s) GROUP BY build_id, status, patches",
-                (open_statuses,),
-            ).fetchall()
-            oldest = {
-                build_id: (run_id, tables.utc(created_at))
-                for build_id, run_id, created_at in conn.execute(
-                    "SELECT DISTINCT ON (build_id) build_id, run_id, created_at FROM runs "
-                    "WHERE status = ANY(%s) ORDER BY build_id, created_at, created_order",
-                    (open_statuses,),
-                )
-            }
-        return build_usages(builds, grouped, oldest)
+    def _oldest_open(self, conn: Connection) -> list[tuple[str, str, Any]]:
+        return conn.execute(
+            "SELECT DISTINCT ON (build_id) build_id, run_id, created_at FROM runs "
+            f"WHERE status IN ({OPEN_LIST}) ORDER BY build_id, created_at, created_order"
+        ).fetchall()
 
-    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where``, grouped by ``by`` when given."""
-        condition, params = tables.run_filter(where)
-        key = None if by is None else grouped_by(by)
-        with self._transaction() as conn:
-            if by is None:
-                row = conn.execute(
-                    sql.SQL("SELECT count(*) FROM runs WHERE {}").format(condition), params
-                ).fetchone()
-                return RunCount(total=int(row[0]) if row else 0, groups={})
-            if key is not None:
-                params["by_key"] = key
-                found = conn.execute(
-                    sql.SQL("SELECT {}, count(*) FROM runs WHERE {} GROUP BY 1").format(
-                        sql.SQL(attribute_group(POSTGRES)), condition
-                    ),
-                    params,
-                ).fetchall()
-                return attribute_count(found)
-            rows = conn.execute(
-                sql.SQL(
-                    "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "
-                    "GROUP BY 1 ORDER BY 1"
-                ).format(col=sql.Identifier(by), none=sql.Literal(NO_GROUP), cond=condition),
-                params,
-            ).fetchall()
-        groups = {str(key): int(n) for key, n in rows}
-        return RunCount(total=sum(groups.values()), groups=groups)
-
-    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
-        """Hooks of one run or all runs, oldest first."""
-        with self._transaction() as conn:
-            rows = conn.execute(
-                f"{LIST_HOOKS} WHERE (%(run)s::text IS NULL OR run_id = %(run)s) "
-                "AND (NOT %(open)s OR (NOT resolved AND EXISTS (SELECT 1 FROM runs r "
-                "WHERE r.run_id = hooks.run_id AND NOT r.status = ANY(%(ended)s)))) "
-                "ORDER BY created_at, created_order",
-                {
-                    "run": run_id,
-                    "open": open_only,
-                    "ended": sorted(s.value for s in TERMINAL_STATUSES),
-                },
-            ).fetchall()
-        return [hook_listing(r, tables.utc, _as_is) for r in rows]
+    def _count_by(
+        self, conn: Connection, by: str, conditions: list[str], params: dict[str, Any]
+    ) -> list[tuple[str, int]]:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT coalesce({col}, {none}), count(*) FROM runs WHERE {cond} "
+                "GROUP BY 1 ORDER BY 1"
+            ).format(
+                col=sql.Identifier(by),
+                none=sql.Literal(NO_GROUP),
+                cond=sql.SQL(" AND ".join(["TRUE", *conditions])),
+            ),
+            params,
+        ).fetchall()
+        return [(str(key), int(n)) for key, n in rows]
 
     def check_integrity(self) -> list[str]:
         """Flow's structural checks (see ``integrity``); PostgreSQL checks its own pages."""
@@ -231,7 +136,3 @@ class PostgresReads(PostgresConnections, SQLReads):
                 return structural_problems(lambda sql: conn.execute(sql).fetchall())
         except psycopg.Error as exc:
             raise self._store_error(exc, lost=False) from exc
-
-
-def _as_is(value: Any) -> Any:
-    return value  # psycopg reads a json column as the value it holds

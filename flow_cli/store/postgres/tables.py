@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeAlias
 
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Json
 
 from flow_cli.errors import EventConflict, HookTokenInUse
@@ -25,13 +24,11 @@ from flow_cli.store.protocol import (
     KEEP,
     HookEntry,
     NewRun,
-    RunFilter,
     RunRecord,
     StepTask,
     StreamWrite,
 )
 from flow_cli.store.sql import Dialect, attribute_rows, attribute_upsert, error_values, run_sets
-from flow_cli.store.sql import run_filter as shared_run_filter
 
 # Each runs inside the caller's transaction; ``PostgresStore`` decides where transactions begin
 # and end, these decide what the rows look like.
@@ -313,6 +310,9 @@ POSTGRES = Dialect(
     named=lambda name: f"%({name})s",
     position="strpos",
     build_key="build_id",
+    created_order="created_order",
+    false="false",
+    json_value=lambda value: value,  # psycopg reads a json column as the value it holds
 )
 """psycopg sends times as they are; a parameter that may be NULL needs its type spelled."""
 
@@ -544,12 +544,6 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         priority=int(row[13]) if len(row) > 13 else 5,
         attributes=(row[14] or {}) if len(row) > 14 else {},
     )
-
-
-def run_filter(where: RunFilter) -> tuple[sql.Composable, dict[str, Any]]:
-    """The ``WHERE`` condition of a filter (cursor and limit aside) and its parameters."""
-    conditions, params = shared_run_filter(where, POSTGRES)
-    return sql.SQL(" AND ".join(["TRUE", *conditions])), params
 
 
 def utc(value: datetime) -> datetime:

@@ -8,41 +8,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from flow_cli.errors import RunNotFound
 from flow_cli.model.events import EventEnvelope, event_from_data
 from flow_cli.store import causes, damage
 from flow_cli.store.integrity import structural_problems
 from flow_cli.store.protocol import (
     NO_GROUP,
-    BuildUsage,
     CauseQuery,
-    HookListing,
-    RunCount,
     RunFilter,
     RunRecord,
-    RunState,
-    assemble_states,
-    attribute_count,
-    build_usages,
-    grouped_by,
 )
 from flow_cli.store.reads_sql import SQLReads
-from flow_cli.store.sql import (
-    LIST_HOOKS,
-    RUN_STATES,
-    STATE_COLUMNS,
-    attribute_group,
-    hook_listing,
-    run_filter,
-)
+from flow_cli.store.sql import OPEN_LIST
 from flow_cli.store.sqlite.connection import HISTORIES_PER_QUERY, SQLiteConnections, guarded
 from flow_cli.store.sqlite.decoding import decoding_problems
-from flow_cli.store.sqlite.rows import RUN_SELECT, SQLITE, dt, from_micros, run_record
-from flow_cli.store.sqlite.schema import BUILD_KEY, OPEN_LIST, TERMINAL_LIST
+from flow_cli.store.sqlite.rows import RUN_COLUMNS, RUN_SELECT, SQLITE, from_micros, run_record
 
 
 class SQLiteReads(SQLiteConnections, SQLReads):
     """What the SQLite store reads (see ``SQLiteStore``)."""
+
+    _sql_before_cursor = "(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))"
 
     @guarded
     def read_histories(self, after: Mapping[str, int]) -> dict[str, list[EventEnvelope]]:
@@ -100,45 +85,12 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         row = self._conn().execute(f"{RUN_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else run_record(row)
 
-    def _page(self, conn: sqlite3.Connection, where: RunFilter) -> tuple[str, dict[str, Any]]:
-        """``WHERE ... ORDER BY ... LIMIT`` of a filter with its cursor, newest first."""
-        conditions, params = run_filter(where, SQLITE)
-        if where.after is not None:
-            cursor = conn.execute(
-                "SELECT created_at, rowid FROM runs WHERE run_id = ?", (where.after,)
-            ).fetchone()
-            if cursor is None:
-                raise RunNotFound(where.after)
-            conditions.append("(created_at < :c_at OR (created_at = :c_at AND rowid < :c_order))")
-            params.update(c_at=cursor[0], c_order=cursor[1])
-        params["limit"] = -1 if where.limit is None else where.limit
-        query = (f" WHERE {' AND '.join(conditions)}" if conditions else "") + (
-            " ORDER BY created_at DESC, rowid DESC LIMIT :limit"
-        )
-        return query, params
-
     @guarded
     def find_runs(self, where: RunFilter) -> list[RunRecord]:
         """Runs matching ``where``, newest first (creation order breaks ties)."""
         conn = self._conn()
-        page, params = self._page(conn, where)
-        rows = conn.execute(RUN_SELECT + page, params)
+        rows = conn.execute(*self._page(conn, where, RUN_COLUMNS))
         return [run_record(row) for row in rows.fetchall()]
-
-    @guarded
-    def run_states(self, where: RunFilter) -> list[RunState]:
-        """Runs matching ``where`` with their lease and step tasks, newest first: one statement
-        (one consistent read), the runs served by the filter's index, each run's tasks by the
-        step task primary key."""
-        conn = self._conn()
-        page, params = self._page(conn, where)
-        rows = conn.execute(
-            RUN_STATES.format(
-                page=f"SELECT rowid AS created_order, {STATE_COLUMNS} FROM runs{page}"
-            ),
-            params,
-        )
-        return assemble_states(rows, dt)
 
     def _sql_snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._sql_read()  # the store's connection, as every read here uses
@@ -150,57 +102,23 @@ class SQLiteReads(SQLiteConnections, SQLReads):
         statement, params = causes.tally_sql(where, query, SQLITE, ranked=False)
         return causes.ranked_in_passing(conn.execute(statement, params), query.keep)
 
-    @guarded
-    def build_usage(self) -> list[BuildUsage]:
-        """Every build id of some run, with its open runs. The build ids are read by skipping
-        through the build index (one probe per build, not one row per run); the open runs
-        through the status index."""
-        conn = self._conn()
-        builds = [
-            row[0]
-            for row in conn.execute(
-                f"WITH RECURSIVE b(id) AS (SELECT min({BUILD_KEY}) FROM runs UNION ALL "
-                f"SELECT (SELECT min({BUILD_KEY}) FROM runs WHERE {BUILD_KEY} > b.id) "
-                "FROM b WHERE b.id IS NOT NULL) SELECT id FROM b WHERE id IS NOT NULL"
-            )
-        ]
-        grouped = conn.execute(
-            "SELECT build_id, status, patches, count(*) FROM runs "
-            f"WHERE status IN ({OPEN_LIST}) GROUP BY build_id, status, patches"
-        ).fetchall()
+    def _oldest_open(self, conn: sqlite3.Connection) -> list[tuple[str, str, Any]]:
         # With one min() the bare columns come from the row holding it (SQLite's rule); the
         # rowid breaks ties between runs created at the same instant.
-        oldest = {
-            build_id: (run_id, dt(created_at))
-            for build_id, run_id, created_at, _ in conn.execute(
-                "SELECT build_id, run_id, created_at, "
-                "min(created_at || printf(' %020d', rowid)) FROM runs "
-                f"WHERE status IN ({OPEN_LIST}) GROUP BY build_id"
-            )
-        }
-        return build_usages(builds, grouped, oldest)
+        rows = conn.execute(
+            "SELECT build_id, run_id, created_at, "
+            "min(created_at || printf(' %020d', rowid)) FROM runs "
+            f"WHERE status IN ({OPEN_LIST}) GROUP BY build_id"
+        )
+        return [(build_id, run_id, created_at) for build_id, run_id, created_at, _ in rows]
 
-    @guarded
-    def count_runs(self, where: RunFilter, by: str | None = None) -> RunCount:
-        """How many runs match ``where``, grouped by ``by`` when given."""
-        conditions, params = run_filter(where, SQLITE)
-        condition = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        conn = self._conn()
-        if by is None:
-            total = conn.execute(f"SELECT count(*) FROM runs{condition}", params).fetchone()[0]
-            return RunCount(total=total, groups={})
-        key = grouped_by(by)
-        if key is not None:
-            params["by_key"] = key
-            return attribute_count(
-                conn.execute(
-                    f"SELECT {attribute_group(SQLITE)}, count(*) FROM runs{condition} GROUP BY 1",
-                    params,
-                )
-            )
+    def _count_by(
+        self, conn: sqlite3.Connection, by: str, conditions: list[str], params: dict[str, Any]
+    ) -> list[tuple[str, int]]:
         # With a filter, grouped by an expression: grouping by the bare column would walk that
         # column's index over every run instead of the index that serves the filter. Without
         # one, by the bare column: its index alone answers (no row of runs is read).
+        condition = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         group = f"coalesce({by} || '', '{NO_GROUP}')" if conditions else by
         if not conditions and by == "error_type":  # its index holds only the runs that have one
             condition = " WHERE error_type IS NOT NULL"
@@ -212,31 +130,7 @@ class SQLiteReads(SQLiteConnections, SQLReads):
             total = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
             if total > sum(n for _, n in rows):
                 rows.append((NO_GROUP, total - sum(n for _, n in rows)))
-        return RunCount(total=sum(n for _, n in rows), groups=dict(sorted(rows)))
-
-    @guarded
-    def list_hooks(self, run_id: str | None = None, open_only: bool = False) -> list[HookListing]:
-        """Hooks of one run or all runs, oldest first."""
-        sql, params = [], []
-        if run_id is not None:
-            sql.append("run_id = ?")
-            params.append(run_id)
-        if open_only:
-            sql.append(
-                "resolved = 0 AND run_id IN (SELECT run_id FROM runs WHERE run_id = hooks.run_id "
-                f"AND status NOT IN ({TERMINAL_LIST}))"
-            )
-        rows = (
-            self._conn()
-            .execute(
-                LIST_HOOKS
-                + (f" WHERE {' AND '.join(sql)}" if sql else "")
-                + " ORDER BY created_at, rowid",
-                params,
-            )
-            .fetchall()
-        )
-        return [hook_listing(r, dt, json.loads) for r in rows]
+        return sorted(rows)
 
     def check_integrity(self) -> list[str]:
         """``PRAGMA integrity_check``, then Flow's structural checks (see ``integrity``)."""

@@ -37,6 +37,9 @@ SQLITE = Dialect(
     named=lambda name: f":{name}",
     position="instr",
     build_key=BUILD_KEY,
+    created_order="rowid",
+    false="0",
+    json_value=json.loads,
 )
 
 
@@ -122,12 +125,13 @@ def envelopes(writes: Sequence[StreamWrite], stamp: str) -> list[list[EventEnvel
     ]
 
 
-RUN_SELECT = (
-    "SELECT run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
+RUN_COLUMNS = (
+    "run_id, workflow, status, build_id, parent_run_id, created_at, updated_at, "
     "last_sequence, decide_at, failing, waiting_on, error_type, error, priority, "
     "(SELECT json_group_object(a.key, json(a.value)) FROM run_attributes a "
-    "WHERE a.run_id = runs.run_id) FROM runs"
+    "WHERE a.run_id = runs.run_id)"
 )
+RUN_SELECT = f"SELECT {RUN_COLUMNS} FROM runs"
 
 
 def run_record(row: tuple[Any, ...]) -> RunRecord:
