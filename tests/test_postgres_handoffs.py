@@ -233,6 +233,22 @@ def test_a_start_claims_the_latest_offer(pair: tuple[Engine, Engine]) -> None:
         later.close()
 
 
+def test_a_busy_worker_whose_slots_are_used_up_is_offered_again_as_it_takes_its_steps(
+    pair: tuple[Engine, Engine],
+) -> None:
+    # A busy fleet's workers seldom sleep: the offer is made again when the worker takes the
+    # steps that used it up, not only before it next sleeps.
+    worker, starter = pair
+    worker.work.offer_idle(30.0, slots=1)
+    worker.store.wait_for_change(0, work_only=True)
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
+    assert _keys(starter, "r1")[-1] == "step_started"
+    time.sleep(0.2)  # the notification reaches the listening connection
+    assert [lease.run_id for lease, _ in worker.work.take_handed_steps()] == ["r1"]
+    starter.start("chain", {"steps": 1, "x": 0}, run_id="r2")  # no wait in between
+    assert _keys(starter, "r2")[-1] == "step_started"
+
+
 def test_a_worker_that_heard_fewer_hand_offs_than_its_slots_does_not_offer_again(
     pair: tuple[Engine, Engine],
 ) -> None:

@@ -16,9 +16,10 @@ the payload when it fits. The worker runs the step at once: no lease, no read. W
 claim, the commit announces the ready step as any commit does, and a worker leases it.
 
 If the claimed worker dies before it runs the step, the step's lease runs out and another worker
-runs it, as after any crash mid-step. A worker offers itself again whenever it is about to sleep
-with a thread free and its offer may be used up (as many hand-offs heard as it had slots) or
-older than ``OFFER_REFRESH``.
+runs it, as after any crash mid-step. A worker offers itself again as soon as it takes the
+steps that used its offer up (as many hand-offs heard as it had slots: a busy worker seldom
+sleeps), and whenever it is about to sleep with a thread free and its offer may be used up or
+is older than ``OFFER_REFRESH``.
 
 An offer serves several starts (as many as the worker has free threads, up to
 ``worker.HANDOFF_SLOTS``) because a fleet's workers are busy and idle by turns: with one start

@@ -718,6 +718,11 @@ class PostgresStore(
             # it (the withdrawal, a step's end) psycopg kept aside, and is read here.
             if listener is not None:
                 self._drain(listener)
+                if self._offered_at is None and self._handed:
+                    # Its slots used up by the hand-offs just heard: offered again now, not
+                    # only when it next sleeps (a busy fleet's workers seldom do), with the
+                    # slots its last offer had.
+                    self._offer_on_listener(listener)
         with self._lock:
             handed, self._handed = self._handed, []
         leases: list[StepLease] = []
