@@ -71,9 +71,10 @@ def pair() -> Iterator[tuple[Engine, Engine]]:
         worker.close()
 
 
-def _offered(worker: Engine) -> None:
-    """``worker`` idle: offered, and listening (the offer is made from that connection)."""
-    worker.work.offer_idle(30.0)
+def _offered(worker: Engine, slots: int = 1) -> None:
+    """``worker`` idle: offered for ``slots`` starts, and listening (the offer is made from
+    that connection)."""
+    worker.work.offer_idle(30.0, slots)
     worker.store.wait_for_change(0, work_only=True)
 
 
@@ -194,8 +195,7 @@ def test_an_offer_of_two_slots_serves_two_starts_and_is_made_again_once_both_are
     pair: tuple[Engine, Engine],
 ) -> None:
     worker, starter = pair
-    worker.work.offer_idle(30.0, slots=2)
-    worker.store.wait_for_change(0, work_only=True)
+    _offered(worker, slots=2)
     for run_id in ("r1", "r2", "r3"):
         starter.start("chain", {"steps": 1, "x": 0}, run_id=run_id)
     assert _keys(starter, "r1")[-1] == "step_started"
@@ -206,8 +206,7 @@ def test_an_offer_of_two_slots_serves_two_starts_and_is_made_again_once_both_are
     assert sorted(lease.run_id for lease, _ in handed) == ["r1", "r2"]
     assert [lease.run_id for lease, _ in worker.work.lease_steps_handed(30.0, 10)] == ["r3"]
     # Both hand-offs heard: the next wait offers the worker again, for two more.
-    worker.work.offer_idle(30.0, slots=2)
-    worker.store.wait_for_change(0, work_only=True)
+    _offered(worker, slots=2)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r4")
     assert _keys(starter, "r4")[-1] == "step_started"
 
@@ -239,8 +238,7 @@ def test_a_busy_worker_whose_slots_are_used_up_is_offered_again_as_it_takes_its_
     # A busy fleet's workers seldom sleep: the offer is made again when the worker takes the
     # steps that used it up, not only before it next sleeps.
     worker, starter = pair
-    worker.work.offer_idle(30.0, slots=1)
-    worker.store.wait_for_change(0, work_only=True)
+    _offered(worker, slots=1)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     assert _keys(starter, "r1")[-1] == "step_started"
     time.sleep(0.2)  # the notification reaches the listening connection
@@ -254,16 +252,14 @@ def test_a_worker_that_heard_fewer_hand_offs_than_its_slots_does_not_offer_again
 ) -> None:
     # An offer not used up stays: the worker's round trip before it sleeps is saved.
     worker, starter = pair
-    worker.work.offer_idle(30.0, slots=3)
-    worker.store.wait_for_change(0, work_only=True)
+    _offered(worker, slots=3)
     starter.start("chain", {"steps": 1, "x": 0}, run_id="r1")
     worker.store.wait_for_change(5, work_only=True)
     assert len(worker.work.take_handed_steps()) == 1
     with worker.store._reading() as conn:  # type: ignore[attr-defined]
         offered_at = conn.execute("SELECT offered_at, slots FROM idle_workers").fetchall()
     assert [slots for _, slots in offered_at] == [2]
-    worker.work.offer_idle(30.0, slots=3)
-    worker.store.wait_for_change(0, work_only=True)
+    _offered(worker, slots=3)
     with worker.store._reading() as conn:  # type: ignore[attr-defined]
         assert conn.execute("SELECT offered_at, slots FROM idle_workers").fetchall() == offered_at
 
