@@ -50,7 +50,8 @@ HANDOFF_SLOTS = 16
 """Starts one offer of an idle worker may serve at most (``postgres.handoffs``; never more
 than its free threads) before the worker offers itself again: a busy fleet's starts find an
 offer, and its runs gather on the workers that had room last, each committing more steps at a
-time (four PostgreSQL workers: half the commits of one offer per start)."""
+time (four PostgreSQL workers on a loaded machine: half the commits of one offer per start;
+docs/benchmarks.md)."""
 
 HANDOFF_QUIET = 0.02
 """Seconds an idle worker that took handed steps waits at most for them to end before its
