@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, Final, Literal
 
 from flow_cli.model.events import Event, EventEnvelope, StepStarted, event_from_data, event_json
@@ -163,9 +164,12 @@ def fits(schema: str, run_id: str, step_id: str) -> bool:
     return len(schema) + len(json.dumps([run_id, step_id]).encode()) + _ROOM <= MAX_PAYLOAD_BYTES
 
 
-def _addressed(worker_id: str) -> str:
-    """How a hand-off's body to ``worker_id`` starts (``json_build_array``'s text)."""
-    return f"{_MARK}[{json.dumps(worker_id, ensure_ascii=False)}, "
+@cache
+def _addressed(worker_id: str) -> str | None:
+    """How a hand-off's body to ``worker_id`` starts (``json_build_array``'s text); ``None``
+    when the id holds a character PostgreSQL might escape otherwise than Python."""
+    quoted = json.dumps(worker_id, ensure_ascii=False)
+    return f"{_MARK}[{quoted}, " if quoted == f'"{worker_id}"' else None
 
 
 ELSEWHERE: Final = "elsewhere"
@@ -180,10 +184,9 @@ def parse(schema: str, text: str, worker_id: str | None) -> Handoff | Literal["e
         return None
     # Every listening worker hears every hand-off (with four workers, three of every four are
     # not its own): another's is told by the worker id the payload starts with, unread.
-    if worker_id is not None and not body.startswith(_addressed(worker_id)):
-        quoted = json.dumps(worker_id, ensure_ascii=False)
-        if quoted == f'"{worker_id}"':  # no character PostgreSQL might escape otherwise
-            return ELSEWHERE
+    prefix = None if worker_id is None else _addressed(worker_id)
+    if prefix is not None and not body.startswith(prefix):
+        return ELSEWHERE
     try:
         to, until, (run_id, step_id, attempt, at, events) = json.loads(body[len(_MARK) :])
         if to != worker_id:
