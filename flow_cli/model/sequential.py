@@ -68,8 +68,13 @@ class SequentialHelpers(ContextBase):
             )
         used[step_id] = (name, input)
         step = self._snap.steps.get(step_id)
-        limit = seconds_or_none(timeout, "timeout")
-        silence = seconds_or_none(heartbeat_timeout, "heartbeat_timeout")
+        # Replayed at every decision, for each step before it: most steps have no bounds.
+        limit = None if timeout is None else seconds_or_none(timeout, "timeout")
+        silence = (
+            None
+            if heartbeat_timeout is None
+            else seconds_or_none(heartbeat_timeout, "heartbeat_timeout")
+        )
         if step is None:
             command = self._schedule_step(step_id, name, input, policy, limit, silence)
             if self._waiter is None:

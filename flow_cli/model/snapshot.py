@@ -8,11 +8,11 @@ the same code, which is what keeps them equal (a hypothesis test checks it).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, assert_never
 
-from flow_cli.model.carried import carried
+from flow_cli.model.carried import carried, replaced
 from flow_cli.model.events import (
     AttributesSet,
     BuildUpgraded,
@@ -257,7 +257,7 @@ class WorkflowRunSnapshot(SelectProjection):
             self.open_steps[step.step_id] = None
 
     def _change_step(self, step: StepState, **changes: Any) -> None:
-        self._set_step(_step_with(step, **changes))
+        self._set_step(replaced(step, **changes))
 
     def _end_step(
         self, envelope: EventEnvelope, step_id: str, status: StepStatus, **changes: Any
@@ -638,21 +638,6 @@ def project(history: Iterable[EventEnvelope]) -> WorkflowRunSnapshot:
     for envelope in iterator:
         snapshot.apply(envelope)
     return snapshot
-
-
-_STEP_FIELDS = tuple(f.name for f in fields(StepState))
-
-
-def _step_with(step: StepState, **changes: Any) -> StepState:
-    """``dataclasses.replace(step, **changes)`` without its per-call overhead.
-
-    ``apply`` replaces a step for nearly every event, thousands of times for a long history.
-    ``StepState`` has no ``__post_init__``: setting its fields is all its ``__init__`` does.
-    """
-    new = object.__new__(StepState)
-    for name in _STEP_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(step, name))
-    return new
 
 
 def without_traceback(error: JsonValue) -> JsonValue:
