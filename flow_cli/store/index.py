@@ -80,13 +80,19 @@ def index_for(
     steps: dict[str, StepTask | None] = {}
     hooks: list[HookEntry] = []
     attributes: dict[str, str] = {}
+    upgraded = ended_failed = False
     for event in events:
         if isinstance(event, AttributesSet):
             attributes.update(texts(event.attributes))
             continue
+        if isinstance(event, BuildUpgraded):
+            upgraded = True
+        elif isinstance(event, RunFailed):
+            ended_failed = True
         step_id = getattr(event, "step_id", None)
         if isinstance(step_id, str) and step_id in after.steps:
-            steps[step_id] = step_task(after.steps[step_id])
+            if step_id not in steps:  # a write often holds a step's end and the next start
+                steps[step_id] = step_task(after.steps[step_id])
         elif isinstance(event, RetryRequested):  # its steps' next attempts are due now
             for retried in event.steps:
                 steps[retried] = step_task(after.steps[retried])
@@ -102,9 +108,8 @@ def index_for(
             )
     if after.terminal:
         decide_at = None
-    upgraded = any(isinstance(event, BuildUpgraded) for event in events)
     error: RunError | Keep | None = KEEP
-    if any(isinstance(event, RunFailed) for event in events):
+    if ended_failed:
         error = failed_error(after)
     elif after.terminal and after.status is not RunStatus.FAILED:
         error = None  # ended otherwise (terminated while failing, say): no reason to show

@@ -265,7 +265,12 @@ class HookListing:
 
 def waiting_entry(kind: str, ident: str) -> str:
     """One ``KIND:ID`` entry; ``%`` and whitespace in the id are percent-encoded."""
-    return f"{kind}:" + re.sub(r"[%\s]", lambda m: f"%{ord(m.group()):02X}", ident)
+    if _ESCAPED.search(ident) is None:  # nearly every id: made for each write of an open run
+        return f"{kind}:{ident}"
+    return f"{kind}:" + _ESCAPED.sub(lambda m: f"%{ord(m.group()):02X}", ident)
+
+
+_ESCAPED = re.compile(r"[%\s]")
 
 
 def waiting_needle(waiting_on: str) -> str:
