@@ -39,31 +39,27 @@ def optional_text(flag: str, metavar: str, help: str) -> tuple[Any, None]:
 
 
 def bundled(param: str, options: Options, build: Callable[..., Any]) -> Callable[[F], F]:
-    """A decorator that adds ``options`` to a command's signature (after its own parameters)
-    and calls it with ``param=build(**values)`` instead."""
+    """A decorator that puts ``options`` in a command's signature where it declares ``param``
+    (of that parameter's kind, so ``*, filters: FilterArgs`` adds keyword-only options at the
+    end) and calls it with ``param=build(**values)`` instead."""
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != param]
-        added = [
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default
-            )
-            for name, (kind, default) in options.items()
-        ]
+        params: list[inspect.Parameter] = []
+        for own in signature.parameters.values():
+            if own.name != param:
+                params.append(own)
+                continue
+            params += [
+                inspect.Parameter(name, own.kind, annotation=kind, default=default)
+                for name, (kind, default) in options.items()
+            ]
 
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             values = {name: kwargs.pop(name, default) for name, (_, default) in options.items()}
             return command(*args, **{param: build(**values)}, **kwargs)
 
-        positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-        keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        params = (
-            [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
-            + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in keyword]
-            + added
-        )
         # Typer reads the signature and the annotations: give it the merged ones.
         wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}

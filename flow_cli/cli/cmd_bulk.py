@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,12 +25,14 @@ from flow_cli.cli.bulk import (
     DryRun,
     Reason,
     RunsArg,
+    Targets,
     Yes,
     act,
     dry_run_one,
     open_live,
     select,
 )
+from flow_cli.cli.bundles import bundled
 from flow_cli.cli.cmd_triage import JsonlFlag
 from flow_cli.cli.filters import FilterArgs, with_filters
 from flow_cli.cli.io import dumps, emit_json, note, out, parse_json_arg
@@ -44,6 +47,50 @@ if TYPE_CHECKING:
     from flow_cli.ops.bulk import BulkResult
 
 
+@dataclass(frozen=True, slots=True)
+class BulkFlags:
+    """``--dry-run``, ``--yes``, ``--json`` and ``--jsonl``: the options of every verb here."""
+
+    dry_run: bool
+    yes: bool
+    json_output: bool
+    jsonl: bool
+
+    def act_on(
+        self,
+        state: CliState,
+        engine: Engine,
+        targets: Targets,
+        verb: str,
+        results: Callable[[Iterable[str]], Iterator[BulkResult]],
+    ) -> None:
+        """``act`` on ``targets`` as these options ask."""
+        act(
+            state,
+            engine,
+            targets,
+            verb=verb,
+            dry_run=self.dry_run,
+            yes=self.yes,
+            as_json=state.want_json(self.json_output),
+            jsonl=self.jsonl,
+            results=results,
+        )
+
+
+# Where a command declares ``flags: BulkFlags``, these four options stand in its signature.
+with_bulk_flags = bundled(
+    "flags",
+    {
+        "dry_run": (DryRun, False),
+        "yes": (Yes, False),
+        "json_output": (JsonFlag, False),
+        "jsonl": (JsonlFlag, False),
+    },
+    BulkFlags,
+)
+
+
 def _ending_verb(
     verb: str,
     default_reason: str,
@@ -55,38 +102,26 @@ def _ending_verb(
     exit 2 as for every verb."""
 
     @with_filters
+    @with_bulk_flags
     def command(
         ctx: typer.Context,
         runs: RunsArg = None,
         reason: Reason = None,
-        dry_run: DryRun = False,
-        yes: Yes = False,
-        json_output: JsonFlag = False,
-        jsonl: JsonlFlag = False,
         *,
+        flags: BulkFlags,
         filters: FilterArgs,
     ) -> None:
         text = reason or default_reason
         alone = bool(runs) and len(runs or []) == 1 and runs != ["-"] and not filters.selects
         if alone and one is not None:
-            one(ctx, (runs or [""])[0], text, dry_run, json_output)
+            one(ctx, (runs or [""])[0], text, flags.dry_run, flags.json_output)
             return
         state = CliState.of(ctx)
         with state.open_engine(create=False, with_runtimes=False) as engine:
             targets = select(engine, runs or [], filters, follow=True)
             if one is None and len(targets.named()) == 1:
                 engine.get_run(targets.named()[0])  # one unknown run: exit 2, as for every verb
-            act(
-                state,
-                engine,
-                targets,
-                verb=verb,
-                dry_run=dry_run,
-                yes=yes,
-                as_json=state.want_json(json_output),
-                jsonl=jsonl,
-                results=lambda ids: results(engine, ids, text),
-            )
+            flags.act_on(state, engine, targets, verb, lambda ids: results(engine, ids, text))
 
     command.__name__ = command.__qualname__ = verb
     return command
@@ -150,6 +185,7 @@ terminate.__doc__ = """End runs at once, without running workflow code.
 
 
 @with_filters
+@with_bulk_flags
 def signal_runs(
     ctx: typer.Context,
     run_id: Annotated[
@@ -166,12 +202,9 @@ def signal_runs(
         typer.Argument(metavar="NAME", help="The signal name the workflow waits for."),
     ] = None,
     payload: Payload = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    json_output: JsonFlag = False,
-    jsonl: JsonlFlag = False,
-    key: SignalKey = None,
     *,
+    flags: BulkFlags,
+    key: SignalKey = None,
     filters: FilterArgs,
 ) -> None:
     """Deliver signal NAME to RUN (or to many runs).
@@ -188,10 +221,10 @@ def signal_runs(
     else:
         runs = [run_id]
     if runs and runs != ["-"] and not filters.selects:
-        if dry_run:
-            dry_run_one(ctx, run_id, json_output)
+        if flags.dry_run:
+            dry_run_one(ctx, run_id, flags.json_output)
             return
-        signal_run(ctx, run_id, name, payload, json_output, key)
+        signal_run(ctx, run_id, name, payload, flags.json_output, key)
         return
     from flow_cli.ops.bulk import signal_runs as deliver
 
@@ -199,20 +232,17 @@ def signal_runs(
     signal_name = name
     state = CliState.of(ctx)
     with state.open_engine(create=False, with_runtimes=False) as engine:
-        act(
+        flags.act_on(
             state,
             engine,
             select(engine, runs, filters, follow=True),
-            verb="signal",
-            dry_run=dry_run,
-            yes=yes,
-            as_json=state.want_json(json_output),
-            jsonl=jsonl,
-            results=lambda ids: deliver(engine, ids, signal_name, value, key=key),
+            "signal",
+            lambda ids: deliver(engine, ids, signal_name, value, key=key),
         )
 
 
 @with_filters
+@with_bulk_flags
 def export(
     ctx: typer.Context,
     runs: RunsArg = None,
@@ -228,10 +258,8 @@ def export(
             short="-o",
         ),
     ] = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    json_output: JsonFlag = False,
-    jsonl: JsonlFlag = False,
+    *,
+    flags: BulkFlags,
     include_secrets: Annotated[
         bool,
         typer.Option(
@@ -247,7 +275,6 @@ def export(
             help="Every run (with -o DIR and --yes, as filters matching many runs need).",
         ),
     ] = False,
-    *,
     filters: FilterArgs,
 ) -> None:
     """Write the history of RUN (or of many runs) as JSON, for replay elsewhere.
@@ -258,8 +285,10 @@ def export(
     token resolves a hook); replay-check does not compare the tokens of such a file.
     """
     if runs and len(runs) == 1 and runs != ["-"] and not filters.selects and not every:
-        if dry_run:
-            dry_run_one(ctx, runs[0], json_output, follow=False)  # an export reads the run named
+        if flags.dry_run:
+            dry_run_one(
+                ctx, runs[0], flags.json_output, follow=False
+            )  # an export reads the run named
             return
         export_one(ctx, runs[0], output, include_secrets)
         return
@@ -272,21 +301,17 @@ def export(
     with state.open_engine(create=False, with_runtimes=False, read_only=True) as engine:
         targets = select(engine, runs or [], filters, every=every)
         first = targets.first(2)
-        if first and not dry_run and (yes or not targets.by_filter or len(first) < 2):
+        if first and not flags.dry_run and (flags.yes or not targets.by_filter or len(first) < 2):
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise InputError(f"cannot create {output}: {exc.strerror or exc}.") from None
-        act(
+        flags.act_on(
             state,
             engine,
             targets,
-            verb="export",
-            dry_run=dry_run,
-            yes=yes,
-            as_json=state.want_json(json_output),
-            jsonl=jsonl,
-            results=lambda ids: _export_each(
+            "export",
+            lambda ids: _export_each(
                 engine,
                 ids,
                 directory,

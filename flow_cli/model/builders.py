@@ -100,25 +100,34 @@ class CommandBuilders:
         ``heartbeat_timeout``: how long it may go without ``info.heartbeat()`` (a
         ``timedelta`` or seconds; either one past fails the attempt, retried per ``retry``)."""
         return self._record(
-            self._schedule_step(step_id, name, input, retry, timeout, heartbeat_timeout)
+            self._schedule_step(
+                step_id,
+                step_name(name),
+                input,
+                retry or DEFAULT_RETRY,
+                seconds_or_none(timeout, "timeout"),
+                seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
+            )
         )
 
     def _schedule_step(
         self,
         step_id: str,
-        name: str | Callable[..., Any],
-        input: JsonValue = None,
-        retry: RetryPolicy | None = None,
-        timeout: Seconds | None = None,
-        heartbeat_timeout: Seconds | None = None,
+        name: str,
+        input: JsonValue,
+        retry: RetryPolicy,
+        timeout: float | None,
+        heartbeat_timeout: float | None,
     ) -> commands.ScheduleStep:
+        # Name, policy and bounds come resolved: ``ctx.step`` resolves them once, to compare
+        # them with history before it builds the command.
         return commands.ScheduleStep(
             step_id=step_id,
-            name=step_name(name),
+            name=name,
             input=_json(input, "step input"),
-            retry=retry or DEFAULT_RETRY,
-            timeout=seconds_or_none(timeout, "timeout"),
-            heartbeat_timeout=seconds_or_none(heartbeat_timeout, "heartbeat_timeout"),
+            retry=retry,
+            timeout=timeout,
+            heartbeat_timeout=heartbeat_timeout,
         )
 
     def schedule_steps(
@@ -170,8 +179,8 @@ class CommandBuilders:
         self,
         child_id: str,
         workflow: str,
-        input: JsonValue = None,
-        cancellation: commands.CancellationPolicy = "cancel",
+        input: JsonValue,
+        cancellation: commands.CancellationPolicy,
     ) -> commands.StartChild:
         check_name(child_id, "child id")  # it becomes part of a run id
         if cancellation not in ("cancel", "abandon"):

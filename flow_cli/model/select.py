@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, NoReturn, cast
 
 from flow_cli.errors import InputError
-from flow_cli.model.builders import STEP_BATCH
+from flow_cli.model.builders import DEFAULT_RETRY, STEP_BATCH, step_name
 from flow_cli.model.clock import Seconds
 from flow_cli.model.commands import (
     CancellationPolicy,
@@ -106,7 +106,11 @@ class SelectHelpers(SequentialHelpers):
         """A ``ctx.first`` branch: step ``step_id`` (scheduled here when ``name`` is given and
         it is not recorded); its output is the value (a surfaced failure raises
         ``StepFailedError``)."""
-        opens = None if name is None else self._schedule_step(step_id, name, input, retry)
+        opens = None
+        if name is not None:
+            opens = self._schedule_step(
+                step_id, step_name(name), input, retry or DEFAULT_RETRY, None, None
+            )
         return Branch(kind="step", ident=step_id, opens=opens)
 
     def on_child(
