@@ -83,10 +83,7 @@ class StepStatus(StrEnum):
 
     @property
     def settled(self) -> bool:
-        return self in _SETTLED
-
-
-_SETTLED = frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED})
+        return self in (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
