@@ -59,26 +59,30 @@ class LeaseKeeper:
         self.renewals = 0
 
     def hold(self, lease: StepLease) -> None:
+        step = (lease.run_id, lease.step_id)
         with self._lock:
-            self._held[(lease.run_id, lease.step_id)] = lease
-            self._until[(lease.run_id, lease.step_id)] = lease.lease_until
+            self._held[step] = lease
+            self._until[step] = lease.lease_until
 
     def watch(self, lease: StepLease, control: AttemptControl) -> None:
         """Store ``control``'s heartbeats with the renewals of ``lease`` (one write per round
         at most, however often the handler beats), and cancel it if the lease is lost."""
+        step = (lease.run_id, lease.step_id)
         with self._lock:
-            self._controls[(lease.run_id, lease.step_id)] = control
-            self._written[(lease.run_id, lease.step_id)] = 0
+            self._controls[step] = control
+            self._written[step] = 0
 
     def drop(self, lease: StepLease) -> None:
-        key = (lease.run_id, lease.step_id, lease.attempt)
+        step = (lease.run_id, lease.step_id)
         with self._lock:
-            self._controls.pop((lease.run_id, lease.step_id), None)
-            self._written.pop((lease.run_id, lease.step_id), None)
-            self._held.pop((lease.run_id, lease.step_id), None)
-            self._until.pop((lease.run_id, lease.step_id), None)
-            self._refused.discard(key)
-            self._lost.discard(key)
+            self._controls.pop(step, None)
+            self._written.pop(step, None)
+            self._held.pop(step, None)
+            self._until.pop(step, None)
+            if self._refused or self._lost:  # seldom: a refused renewal, a lost lease
+                key = (*step, lease.attempt)
+                self._refused.discard(key)
+                self._lost.discard(key)
 
     def lost(self, lease: StepLease) -> None:
         """Stop renewing ``lease`` and tell the observer it was lost (once per attempt)."""

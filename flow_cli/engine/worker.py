@@ -261,6 +261,8 @@ class Worker:
         self._work = engine.work
         self._keeper = self._work.lease_keeper(lease_seconds)
         self._step_done = threading.Event()
+        self._finished: list[Future[None]] = []
+        """Attempts' futures that ended since the last pass (appended by the step threads)."""
         self._quiet = False
         """The last pass took steps handed to an idle worker (``_idle`` lets them commit)."""
         self.retention: RetentionKeeper | None = None
@@ -350,7 +352,9 @@ class Worker:
 
     def _pass(self, pool: ThreadPoolExecutor, in_flight: set[Future[None]]) -> bool:
         busy = False
-        in_flight.difference_update({f for f in in_flight if f.done()})
+        finished = self._finished
+        while finished:  # told by each future as it ends: no look at every one in flight
+            in_flight.discard(finished.pop())
         idle = not in_flight
         if self._take_handed(pool, in_flight) and idle:
             # An idle worker woken for these: anything else is announced by the store (a wait
@@ -409,7 +413,8 @@ class Worker:
         future.add_done_callback(self._step_finished)
         return future
 
-    def _step_finished(self, _: Future[None]) -> None:
+    def _step_finished(self, future: Future[None]) -> None:
+        self._finished.append(future)
         self._step_done.set()  # the run likely wants a decision now: wake the main loop
 
     def _run_step(self, lease: StepLease, snapshot: WorkflowRunSnapshot | None = None) -> None:
