@@ -4,6 +4,7 @@ connections and the schema in ``connection``)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 import time
@@ -579,37 +580,9 @@ class SQLiteStore(
         to ``until`` (the due-time index read as far as that, not over every waiting run)."""
         if paused is None:
             paused = self._probe_pauses(conn)
-        marks = ", ".join("?" * len(build_ids))
-        bound = "" if until is None else "AND {column} <= ? "
         params = ((ts(until),) if until is not None else ()) + tuple(build_ids)
-        # A held run (``flow pause``) is not due: an idle worker would spin on it.
-        workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
-        found = [
-            conn.execute(sql, params * len(PRIORITIES)).fetchone()[0]
-            for sql in (
-                earliest(
-                    unheld(
-                        "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
-                        f"NULL {bound.format(column='decide_at')}"
-                        f"AND build_id IN ({marks}) AND {unlimited_run('runs')} "
-                        "{held}ORDER BY decide_at LIMIT 1",
-                        "runs",
-                        paused,
-                    )
-                ),
-                earliest(
-                    unheld(
-                        "SELECT available_at FROM step_tasks WHERE priority = @P "
-                        f"{bound.format(column='available_at')}"
-                        f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
-                        "{held}ORDER BY available_at LIMIT 1",
-                        "step_tasks",
-                        paused,
-                        workflow=workflow,
-                    )
-                ),
-            )
-        ]
+        statements = _due_statements(len(build_ids), paused, until is not None)
+        found = [conn.execute(sql, params * len(PRIORITIES)).fetchone()[0] for sql in statements]
         self.stats.scheduler_rows_read += sum(1 for value in found if value is not None)
         runs, steps = (None if value is None else dt(value) for value in found)
         return runs, steps
@@ -731,3 +704,37 @@ class SQLiteStore(
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+
+@functools.cache
+def _due_statements(builds: int, paused: bool, bounded: bool) -> tuple[str, str]:
+    """``_due_times``'s two statements (the earliest due run, the earliest ready step), made
+    once per shape: a worker asks at every lease, and making their nine-part text cost more
+    than running it."""
+    marks = ", ".join("?" * builds)
+    bound = "AND {column} <= ? " if bounded else ""
+    # A held run (``flow pause``) is not due: an idle worker would spin on it.
+    workflow = "(SELECT r.workflow FROM runs r WHERE r.run_id = step_tasks.run_id)"
+    return (
+        earliest(
+            unheld(
+                "SELECT decide_at FROM runs WHERE priority = @P AND decide_at IS NOT "
+                f"NULL {bound.format(column='decide_at')}"
+                f"AND build_id IN ({marks}) AND {unlimited_run('runs')} "
+                "{held}ORDER BY decide_at LIMIT 1",
+                "runs",
+                paused,
+            )
+        ),
+        earliest(
+            unheld(
+                "SELECT available_at FROM step_tasks WHERE priority = @P "
+                f"{bound.format(column='available_at')}"
+                f"AND build_id IN ({marks}) AND {unlimited_step('step_tasks')} "
+                "{held}ORDER BY available_at LIMIT 1",
+                "step_tasks",
+                paused,
+                workflow=workflow,
+            )
+        ),
+    )
