@@ -148,32 +148,30 @@ def waiting_on(snapshot: WorkflowRunSnapshot) -> str | None:
         return None
     # Each kind is looked at only when the snapshot's counters say something of it is open, and
     # steps and timers through their open sets: the cost follows what is open, not history.
-    entries = [
-        *(
+    entries: list[str] = []
+    if snapshot.signal_waits_open:
+        entries.extend(
             waiting_entry("signal", w.signal_name)
-            for w in (snapshot.signal_waits.values() if snapshot.signal_waits_open else ())
+            for w in snapshot.signal_waits.values()
             if not (w.delivered or w.timed_out or w.closed)
-        ),
-        *(
-            waiting_entry("hook", h.hook_id)
-            for h in (snapshot.hooks.values() if snapshot.hooks_open else ())
-            if not h.resolved
-        ),
-        *(waiting_entry("timer", wait_id) for wait_id in snapshot.open_deadlines),
-        *(
-            waiting_entry(
-                "unknown" if snapshot.steps[step_id].status is StepStatus.UNKNOWN else "step",
-                step_id,
-            )
-            for step_id in snapshot.open_steps
-        ),
-        *(
-            waiting_entry("child", c.child_id)
-            for c in (snapshot.children.values() if snapshot.children_open else ())
-            if c.open
-        ),
-    ]
-    return " ".join(dict.fromkeys(entries)) or None
+        )
+    if snapshot.hooks_open:
+        entries.extend(
+            waiting_entry("hook", h.hook_id) for h in snapshot.hooks.values() if not h.resolved
+        )
+    for wait_id in snapshot.open_deadlines:
+        entries.append(waiting_entry("timer", wait_id))
+    steps = snapshot.steps
+    for step_id in snapshot.open_steps:
+        unknown = steps[step_id].status is StepStatus.UNKNOWN
+        entries.append(waiting_entry("unknown" if unknown else "step", step_id))
+    if snapshot.children_open:
+        entries.extend(
+            waiting_entry("child", c.child_id) for c in snapshot.children.values() if c.open
+        )
+    if len(entries) < 2:  # most writes: the one step the run waits on
+        return entries[0] if entries else None
+    return " ".join(dict.fromkeys(entries))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
