@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from flow_cli.model.carried import replaced
 from flow_cli.model.retry import RetryPolicy
-from flow_cli.model.snapshot import StepState, _step_with
+from flow_cli.model.states import StepState
 from flow_cli.model.status import StepStatus
 
 HEAVY = ["pydantic", "psycopg", "rich.table", "flow_cli.engine.decider", "flow_cli.model.context"]
@@ -95,7 +96,7 @@ def test_values_that_need_coercion_still_get_typers(
     assert message in done.stderr
 
 
-def test_step_with_is_replace() -> None:
+def test_replaced_step_state_is_replace() -> None:
     assert not hasattr(StepState, "__post_init__")
     at = datetime(2026, 1, 2, tzinfo=UTC)
     step = StepState(
@@ -136,9 +137,9 @@ def test_step_with_is_replace() -> None:
     }
     assert set(values) == {f.name for f in fields(StepState)}
     for name, value in values.items():
-        assert _step_with(step, **{name: value}) == replace(step, **{name: value})
-    assert _step_with(step) == step
-    assert _step_with(step, **values) == replace(step, **values)
+        assert replaced(step, **{name: value}) == replace(step, **{name: value})
+    assert replaced(step) == step
+    assert replaced(step, **values) == replace(step, **values)
 
 
 @pytest.mark.parametrize(
