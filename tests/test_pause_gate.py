@@ -82,3 +82,33 @@ def test_after_forget_a_question_waits_for_a_read_that_began_after_it(
     asker.join(10)
     reader.join(10)
     assert answer == [True] and store.reads == 3  # it read again after the older read
+
+
+def test_a_copy_past_half_its_age_is_read_again_on_another_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = SlowPauses()
+    readers: list[str] = []
+    read = store.list_pauses
+
+    def list_pauses() -> list[Pause]:
+        readers.append(threading.current_thread().name)
+        return read()
+
+    store.list_pauses = list_pauses  # type: ignore[method-assign]
+    gate = PauseGate(store)  # type: ignore[arg-type]
+    assert not gate.current() and store.reads == 1
+    monkeypatch.setattr(pauses, "MAX_AGE", 60.0)
+    gate._read_at -= 40.0  # type: ignore[operator]  # past half its age, not old
+    store.table.append(HELD)
+    store.hold.set()  # the read waits: the question must not
+    assert not gate.holds("r1", "gated", "b1")  # answered from the copy, at once
+    assert store.reading.wait(10)  # while the gate's thread reads
+    assert readers[-1] == "flow-pauses"
+    store.go.set()
+    for _ in range(1000):
+        if gate.holds("r1", "gated", "b1"):
+            break
+        threading.Event().wait(0.01)
+    assert gate.holds("r1", "gated", "b1")  # the copy it read is the one in use now
+    assert store.reads == 2

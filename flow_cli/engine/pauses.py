@@ -8,15 +8,19 @@ then only created, or only has the step's end recorded, and stays due for a work
 not lease it while the pause lasts.
 
 The gate reads the pauses table again once its copy is ``MAX_AGE`` old (a pause made in this
-process drops the copy at once): on PostgreSQL a read is a round trip, which a step's end
-should not pay each time. On SQLite, where each lease looks whether anything is paused, a look
-younger than ``MAX_AGE`` that found nothing answers without a read (a step thread's first read
-would open a connection of its own). A pause made elsewhere therefore reaches a worker's step chains
-within ``MAX_AGE``; its leases at once.
+process drops the copy at once): on PostgreSQL a read is a round trip, which a step's end should
+not pay each time. A question that finds the copy past half that age has it read again on a thread
+of the gate's own and answers from the copy meanwhile, so that a steady stream of steps or starts
+never waits for the read (a read on the step's path added 0.4 ms to one start in three of W3 on
+PostgreSQL); a copy older than ``MAX_AGE`` is still read before answering. On SQLite, where each
+lease looks whether anything is paused, a look younger than ``MAX_AGE`` that found nothing answers
+without a read (a step thread's first read would open a connection of its own). A pause made
+elsewhere therefore reaches a worker's step chains within ``MAX_AGE``; its leases at once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +38,10 @@ if TYPE_CHECKING:
 
 MAX_AGE = 0.25
 """Seconds the gate trusts its copy of the pauses."""
+IDLE_REFRESHER = 2.0
+"""Seconds the gate's reading thread waits for another read before it ends."""
+
+_log = logging.getLogger("flow.pauses")
 
 
 _NOTHING = PauseSet()
@@ -56,6 +64,8 @@ class PauseGate:
         self._forgotten = 0
         """How many times ``forget`` was called: a read that began before the last call is
         not kept as fresh."""
+        self._wanted = threading.Event()
+        self._refresher: threading.Thread | None = None
 
     def forget(self) -> None:
         """Read the pauses again at the next question (this process changed them)."""
@@ -71,6 +81,8 @@ class PauseGate:
         now = time.monotonic()
         with self._lock:
             if self._fresh(now):
+                if self._read_at is not None and now - self._read_at >= MAX_AGE / 2:
+                    self._refresh_soon()
                 return self._pauses
             copied = self._read_at is not None
         probe = self._probes.last_pause_probe() if self._probes is not None else None
@@ -79,17 +91,50 @@ class PauseGate:
         if not self._reading.acquire(blocking=not copied):
             return self._pauses  # another thread is reading: at most one read older
         try:
-            with self._lock:
-                if self._fresh(time.monotonic()):  # read by the thread this one waited for
-                    return self._pauses
-                began = self._forgotten
-            found = PauseSet(self._store.list_pauses())
-            with self._lock:
-                if self._forgotten == began:
-                    self._pauses, self._read_at = found, time.monotonic()
-            return found
+            return self._read()
         finally:
             self._reading.release()
+
+    def _read(self, *, older_than: float = 0.0) -> PauseSet:
+        """Read the table (``_reading`` held), unless another thread read it meanwhile: the
+        copy is younger than ``MAX_AGE - older_than``."""
+        with self._lock:
+            at = self._read_at
+            if at is not None and time.monotonic() - at < MAX_AGE - older_than:
+                return self._pauses  # read by the thread this one waited for
+            began = self._forgotten
+        found = PauseSet(self._store.list_pauses())
+        with self._lock:
+            if self._forgotten == began:
+                self._pauses, self._read_at = found, time.monotonic()
+        return found
+
+    def _refresh_soon(self) -> None:
+        """Have the gate's thread read the table (``_lock`` held); it is started when there is
+        none, and ends once no read was wanted for ``IDLE_REFRESHER`` seconds."""
+        self._wanted.set()
+        if self._refresher is None:
+            self._refresher = threading.Thread(
+                target=self._refresh, name="flow-pauses", daemon=True
+            )
+            self._refresher.start()
+
+    def _refresh(self) -> None:
+        while True:
+            if not self._wanted.wait(IDLE_REFRESHER):
+                with self._lock:
+                    if not self._wanted.is_set():
+                        self._refresher = None
+                        return
+            self._wanted.clear()
+            if not self._reading.acquire(blocking=False):
+                continue  # a question is reading it now
+            try:
+                self._read(older_than=MAX_AGE / 2)  # unless read again meanwhile
+            except Exception as exc:  # the next question past MAX_AGE reads (and raises) itself
+                _log.debug("reading the pauses failed: %s", exc)
+            finally:
+                self._reading.release()
 
     def _fresh(self, now: float) -> bool:
         return self._read_at is not None and now - self._read_at < MAX_AGE
