@@ -38,10 +38,11 @@ Done = Callable[[BaseException | None], None]
 class _Ticket:
     group: CommitGroup
     after: Done | None = None
-    done: threading.Event | None = None
-    """Set once the group is committed; only a ticket that a thread waits for while another
-    thread commits it has one (an ``Event`` is a lock and a condition: dear to make for every
-    group of a timer drain, or for every commit of a thread that commits its own)."""
+    done: threading.Lock | None = None
+    """Held until the group is committed, then released by the committing thread; only a
+    ticket that a thread waits for while another thread commits it has one. A bare lock used
+    as a one-shot signal: an ``Event`` is a lock and a condition, dearer to make, to set and
+    to wait on, and a worker chaining steps waits on one at nearly every step."""
     error: BaseException | None = None
     whole: bool = False
     """Whether ``error`` failed the whole transaction (not only this group)."""
@@ -75,7 +76,7 @@ class GroupCommitter:
             self._lead()  # ours go first, and are committed when this returns
         for ticket in tickets:
             if ticket.done is not None:
-                ticket.done.wait()
+                ticket.done.acquire()
         for ticket in tickets:
             if ticket.whole and ticket.error is not None:
                 raise ticket.error  # the transaction failed (groups in another one may not)
@@ -94,7 +95,7 @@ class GroupCommitter:
         if self._enqueue([ticket], wait_if_full=True):
             self._lead()
         elif ticket.done is not None:
-            ticket.done.wait()
+            ticket.done.acquire()
 
     def _enqueue(
         self, tickets: list[_Ticket], *, wait_if_full: bool = False, waiting: bool = False
@@ -113,7 +114,8 @@ class GroupCommitter:
                 )
             ):
                 for ticket in tickets:
-                    ticket.done = threading.Event()
+                    ticket.done = threading.Lock()
+                    ticket.done.acquire()  # released by the thread that commits it
             self._queue.extend(tickets)
             if leader is not None:
                 return False
@@ -174,4 +176,4 @@ class GroupCommitter:
                 except Exception:  # one member's tidying must not strand the others
                     log.exception("after committing a group")
             if ticket.done is not None:
-                ticket.done.set()
+                ticket.done.release()
