@@ -172,13 +172,13 @@ class Batch:
     ``BEGIN``): nothing of it ran, since the error rolled it all back.
     """
 
-    __slots__ = ("_conn", "_cursor", "_parts", "_prepared", "_used", "_whole")
+    __slots__ = ("_client", "_conn", "_parts", "_prepared", "_used", "_whole")
 
     def __init__(
         self, conn: Connection, prepared: Prepared | None = None, *, whole: bool = True
     ) -> None:
         self._conn = conn
-        self._cursor = psycopg.ClientCursor(conn)
+        self._client: psycopg.ClientCursor[TupleRow] | None = None
         self._parts: list[str] = []
         self._prepared = prepared
         self._used: dict[str, str] = {}
@@ -186,6 +186,14 @@ class Batch:
         self._whole = whole
         if prepared is not None and not prepared.known:
             prepared.refresh(conn)
+
+    @property
+    def _cursor(self) -> psycopg.ClientCursor[TupleRow]:
+        """The client-side cursor, made when first needed: most commits bind every value here
+        (``_literal``) and send with ``conn.execute``, and never use it."""
+        if self._client is None:
+            self._client = psycopg.ClientCursor(self._conn)
+        return self._client
 
     def execute(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> None:
         """Add one statement; nothing is sent yet."""
