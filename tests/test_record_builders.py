@@ -122,22 +122,53 @@ def test_carried_refuses_a_field_given_twice_unknown_or_missing() -> None:
         carried(StepState, scheduled, sequence=4, attempt=1)
 
 
-def test_replaced_is_dataclasses_replace() -> None:
-    state = StepState(
-        step_id="s1",
-        name="charge",
-        input=1,
+def test_replaced_is_dataclasses_replace_for_every_field() -> None:
+    assert not hasattr(StepState, "__post_init__")
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    step = StepState(
+        step_id="a",
+        name="inc",
+        input={"x": 1},
         retry=RetryPolicy(),
         batch_id=None,
-        status=StepStatus.RUNNING,
+        status=StepStatus.SCHEDULED,
+        sequence=3,
         attempt=1,
-        sequence=2,
+        scheduled_at=at,
     )
-    changes = {"status": StepStatus.COMPLETED, "output": [1], "finished_at": NOW}
-    assert replaced(state, **changes) == dataclasses.replace(state, **changes)
-    assert replaced(state, **changes) is not state
+    values = {
+        "step_id": "b",
+        "name": "n",
+        "input": [1],
+        "retry": RetryPolicy(max_attempts=5),
+        "batch_id": "g",
+        "status": StepStatus.RUNNING,
+        "sequence": 9,
+        "attempt": 2,
+        "attempts": 2,
+        "output": {"y": 2},
+        "error": {"type": "E"},
+        "next_attempt_at": at,
+        "lease_until": at,
+        "worker": "w",
+        "scheduled_at": at,
+        "started_at": at,
+        "finished_at": at,
+        "cancel_reason": "r",
+        "settled_sequence": 12,
+        "timeout": 2.0,
+        "heartbeat_timeout": 0.5,
+        "runs": 2,
+        "attempt_started_at": at,
+    }
+    assert set(values) == {f.name for f in dataclasses.fields(StepState)}
+    for name, value in values.items():
+        assert replaced(step, **{name: value}) == dataclasses.replace(step, **{name: value})
+    assert replaced(step) == step
+    assert replaced(step) is not step
+    assert replaced(step, **values) == dataclasses.replace(step, **values)
     with pytest.raises(TypeError, match="colour"):
-        replaced(state, colour="red")
+        replaced(step, colour="red")
 
 
 def _snapshot() -> WorkflowRunSnapshot:

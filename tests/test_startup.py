@@ -8,17 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import fields, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from flow_cli.model.carried import replaced
-from flow_cli.model.retry import RetryPolicy
-from flow_cli.model.states import StepState
-from flow_cli.model.status import StepStatus
 
 HEAVY = ["pydantic", "psycopg", "rich.table", "flow_cli.engine.decider", "flow_cli.model.context"]
 
@@ -94,52 +87,6 @@ def test_values_that_need_coercion_still_get_typers(
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
-
-
-def test_replaced_step_state_is_replace() -> None:
-    assert not hasattr(StepState, "__post_init__")
-    at = datetime(2026, 1, 2, tzinfo=UTC)
-    step = StepState(
-        step_id="a",
-        name="inc",
-        input={"x": 1},
-        retry=RetryPolicy(),
-        batch_id=None,
-        status=StepStatus.SCHEDULED,
-        sequence=3,
-        attempt=1,
-        scheduled_at=at,
-    )
-    values = {
-        "step_id": "b",
-        "name": "n",
-        "input": [1],
-        "retry": RetryPolicy(max_attempts=5),
-        "batch_id": "g",
-        "status": StepStatus.RUNNING,
-        "sequence": 9,
-        "attempt": 2,
-        "attempts": 2,
-        "output": {"y": 2},
-        "error": {"type": "E"},
-        "next_attempt_at": at,
-        "lease_until": at,
-        "worker": "w",
-        "scheduled_at": at,
-        "started_at": at,
-        "finished_at": at,
-        "cancel_reason": "r",
-        "settled_sequence": 12,
-        "timeout": 2.0,
-        "heartbeat_timeout": 0.5,
-        "runs": 2,
-        "attempt_started_at": at,
-    }
-    assert set(values) == {f.name for f in fields(StepState)}
-    for name, value in values.items():
-        assert replaced(step, **{name: value}) == replace(step, **{name: value})
-    assert replaced(step) == step
-    assert replaced(step, **values) == replace(step, **values)
 
 
 @pytest.mark.parametrize(
