@@ -18,7 +18,7 @@ from flow_cli.model.commands import RuntimeCommand
 from flow_cli.model.status import RunStatus
 from flow_cli.ops.doctor import Hosting, classify, diagnose
 from flow_cli.store.causes import cause_of
-from flow_cli.store.protocol import CauseQuery, EventStore, RunFilter, RunState, TaskState
+from flow_cli.store.protocol import CauseQuery, EventStore, RunFilter, RunState, StepTask
 
 broken = Runtime(build_id="broken-1")
 
@@ -161,11 +161,11 @@ def _random_state(rng: random.Random, n: int) -> RunState:
     kinds = ["signal:a", "hook:h", "child:c", "timer:t", "unknown:s"]
     waiting = " ".join(k for k in kinds if rng.random() < 0.3) or None
     tasks = tuple(
-        TaskState(
+        StepTask(
             step_id=f"s{i}",
             attempt=rng.choice([1, 2]),
             available_at=moment(),
-            lease_owner=rng.choice([None, "w9"]),
+            owner=rng.choice([None, "w9"]),
         )
         for i in range(rng.choice([0, 0, 1, 2]))
     )
@@ -221,7 +221,7 @@ def _insert(store: EventStore, states: list[RunState]) -> None:
         for s in states
     ]
     tasks = [
-        (s.run_id, t.step_id, s.build_id, t.attempt, t.available_at, t.lease_owner, t.step_id)
+        (s.run_id, t.step_id, s.build_id, t.attempt, t.available_at, t.owner, t.step_id)
         for s in states
         for t in s.tasks
     ]

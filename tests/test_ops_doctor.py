@@ -8,7 +8,7 @@ import pytest
 
 from flow_cli.model.status import RunStatus
 from flow_cli.ops.doctor import CAUSES, STUCK, Hosting, classify
-from flow_cli.store.protocol import RunState, TaskState, WorkerInfo
+from flow_cli.store.protocol import RunState, StepTask, WorkerInfo
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 LATE = NOW - timedelta(seconds=31)
@@ -33,8 +33,8 @@ def run(**changes: object) -> RunState:
     return RunState(**fields)  # type: ignore[arg-type]
 
 
-def task(available_at: datetime, attempt: int = 1, owner: str | None = None) -> TaskState:
-    return TaskState(step_id="s", attempt=attempt, available_at=available_at, lease_owner=owner)
+def task(available_at: datetime, attempt: int = 1, owner: str | None = None) -> StepTask:
+    return StepTask(step_id="s", attempt=attempt, available_at=available_at, owner=owner)
 
 
 def cause(state: RunState, hosting: Hosting = HOSTED) -> str:

@@ -23,7 +23,7 @@ from flow_cli.store.protocol import (
     BuildUsage,
     EventStore,
     RunFilter,
-    TaskState,
+    StepTask,
     WorkerInfo,
 )
 from flow_cli.store.sqlite import SQLiteStore
@@ -149,11 +149,11 @@ def test_run_states_read_leases_and_step_tasks(store: EventStore, clock: ManualC
     [state] = store.run_states(RunFilter(workflow="retry-once"))
     assert (state.lease_owner, state.decide_at, state.waiting_on) == (None, None, "step:s")
     assert state.tasks == (
-        TaskState(step_id="s", attempt=1, available_at=clock.now(), lease_owner=None, name="ok"),
+        StepTask(step_id="s", attempt=1, available_at=clock.now(), owner=None, name="ok"),
     )
     hang_step(engine, "r", "s", lease_seconds=90)
     [state] = store.run_states(RunFilter(workflow="retry-once"))
-    assert state.tasks[0].lease_owner == "hung-worker"
+    assert state.tasks[0].owner == "hung-worker"
     assert state.tasks[0].available_at == clock.now() + timedelta(seconds=90)
     # Filters, limit and cursor as find_runs has them: newest first.
     assert [s.run_id for s in store.run_states(RunFilter(limit=1))] == ["s"]

@@ -66,7 +66,7 @@ from flow_cli.store.protocol import (
     CauseTally,
     RunFilter,
     RunState,
-    TaskState,
+    StepTask,
     WorkerInfo,
 )
 
@@ -478,8 +478,8 @@ def classify(
             detail = f"no live worker hosts build {run.build_id!r} (last host seen {_at(last)})"
         return found("build-unhosted", detail, max(run.updated_at, last or run.updated_at))
     late = now - overdue_after
-    free = [t for t in run.tasks if t.lease_owner is None]
-    leased = [t for t in run.tasks if t.lease_owner is not None]
+    free = [t for t in run.tasks if t.owner is None]
+    leased = [t for t in run.tasks if t.owner is not None]
     throttled = _throttled(run, free, now, limited)
     if throttled is not None:
         return found("throttled", *throttled)
@@ -500,7 +500,7 @@ def classify(
     expired: list[tuple[datetime, str]] = [
         (
             t.available_at,
-            f"{_step(t)}: the lease of worker {t.lease_owner} ended at {_at(t.available_at)}",
+            f"{_step(t)}: the lease of worker {t.owner} ended at {_at(t.available_at)}",
         )
         for t in leased
         if t.available_at < late
@@ -528,7 +528,7 @@ def classify(
     deciding = run.decide_at is not None and (run.lease_owner is not None or run.decide_at <= now)
     if leased and not deciding:
         task = min(leased, key=lambda t: t.step_id)
-        detail = f"{_step(task)} is running on worker {task.lease_owner}"
+        detail = f"{_step(task)} is running on worker {task.owner}"
         return found("step-running", detail, run.updated_at)
     busy = _busy(run, free, leased, now)
     if busy is not None:
@@ -545,7 +545,7 @@ def classify(
 
 
 def _throttled(
-    run: RunState, free: list[TaskState], now: datetime, limited: frozenset[str]
+    run: RunState, free: list[StepTask], now: datetime, limited: frozenset[str]
 ) -> tuple[str, datetime] | None:
     """What a limit holds back of ``run``: its admission (a ``Pending`` run of a limited
     workflow, due), or a ready attempt of a limited step."""
@@ -583,7 +583,7 @@ def _found(run: RunState, cause: str, detail: str, since: datetime) -> Diagnosis
 
 
 def _busy(
-    run: RunState, free: Sequence[TaskState], leased: Sequence[TaskState], now: datetime
+    run: RunState, free: Sequence[StepTask], leased: Sequence[StepTask], now: datetime
 ) -> tuple[str, datetime] | None:
     """What a worker is doing or is about to do for the run, and since when; None if nothing."""
     if run.decide_at is not None and run.lease_owner is not None:
@@ -592,7 +592,7 @@ def _busy(
         return "its next decision is due", run.decide_at
     if leased:
         task = min(leased, key=lambda t: t.step_id)
-        return f"{_step(task)} is running on worker {task.lease_owner}", run.updated_at
+        return f"{_step(task)} is running on worker {task.owner}", run.updated_at
     ready = sorted((t.available_at, t.step_id, t) for t in free if t.available_at <= now)
     if ready:
         return f"{_step(ready[0][2])} is ready to start", ready[0][0]
@@ -618,7 +618,7 @@ def _due(run: RunState) -> str:
     return "its next decision"
 
 
-def _step(task: TaskState) -> str:
+def _step(task: StepTask) -> str:
     return f"step {task.step_id!r} attempt {task.attempt}"
 
 

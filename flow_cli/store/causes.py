@@ -35,28 +35,28 @@ class Facts:
 
     @property
     def free_late(self) -> datetime | None:
-        late = [t.available_at for t in self.state.tasks if t.lease_owner is None]
+        late = [t.available_at for t in self.state.tasks if t.owner is None]
         return min((t for t in late if t < self.query.late), default=None)
 
     @property
     def held_late(self) -> datetime | None:
-        held = [t.available_at for t in self.state.tasks if t.lease_owner is not None]
+        held = [t.available_at for t in self.state.tasks if t.owner is not None]
         return min((t for t in held if t < self.query.late), default=None)
 
     @property
     def retrying(self) -> bool:
         return any(
-            t.lease_owner is None and t.attempt > 1 and t.available_at > self.query.now
+            t.owner is None and t.attempt > 1 and t.available_at > self.query.now
             for t in self.state.tasks
         )
 
     @property
     def held(self) -> bool:
-        return any(t.lease_owner is not None for t in self.state.tasks)
+        return any(t.owner is not None for t in self.state.tasks)
 
     @property
     def ready(self) -> datetime | None:
-        free = [t.available_at for t in self.state.tasks if t.lease_owner is None]
+        free = [t.available_at for t in self.state.tasks if t.owner is None]
         return min((t for t in free if t <= self.query.now), default=None)
 
     @property

@@ -12,7 +12,7 @@ from typing import Protocol
 from flow_cli.model.limits import DeclaredLimit, LimitState, Rate, free_slots, parse_target
 from flow_cli.model.status import TERMINAL_STATUSES, RunStatus
 from flow_cli.store.limits_sql import THROTTLE_POLL, limit_key
-from flow_cli.store.records import RunRecord
+from flow_cli.store.records import RunRecord, StepTask
 
 OPEN = {s.value for s in RunStatus if s not in TERMINAL_STATUSES}
 
@@ -30,16 +30,6 @@ class LimitedRun(Protocol):
 class LimitedEvent(Protocol):
     @property
     def data(self) -> str: ...
-
-
-class LimitedTask(Protocol):
-    """What the memory store's step task shows a limit."""
-
-    build_id: str
-    attempt: int
-    available_at: datetime
-    lease_owner: str | None
-    name: str | None
 
 
 @dataclass(slots=True)
@@ -67,7 +57,7 @@ class MemoryLimits:
         self._throttled_until: datetime | None = None
 
     @abstractmethod
-    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
+    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], StepTask]]:
         """The store's step tasks, by (run id, step id)."""
 
     @abstractmethod
@@ -124,7 +114,7 @@ class MemoryLimits:
                 if not held.limited:
                     continue
                 mine = [t for t in tasks if kind == "step" and t.name == name]
-                in_use = sum(1 for t in mine if t.lease_owner and t.available_at > now)
+                in_use = sum(1 for t in mine if t.owner and t.available_at > now)
                 waiting = sum(1 for t in mine if t.available_at <= now)
                 if kind == "workflow":
                     runs = [r for r in self._limit_runs() if r.row.workflow == name]
@@ -213,22 +203,27 @@ class MemoryLimits:
         """The run's priority (the store says): its ready attempts are taken by it, then age."""
         return 5
 
+    @abstractmethod
+    def _limit_build(self, run_id: str) -> str:
+        """The build the run is pinned to (the store says): only its workers lease its tasks."""
+
     def _lease_limited(
         self, builds: set[str], now: datetime, room: int
-    ) -> list[tuple[tuple[str, str], LimitedTask]]:
+    ) -> list[tuple[tuple[str, str], StepTask]]:
         """Ready tasks of limited steps that their limits leave slots for, by their runs'
         priority then oldest first per step, their starts logged; the caller leases them
         (``limits_sql._lease_limited``)."""
         self._throttled_until = None
-        taken: list[tuple[tuple[str, str], LimitedTask]] = []
+        taken: list[tuple[tuple[str, str], StepTask]] = []
         tasks = list(self._limit_tasks())
         for name in sorted(self.limited_steps()):
             if len(taken) >= room:
                 break
             held = self._limits[("step", name)]
             mine = [(key, t) for key, t in tasks if t.name == name]
+            ours = [(key, t) for key, t in mine if self._limit_build(key[0]) in builds]
             ready = sorted(
-                ((t.available_at, key, t) for key, t in mine if t.build_id in builds),
+                ((t.available_at, key, t) for key, t in ours),
                 key=lambda item: (self._limit_priority(item[1][0]), item[0], item[1]),
             )
             ready = [item for item in ready if item[0] <= now and not self._limit_held(item[1][0])][
@@ -236,7 +231,7 @@ class MemoryLimits:
             ]
             if not ready:
                 continue
-            in_flight = sum(1 for _, t in mine if t.lease_owner and t.available_at > now)
+            in_flight = sum(1 for _, t in mine if t.owner and t.available_at > now)
             starts = self._starts.setdefault(name, [])
             if held.rate is not None:
                 window = now - timedelta(seconds=held.rate.seconds)

@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flow_cli.errors import EventConflict, FlowError, HookTokenInUse, RunNotFound
+from flow_cli.model.carried import replaced
 from flow_cli.model.events import Event, EventEnvelope, RunStarted, StepStarted, event_from_data
 from flow_cli.model.status import RunStatus
 from flow_cli.store.causes import cause_of
 from flow_cli.store.index import row_changes, start_attributes
-from flow_cli.store.limits_memory import LimitedRun, LimitedTask, MemoryLimits
+from flow_cli.store.limits_memory import LimitedRun, MemoryLimits
 from flow_cli.store.pauses import MemoryPauses
 from flow_cli.store.protocol import (
     GROUP_ERRORS,
@@ -48,9 +49,9 @@ from flow_cli.store.protocol import (
     StepHeartbeat,
     StepLease,
     StepRenewal,
+    StepTask,
     StoreStats,
     StreamWrite,
-    TaskState,
     WorkerInfo,
     attribute_count,
     attribute_grouping,
@@ -100,7 +101,7 @@ class _Run:
         """Its index row (its sequence is its event count)."""
         return replace(self.row, last_sequence=len(self.events), attributes=self.attributes)
 
-    def state(self, tasks: Iterable[TaskState]) -> RunState:
+    def state(self, tasks: Iterable[StepTask]) -> RunState:
         """Its index row with its lease and step ``tasks``, as ``run_states`` reads it."""
         return RunState(
             tasks=tuple(tasks),
@@ -121,22 +122,12 @@ def _names(kind: Any, besides: str) -> tuple[str, ...]:
 
 _STATE_FIELDS = tuple(sorted(set(_names(RunState, "tasks")) & set(_names(RunRecord, "attributes"))))
 """What a run's state reads from its index row (not its lease nor ``failing_since``)."""
-_TASK_FIELDS = _names(TaskState, "step_id")
 
 
 def _kept(source: object, names: tuple[str, ...]) -> dict[str, Any]:
-    """``names`` as ``source`` holds them: a run's row or a ``_Task`` read out into a record
-    of the same field names (``_STATE_FIELDS`` ...) without restating each field."""
+    """``names`` as ``source`` holds them: a run's row read out into a record of the same
+    field names (``_STATE_FIELDS``) without restating each field."""
     return {name: getattr(source, name) for name in names}
-
-
-@dataclass(slots=True)
-class _Task:
-    build_id: str
-    attempt: int
-    available_at: datetime
-    lease_owner: str | None = None
-    name: str | None = None
 
 
 def _encode(events: Sequence[Event], now: datetime) -> list[_Event]:
@@ -153,7 +144,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         MemoryLimits.__init__(self)
         self.stats = StoreStats()
         self._runs: dict[str, _Run] = {}
-        self._tasks: dict[tuple[str, str], _Task] = {}
+        self._tasks: dict[tuple[str, str], StepTask] = {}
+        """The step tasks by (run id, step id), as the run index planned them; a task's build
+        is its run's."""
         self._heartbeats: dict[tuple[str, str], StepHeartbeat] = {}
         self._hooks: dict[str, HookRecord] = {}
         self._workers: dict[str, WorkerInfo] = {}
@@ -283,9 +276,6 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         run.row = replace(run.row, status=changes.status, updated_at=at)
         if changes.build_id is not KEEP:
             run.row = replace(run.row, build_id=changes.build_id)
-            for (task_run, _), held in self._tasks.items():
-                if task_run == run_id:
-                    held.build_id = changes.build_id
         if changes.decide_at is not KEEP:
             run.set_decide_at(changes.decide_at)
         if changes.failing is not KEEP:
@@ -308,9 +298,8 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             if task is None:
                 self._tasks.pop((run_id, step_id), None)
             else:
-                self._tasks[(run_id, step_id)] = _Task(
-                    run.row.build_id, task.attempt, _utc(task.available_at), task.owner, task.name
-                )
+                at = _utc(task.available_at)
+                self._tasks[(run_id, step_id)] = replaced(task, available_at=at)
         for hook in changes.hooks:
             self._hooks[hook.token] = HookRecord(
                 token=hook.token, run_id=run_id, hook_id=hook.hook_id, resolved=hook.resolved
@@ -445,11 +434,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         """Runs matching ``where`` with their lease and step tasks, newest first."""
         with self._lock:
             runs = [self._runs[r.run_id] for r in self.find_runs(where)]
-            tasks: dict[str, list[TaskState]] = {}
-            for (run_id, step_id), task in sorted(self._tasks.items()):
-                tasks.setdefault(run_id, []).append(
-                    TaskState(step_id=step_id, **_kept(task, _TASK_FIELDS))
-                )
+            tasks: dict[str, list[StepTask]] = {}
+            for (run_id, _), task in sorted(self._tasks.items()):
+                tasks.setdefault(run_id, []).append(task)
             return [run.state(tasks.get(run.row.run_id, ())) for run in runs]
 
     def cause_tally(self, where: RunFilter, query: CauseQuery) -> CauseTally:
@@ -545,7 +532,7 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                 (
                     (self._runs[key[0]].row.priority, task.available_at, key)
                     for key, task in self._tasks.items()
-                    if task.build_id in builds
+                    if self._limit_build(key[0]) in builds
                     and task.available_at <= now
                     and not self._held(key[0])
                     and task.name not in limited
@@ -558,8 +545,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
             ]
             leases = []
             for _, _, (run_id, step_id) in ready:
-                task = self._tasks[(run_id, step_id)]
-                task.available_at, task.lease_owner = until, worker
+                task = self._tasks[(run_id, step_id)] = replaced(
+                    self._tasks[(run_id, step_id)], available_at=until, owner=worker
+                )
                 run = self._runs[run_id]
                 started = StepStarted(
                     step_id=step_id, attempt=task.attempt, worker=worker, lease_until=until
@@ -584,9 +572,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         run_id, step_id, worker, lease_until, heartbeat = renewal
         with self._lock:
             task = self._tasks.get((run_id, step_id))
-            if task is None or task.lease_owner != worker:
+            if task is None or task.owner != worker:
                 return False
-            task.available_at = _utc(lease_until)
+            self._tasks[(run_id, step_id)] = replaced(task, available_at=_utc(lease_until))
             if heartbeat is not None:
                 self._heartbeats[(run_id, step_id)] = heartbeat
             self._touched(durable=False)
@@ -620,7 +608,9 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
                     [
                         t.available_at
                         for (run_id, _), t in self._tasks.items()
-                        if t.build_id in builds and not self._held(run_id) and t.name not in limited
+                        if self._limit_build(run_id) in builds
+                        and not self._held(run_id)
+                        and t.name not in limited
                     ],
                 )
                 if times
@@ -634,7 +624,10 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
     def _limit_priority(self, run_id: str) -> int:
         return self._runs[run_id].row.priority
 
-    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], LimitedTask]]:
+    def _limit_build(self, run_id: str) -> str:
+        return self._runs[run_id].row.build_id
+
+    def _limit_tasks(self) -> Iterable[tuple[tuple[str, str], StepTask]]:
         return list(self._tasks.items())
 
     def _limit_runs(self) -> Iterable[LimitedRun]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from flow_cli.model.jsonval import JsonValue
 from flow_cli.model.status import RunStatus
+from flow_cli.store.records import StepTask
 
 WAITING_KINDS = ("signal", "hook", "timer", "step", "child")
 """What an open run can wait on; ``RunIndex.waiting_on`` entries are ``KIND:ID``."""
@@ -109,19 +110,6 @@ def attribute_count(rows: Iterable[tuple[str | None, int]]) -> RunCount:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TaskState:
-    """A step task as ``run_states`` reads it (see ``StepTask``)."""
-
-    step_id: str
-    attempt: int
-    available_at: datetime
-    """Ready time; for a started attempt (``lease_owner`` set), the end of its lease."""
-    lease_owner: str | None
-    name: str | None = None
-    """The step's name (``None`` for a task indexed before limits were)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunState:
     """A run's index row with its lease and its step tasks: what ``flow doctor`` classifies."""
 
@@ -139,8 +127,9 @@ class RunState:
     waiting_on: str | None
     failing_since: datetime | None = None
     """While ``failing``: when its decisions began to fail (a change of error keeps it)."""
-    tasks: tuple[TaskState, ...] = ()
-    """Its step tasks (unsettled steps), by step id."""
+    tasks: tuple[StepTask, ...] = ()
+    """Its step tasks (unsettled steps), by step id (``name`` is ``None`` for a task indexed
+    before limits were)."""
 
 
 def assemble_states(
@@ -151,17 +140,17 @@ def assemble_states(
     waiting_on, failing_since, step_id, attempt, available_at, task lease_owner, step name);
     ``when`` decodes a time."""
     runs: list[Sequence[Any]] = []
-    tasks: dict[str, list[TaskState]] = {}
+    tasks: dict[str, list[StepTask]] = {}
     for row in rows:
         if not runs or runs[-1][0] != row[0]:
             runs.append(row)
         if row[11] is not None:
             tasks.setdefault(row[0], []).append(
-                TaskState(
+                StepTask(
                     step_id=row[11],
                     attempt=int(row[12]),
                     available_at=when(row[13]),
-                    lease_owner=row[14],
+                    owner=row[14],
                     name=row[15] if len(row) > 15 else None,
                 )
             )
