@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -112,3 +113,54 @@ def test_a_copy_past_half_its_age_is_read_again_on_another_thread(
         threading.Event().wait(0.01)
     assert gate.holds("r1", "gated", "b1")  # the copy it read is the one in use now
     assert store.reads == 2
+
+
+class AskedStore:
+    """A pauses table whose store's next commit can be asked to look (``PauseProbeRequests``)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.table: list[Pause] = []
+        self.probe: tuple[float, bool] | None = None
+        self.asked = 0
+
+    def list_pauses(self) -> list[Pause]:
+        self.reads += 1
+        return list(self.table)
+
+    def last_pause_probe(self) -> tuple[float, bool] | None:
+        return self.probe
+
+    def want_pause_probe(self) -> None:
+        self.asked += 1
+
+
+def test_while_nothing_is_paused_the_gate_asks_the_next_commit_to_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No read on the gate's thread beside the work: the store's next commit looks instead,
+    and its answer, newer than the copy, answers the questions after it."""
+    now = [100.0]
+    monkeypatch.setattr(pauses, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    store = AskedStore()
+    gate = PauseGate(store)  # type: ignore[arg-type]
+    assert not gate.current() and (store.reads, store.asked) == (1, 0)  # no copy: read
+    now[0] = 100.15  # the copy is past half its age
+    assert not gate.current() and (store.reads, store.asked) == (1, 1)
+    assert gate._refresher is None  # no thread of the gate's own
+    store.probe = (100.16, False)  # the next commit looked
+    now[0] = 100.30  # the copy is old, the commit's look is not
+    assert not gate.current() and (store.reads, store.asked) == (1, 2)
+    now[0] = 100.45  # both are old: read before answering
+    assert not gate.current() and store.reads == 2
+    # Something paused: the gate must learn what, so its thread reads.
+    store.table = [HELD]
+    gate.forget()
+    assert gate.current().holding("r", "gated", "b") is not None and store.reads == 3
+    now[0] = 100.60
+    asked = store.asked
+    assert gate.current().holding("r", "gated", "b") is not None and store.asked == asked
+    refresher = gate._refresher
+    assert refresher is not None
+    refresher.join(timeout=10)  # it ends once idle (IDLE_REFRESHER)
+    assert store.reads == 4

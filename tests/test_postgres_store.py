@@ -1177,3 +1177,24 @@ def test_version_8_schema_gains_run_attributes(url: str, schema: str, store: Pos
     with admin(url, schema) as conn:
         version = conn.execute("SELECT value FROM flow_meta WHERE key = 'schema_version'")
         assert version.fetchone() == (str(postgres_schema.SCHEMA_VERSION),)
+
+
+def test_a_commit_looks_at_the_pauses_only_when_asked(store: PostgresStore) -> None:
+    """``want_pause_probe``: the next commit opens its round trip with a look at the pauses
+    table, and ``last_pause_probe`` tells what it found; a pause made here forgets it."""
+    store.create_run(new_run("r1"), NOW)
+    assert store.last_pause_probe() is None  # not asked: no look
+    store.want_pause_probe()
+    before = time.monotonic()
+    store.append_if_sequence("r1", 1, [signal(1)], RUNNING, NOW)
+    probe = store.last_pause_probe()
+    assert probe is not None and probe[0] >= before and probe[1] is False
+    store.add_pauses([PauseTarget(kind=PauseKind.WORKFLOW, name="other")], None, NOW)
+    assert store.last_pause_probe() is None
+    store.append_if_sequence("r1", 2, [signal(2)], RUNNING, NOW)
+    assert store.last_pause_probe() is None  # asked once, looked once
+    store.want_pause_probe()
+    store.append_if_sequence("r1", 3, [signal(3)], RUNNING, NOW)
+    probe = store.last_pause_probe()
+    assert probe is not None and probe[1] is True
+    assert [e.sequence for e in store.read_history("r1")] == [1, 2, 3, 4]

@@ -12,10 +12,15 @@ process drops the copy at once): on PostgreSQL a read is a round trip, which a s
 not pay each time. A question that finds the copy past half that age has it read again on a thread
 of the gate's own and answers from the copy meanwhile, so that a steady stream of steps or starts
 never waits for the read (a read on the step's path added 0.4 ms to one start in three of W3 on
-PostgreSQL); a copy older than ``MAX_AGE`` is still read before answering. On SQLite, where each
-lease looks whether anything is paused, a look younger than ``MAX_AGE`` that found nothing answers
-without a read (a step thread's first read would open a connection of its own). A pause made
-elsewhere therefore reaches a worker's step chains within ``MAX_AGE``; its leases at once.
+PostgreSQL); a copy older than ``MAX_AGE`` is still read before answering.
+
+A store may also look itself (``PauseProbes``): SQLite in each lease, PostgreSQL in its next
+commit when the gate asks (``PauseProbeRequests``: one more statement in the commit's round
+trip). A look younger than ``MAX_AGE``, and than the copy, that found nothing answers without a
+read, and while nothing is paused the gate asks the next commit to look instead of reading on
+its thread: the read beside a start, or beside a step's end, cost W3 on PostgreSQL about
+0.15 ms (docs/benchmarks.md). A pause made elsewhere therefore reaches a worker's step chains
+within ``MAX_AGE``; its leases at once.
 """
 
 from __future__ import annotations
@@ -30,7 +35,14 @@ from typing import TYPE_CHECKING
 from flow_cli.errors import InputError, RunFinished
 from flow_cli.model.names import check_name
 from flow_cli.model.status import RunStatus
-from flow_cli.store.pauses import PauseKind, PauseProbes, Pauses, PauseSet, PauseTarget
+from flow_cli.store.pauses import (
+    PauseKind,
+    PauseProbeRequests,
+    PauseProbes,
+    Pauses,
+    PauseSet,
+    PauseTarget,
+)
 from flow_cli.store.protocol import RunFilter
 
 if TYPE_CHECKING:
@@ -54,7 +66,10 @@ class PauseGate:
     def __init__(self, store: Pauses) -> None:
         self._store = store
         self._probes = store if isinstance(store, PauseProbes) else None
-        """The store's last look at the pauses table, when it tells it (SQLite)."""
+        """The store's last look at the pauses table, when it tells it (SQLite's leases,
+        PostgreSQL's commits)."""
+        self._requests = store if isinstance(store, PauseProbeRequests) else None
+        """The store, when its next commit can be asked to look (PostgreSQL)."""
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         """Held by the one thread reading the table: a worker's step threads, finding the copy
@@ -74,20 +89,27 @@ class PauseGate:
             self._forgotten += 1
 
     def current(self) -> PauseSet:
-        """The pauses in force, read again if the copy is older than ``MAX_AGE`` (unless a
-        lease of this process found nothing paused more recently: ``PauseProbes``). While one
-        thread reads, the others answer from the old copy; with no copy (the first question,
-        or after ``forget``) they wait for a read of their own."""
+        """The pauses in force, read again if the copy is older than ``MAX_AGE`` (unless the
+        store found nothing paused more recently: ``PauseProbes``). While one thread reads,
+        the others answer from the old copy; with no copy (the first question, or after
+        ``forget``) they wait for a read of their own."""
         now = time.monotonic()
+        probe = self._probes.last_pause_probe() if self._probes is not None else None
         with self._lock:
+            if (
+                probe is not None
+                and not probe[1]
+                and now - probe[0] < MAX_AGE
+                and (self._read_at is None or probe[0] >= self._read_at)
+            ):
+                if now - probe[0] >= MAX_AGE / 2:
+                    self._look_again(_NOTHING)
+                return _NOTHING  # newer than the copy
             if self._fresh(now):
                 if self._read_at is not None and now - self._read_at >= MAX_AGE / 2:
-                    self._refresh_soon()
+                    self._look_again(self._pauses)
                 return self._pauses
             copied = self._read_at is not None
-        probe = self._probes.last_pause_probe() if self._probes is not None else None
-        if probe is not None and not probe[1] and now - probe[0] < MAX_AGE:
-            return _NOTHING
         if not self._reading.acquire(blocking=not copied):
             return self._pauses  # another thread is reading: at most one read older
         try:
@@ -108,6 +130,16 @@ class PauseGate:
             if self._forgotten == began:
                 self._pauses, self._read_at = found, time.monotonic()
         return found
+
+    def _look_again(self, found: PauseSet) -> None:
+        """Have the pauses looked at again before the answer ``found`` is ``MAX_AGE`` old
+        (``_lock`` held): by the store's next commit when nothing is paused and it can
+        (``PauseProbeRequests``), else by a read on the gate's thread (which also learns what
+        is paused)."""
+        if self._requests is not None and not found:
+            self._requests.want_pause_probe()
+        else:
+            self._refresh_soon()
 
     def _refresh_soon(self) -> None:
         """Have the gate's thread read the table (``_lock`` held); it is started when there is

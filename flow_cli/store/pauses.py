@@ -107,6 +107,17 @@ class PauseProbes(Protocol):
         ...
 
 
+@runtime_checkable
+class PauseProbeRequests(PauseProbes, Protocol):
+    """Optional: a store whose next commit looks whether anything is paused when asked, in the
+    commit's own round trip (PostgreSQL), so that a process that commits now and then keeps
+    ``last_pause_probe`` fresh without reading the pauses table on a thread of its own."""
+
+    def want_pause_probe(self) -> None:
+        """Have the next commit look (``last_pause_probe`` then tells what it found)."""
+        ...
+
+
 def sorted_pauses(pauses: Iterable[Pause]) -> list[Pause]:
     """``list_pauses``' order: by kind (run, workflow, build), then target."""
     order = {kind: n for n, kind in enumerate(PauseKind)}

@@ -58,6 +58,10 @@ PRIORITY_IN = f"priority IN ({', '.join(str(p) for p in PRIORITIES)})"
 ANY_PAUSE = "SELECT 1 FROM pauses LIMIT 1"
 """Whether anything is paused (SQLite asks before adding ``held`` to a lease)."""
 
+ANY_PAUSED = "SELECT EXISTS (SELECT 1 FROM pauses)"
+"""Whether anything is paused, as one row (``true``/``false``): a PostgreSQL commit asked to
+look (``want_pause_probe``) opens its round trip with it."""
+
 
 def held(alias: str, *, workflow: str | None = None) -> str:
     """A condition true when a pause holds the run of row ``alias`` (a ``runs`` row, or a row

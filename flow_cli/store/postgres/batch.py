@@ -222,12 +222,20 @@ class Batch:
             literals.append(literal)
         self._parts.append(f"EXECUTE {shape.name}({', '.join(literals)})")
 
-    def send(self) -> None:
+    def send(self) -> tuple[Any, ...] | None:
         """Run the statements as one implicit transaction (the connection must be in
-        autocommit mode, so that psycopg opens no transaction of its own around it)."""
-        if self._parts:
-            self._run(lambda query: self._conn.execute(query))
+        autocommit mode, so that psycopg opens no transaction of its own around it). Returns
+        the first row of the first statement's answer, if it has one (a look the batch opens
+        with; the others' answers are not read)."""
+        if not self._parts:
+            return None
+        sent: list[psycopg.Cursor[TupleRow]] = []
+        skip = self._run(lambda query: sent.append(self._conn.execute(query)))
         self._parts = []
+        cursor = sent[-1]
+        for _ in range(skip):  # the PREPAREs' own answers
+            cursor.nextset()
+        return cursor.fetchone() if cursor.description else None
 
     def results(self) -> list[list[tuple[Any, ...]] | None]:
         """Run the statements (one round trip, as ``send``) and return each one's rows, in

@@ -15,6 +15,7 @@ from flow_cli.errors import EventConflict, FlowError, LimitFull, RunNotFound, St
 from flow_cli.model.events import EventEnvelope, RunStarted
 from flow_cli.store.index import row_changes
 from flow_cli.store.limits_sql import LIMITS_LOOK_SECONDS
+from flow_cli.store.pauses_sql import ANY_PAUSED
 from flow_cli.store.postgres import handoffs, hints, limited, tables
 from flow_cli.store.postgres.batch import Batch, Connection
 from flow_cli.store.postgres.connection import NOTIFY, NOTIFY_CHANNEL, NOTIFY_ENDED
@@ -33,6 +34,21 @@ _T = TypeVar("_T")
 
 class PostgresCommits(PostgresReads):
     """How the PostgreSQL store commits (see ``PostgresStore``)."""
+
+    _pause_probe: tuple[float, bool] | None = None
+    """When (``monotonic()``, before it was sent) a commit last looked whether anything is
+    paused, and what it found (``last_pause_probe``)."""
+    _pause_probe_wanted = False
+
+    def want_pause_probe(self) -> None:
+        """Have the next commit of this store look whether anything is paused, in its own round
+        trip (``PauseProbeRequests``): a process that commits now and then keeps its pause
+        gate fresh without reading the pauses table beside its work."""
+        self._pause_probe_wanted = True
+
+    def last_pause_probe(self) -> tuple[float, bool] | None:
+        """What a commit asked to (``want_pause_probe``) last found (``PauseProbes``)."""
+        return self._pause_probe
 
     def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
         """Create the run with ``run_started`` at sequence 1; ``None`` if the run id exists."""
@@ -175,8 +191,9 @@ class PostgresCommits(PostgresReads):
                 conn.autocommit = True
                 try:
                     batch = Batch(conn, self._prepared_on(conn))
+                    probing = self._probe_first(batch)
                     result = fill(batch)
-                    batch.send()
+                    self._probed(probing, batch.send())
                 except tables.GUARD_FAILURES as exc:
                     # Past here not a psycopg.Error: no StoreError is made of it.
                     raise tables.GuardFailed from exc
@@ -196,14 +213,28 @@ class PostgresCommits(PostgresReads):
         """
         batch = Batch(conn, self._prepared_on(conn))
         try:
+            probing = self._probe_first(batch)
             result = fill(batch)
-            batch.send()
+            self._probed(probing, batch.send())
         except tables.GUARD_FAILURES:
             return None
         with self._lock:
             self.stats.durable_commits += 1
         self._due.wrote()
         return (result,)
+
+    def _probe_first(self, batch: Batch) -> float | None:
+        """Open ``batch`` with a look at the pauses when one is wanted; when it was sent."""
+        if not self._pause_probe_wanted:
+            return None
+        batch.execute(ANY_PAUSED)
+        return monotonic()
+
+    def _probed(self, probing: float | None, first: tuple[object, ...] | None) -> None:
+        """Keep what the look ``_probe_first`` added found, once its batch committed."""
+        if probing is not None and first is not None:
+            self._pause_probe = (probing, bool(first[0]))
+            self._pause_probe_wanted = False
 
     def _queue_guarded(
         self,

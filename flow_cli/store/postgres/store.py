@@ -546,6 +546,7 @@ class PostgresStore(
         return tables.utc(value)
 
     def _pauses_changed(self) -> None:
+        self._pause_probe = None
         self._due.forget()
         with self._transaction() as conn:  # a resumed run may be due: wake the workers
             conn.execute(NOTIFY, (NOTIFY_CHANNEL, self.schema))
