@@ -5,14 +5,19 @@ that began after it asked."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
+from store_helpers import create, idx, signal
 
 from flow_cli.engine import pauses
 from flow_cli.engine.pauses import PauseGate
-from flow_cli.store.pauses import Pause, PauseKind, PauseTarget
+from flow_cli.model.clock import ManualClock
+from flow_cli.store.memory import MemoryStore
+from flow_cli.store.pauses import Pause, PauseKind, PauseProbeRequests, PauseTarget
+from flow_cli.store.protocol import CommitGroup, EventStore, StreamWrite
 
 HELD = Pause(
     target=PauseTarget(kind=PauseKind.WORKFLOW, name="gated"),
@@ -164,3 +169,43 @@ def test_while_nothing_is_paused_the_gate_asks_the_next_commit_to_look(
     assert refresher is not None
     refresher.join(timeout=10)  # it ends once idle (IDLE_REFRESHER)
     assert store.reads == 4
+
+
+def test_a_group_commit_looks_at_the_pauses_only_when_asked(
+    store: EventStore, clock: ManualClock
+) -> None:
+    """``want_pause_probe`` on the SQL stores: the next group commit looks, in its own
+    transaction, and ``last_pause_probe`` tells what it found."""
+    if isinstance(store, MemoryStore):
+        pytest.skip("the memory store's pauses are read from memory: no read to save")
+    assert isinstance(store, PauseProbeRequests)
+    now = clock.now()
+    create(store, "r1", now)
+
+    def write(sequence: int) -> None:
+        group = CommitGroup(
+            writes=[
+                StreamWrite(
+                    run_id="r1", expected_sequence=sequence, events=[signal(sequence)], index=idx()
+                )
+            ],
+            creates=[],
+            now=now,
+        )
+        assert store.commit_groups([group]) == [None]
+
+    write(1)
+    assert store.last_pause_probe() is None  # not asked: no look
+    store.want_pause_probe()
+    before = time.monotonic()
+    write(2)
+    probe = store.last_pause_probe()
+    assert probe is not None and probe[0] >= before and probe[1] is False
+    store.add_pauses([PauseTarget(kind=PauseKind.WORKFLOW, name="other")], None, now)
+    assert store.last_pause_probe() is None  # a pause made here forgets the look
+    write(3)
+    assert store.last_pause_probe() is None  # asked once, looked once
+    store.want_pause_probe()
+    write(4)
+    probe = store.last_pause_probe()
+    assert probe is not None and probe[1] is True

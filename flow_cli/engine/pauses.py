@@ -14,13 +14,13 @@ of the gate's own and answers from the copy meanwhile, so that a steady stream o
 never waits for the read (a read on the step's path added 0.4 ms to one start in three of W3 on
 PostgreSQL); a copy older than ``MAX_AGE`` is still read before answering.
 
-A store may also look itself (``PauseProbes``): SQLite in each lease, PostgreSQL in its next
-commit when the gate asks (``PauseProbeRequests``: one more statement in the commit's round
-trip). A look younger than ``MAX_AGE``, and than the copy, that found nothing answers without a
-read, and while nothing is paused the gate asks the next commit to look instead of reading on
-its thread: the read beside a start, or beside a step's end, cost W3 on PostgreSQL about
-0.15 ms (docs/benchmarks.md). A pause made elsewhere therefore reaches a worker's step chains
-within ``MAX_AGE``; its leases at once.
+A store may also look itself (``PauseProbes``): SQLite in each lease, and both SQL stores in
+their next group commit when the gate asks (``PauseProbeRequests``; on PostgreSQL one more
+statement in the commit's round trip). A look younger than ``MAX_AGE``, and than the copy, that
+found nothing answers without a read, and while nothing is paused the gate asks the next commit
+to look instead of reading on its thread: a read beside each start or step end costs a round
+trip and thread hand-overs beside the work (docs/benchmarks.md). A pause made elsewhere
+therefore reaches a worker's step chains within ``MAX_AGE``; its leases at once.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ class PauseGate:
     def __init__(self, store: Pauses) -> None:
         self._store = store
         self._probes = store if isinstance(store, PauseProbes) else None
-        """The store's last look at the pauses table, when it tells it (SQLite's leases,
-        PostgreSQL's commits)."""
+        """The store's last look at the pauses table, when it tells it (SQLite's leases, the
+        SQL stores' commits)."""
         self._requests = store if isinstance(store, PauseProbeRequests) else None
-        """The store, when its next commit can be asked to look (PostgreSQL)."""
+        """The store, when its next commit can be asked to look (SQLite, PostgreSQL)."""
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         """Held by the one thread reading the table: a worker's step threads, finding the copy

@@ -109,9 +109,10 @@ class PauseProbes(Protocol):
 
 @runtime_checkable
 class PauseProbeRequests(PauseProbes, Protocol):
-    """Optional: a store whose next commit looks whether anything is paused when asked, in the
-    commit's own round trip (PostgreSQL), so that a process that commits now and then keeps
-    ``last_pause_probe`` fresh without reading the pauses table on a thread of its own."""
+    """Optional: a store whose next group commit looks whether anything is paused when asked,
+    in the commit's own transaction (SQLite, PostgreSQL: no round trip of its own), so that a
+    process that commits now and then keeps ``last_pause_probe`` fresh without reading the
+    pauses table on a thread of its own."""
 
     def want_pause_probe(self) -> None:
         """Have the next commit look (``last_pause_probe`` then tells what it found)."""

@@ -22,6 +22,19 @@ class SQLitePauses(SQLiteConnections, SQLPauses):
 
     _sql_dialect = SQLITE
     _pause_probe: tuple[float, bool] | None = None
+    _pause_probe_wanted = False
+
+    def want_pause_probe(self) -> None:
+        """Have the next group commit look whether anything is paused, in its own transaction
+        (``PauseProbeRequests``): a process that starts runs (and leases nothing) keeps its
+        pause gate fresh without a read on a thread of its own."""
+        self._pause_probe_wanted = True
+
+    def _probe_if_wanted(self, conn: sqlite3.Connection) -> None:
+        """In a commit's transaction: the look ``want_pause_probe`` asked for."""
+        if self._pause_probe_wanted:
+            self._probe_pauses(conn)
+            self._pause_probe_wanted = False
 
     @contextlib.contextmanager
     def _sql_write(self) -> Iterator[sqlite3.Connection]:
@@ -49,8 +62,8 @@ class SQLitePauses(SQLiteConnections, SQLPauses):
         return found
 
     def last_pause_probe(self) -> tuple[float, bool] | None:
-        """When (``time.monotonic()``) a lease of this process last looked whether anything is
-        paused, and what it found (``PauseProbes``)."""
+        """When (``time.monotonic()``) a lease or a commit of this process last looked whether
+        anything is paused, and what it found (``PauseProbes``)."""
         return self._pause_probe
 
     def _pauses_changed(self) -> None:

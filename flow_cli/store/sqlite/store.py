@@ -308,6 +308,7 @@ class SQLiteStore(
             with self._write() as conn:
                 for group, rows in zip(groups, encoded, strict=True):
                     self._apply(conn, group.writes, rows, group.creates, ts(group.now))
+                self._probe_if_wanted(conn)
         except GROUP_ERRORS as exc:
             if len(groups) > 1:
                 return self._groups_apart(groups, encoded)
