@@ -572,3 +572,57 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
     finally:
         worker.stop()
         thread.join(30)
+
+
+def test_a_quiet_wait_listens_without_making_the_offer(pair: tuple[Engine, Engine]) -> None:
+    worker, starter = pair
+    worker.work.offer_idle(30.0, 1)
+    worker.store.wait_for_change(0, work_only=True, quiet=True)
+    assert _offers(starter) == []  # no round trip of its own
+    worker.store.wait_for_change(0, work_only=True)
+    assert _offers(starter) == ["worker-a"]
+
+
+def test_a_start_while_the_worker_waits_after_a_handed_step_ends_that_wait(
+    pair: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After its handed steps end, a worker waits HANDOFF_AFTER before its own round trips (the
+    # run's caller reads the end then). It listens meanwhile: the next start's hand-off ends
+    # the wait, instead of waiting out the whole of it (runs coming one after another).
+    import threading
+
+    from flow_cli.engine import worker as worker_module
+    from flow_cli.engine.worker import Worker
+
+    monkeypatch.setattr(worker_module, "HANDOFF_AFTER", 2.0)  # long: every start lands in it
+    worker_engine, starter = pair
+    store = worker_engine.store
+    quiet_waits: list[float] = []
+    wait = store.wait_for_change
+
+    def recorded(timeout: float, **options: object) -> None:
+        began = time.monotonic()
+        wait(timeout, **options)  # type: ignore[arg-type]
+        if options.get("quiet"):
+            quiet_waits.append(time.monotonic() - began)
+
+    monkeypatch.setattr(store, "wait_for_change", recorded)
+    worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        _until(lambda: _offers(starter) == ["worker-a"], 10, "the worker's offer")
+        for i in range(3):
+            run_id = f"r{i}"
+            starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
+            _until(
+                lambda run_id=run_id: _keys(starter, run_id)[-1] == "run_completed",  # type: ignore[misc]
+                10,
+                "the run's end",
+            )
+        assert quiet_waits, "the worker never waited quietly after a handed step"
+        assert min(quiet_waits) < 1.0  # a start's hand-off ended one
+        assert all(starter.get_run(f"r{i}").status is RunStatus.COMPLETED for i in range(3))
+    finally:
+        worker.stop()
+        thread.join(30)

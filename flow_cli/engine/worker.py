@@ -58,11 +58,12 @@ HANDOFF_QUIET = 0.02
 own round trips (work then announced is heard at once after it)."""
 
 HANDOFF_AFTER = 0.005
-"""Seconds such a worker still waits once they ended. Whoever started the run is reading its
-end now, often on the same machine, and the worker's round trips before it sleeps (its offer,
-when work is next due) would compete with that read for the processor and the database; work
-announced meanwhile is heard right after. A start in that time finds no offer and its step is
-leased as usual."""
+"""Seconds such a worker still waits once they ended, listening but making no round trip of
+its own. Whoever started the run is reading its end now, often on the same machine, and the
+worker's round trips before it sleeps (its offer, when work is next due) would compete with
+that read for the processor and the database. Work announced meanwhile (the next start handing
+it a step, when runs come one after another) ends the wait at once: it used to wait the whole
+time, adding up to 5 ms to each of such runs."""
 
 
 class WorkerHost(EngineHost, Protocol):
@@ -452,7 +453,11 @@ class Worker:
             # next due, its offer) wait for them to end, briefly, not to slow their commits.
             self._quiet = False
             if self._step_done.wait(HANDOFF_QUIET):
-                self._stop.wait(HANDOFF_AFTER)
+                began = time.monotonic()
+                self.engine.store.wait_for_change(HANDOFF_AFTER, work_only=True, quiet=True)
+                if time.monotonic() - began < HANDOFF_AFTER:
+                    self._step_done.clear()
+                    return  # work came (or another thread listens): the next pass looks
         self._step_done.clear()
         timeout = self.max_idle_sleep
         due = self.engine.next_due(within=timeout)  # later than that, it looks again anyway

@@ -677,10 +677,16 @@ class MemoryStore(MemorySchedules, MemoryRetention, MemoryPauses, MemoryLimits, 
         return sorted(workers, key=lambda w: (w.started_at, w.worker_id), reverse=True)
 
     def wait_for_change(
-        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+        self,
+        timeout: float,
+        *,
+        ending: str | None = None,
+        work_only: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Block up to ``timeout`` seconds, returning as soon as any write commits (a run's
-        end among them, so ``ending`` needs nothing more; ``work_only`` changes nothing)."""
+        end among them, so ``ending`` needs nothing more; ``work_only`` and ``quiet`` change
+        nothing)."""
         with self._changed:
             seen = self._version
             self._changed.wait_for(lambda: self._version != seen, timeout=max(timeout, 0.0))

@@ -228,7 +228,12 @@ class Scheduler(Protocol):
         ...
 
     def wait_for_change(
-        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+        self,
+        timeout: float,
+        *,
+        ending: str | None = None,
+        work_only: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Block up to ``timeout`` seconds, returning early if the store knows work arrived.
 
@@ -236,8 +241,10 @@ class Scheduler(Protocol):
         schedules no work; whether work still wakes it is up to the store. ``work_only`` (a
         worker's wait): commits that make no work (``makes_work``), such as a step started by
         the worker committing it or a run's end, need not wake it, where a store would
-        otherwise wake for them. A store may return early for other reasons too, so the caller
-        looks again at what it waits for.
+        otherwise wake for them. ``quiet``: only listen, with no round trip of the store's own
+        (a worker that lets its caller read a run's end first; PostgreSQL then leaves its
+        hand-off offer as it is). A store may return early for other reasons too, so the
+        caller looks again at what it waits for.
         """
         ...
 

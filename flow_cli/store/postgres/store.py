@@ -607,7 +607,12 @@ class PostgresStore(
         return until is None
 
     def wait_for_change(
-        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+        self,
+        timeout: float,
+        *,
+        ending: str | None = None,
+        work_only: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Block up to ``timeout`` seconds; return as soon as a commit schedules work here or,
         with ``ending``, as soon as that run ends (and not for work). Only commits that make
@@ -616,7 +621,8 @@ class PostgresStore(
         Listening starts with the first call, on a connection of its own: a commit before that
         first call is not seen, so look for work before waiting (as a worker loop does). Ends
         are heard on another connection, shared by every thread waiting for one, and the first
-        wait for an end returns at once, once listening, for the same reason.
+        wait for an end returns at once, once listening, for the same reason. ``quiet``: the
+        offer for hand-offs is not made or refreshed first (it costs a round trip).
         """
         self._due.forget()
         if ending is not None:
@@ -636,7 +642,8 @@ class PostgresStore(
             if self._work_heard:
                 self._work_heard = False
                 return
-            self._offer_on_listener(self._listener)
+            if not quiet:
+                self._offer_on_listener(self._listener)
             heard: list[hints.Hint] = []
             woke = NOTHING
             while not woke:

@@ -672,14 +672,20 @@ class SQLiteStore(
 
     @guarded
     def wait_for_change(
-        self, timeout: float, *, ending: str | None = None, work_only: bool = False
+        self,
+        timeout: float,
+        *,
+        ending: str | None = None,
+        work_only: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Sleep up to ``timeout`` seconds; return early once any connection commits (with
         ``work_only``, once a commit makes work).
 
         Commits of any process ring this process's doorbell (see ``flow_cli.store.doorbell``);
         ``PRAGMA data_version`` is still read now and then, in case a ring was missed. Every
-        commit rings, a run's end among them, so ``ending`` needs nothing more.
+        commit rings, a run's end among them, so ``ending`` needs nothing more. A doorbell wait
+        makes no round trip, so ``quiet`` changes nothing.
         """
         self._due.forget()
         work_only = work_only and ending is None
