@@ -11,9 +11,11 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -400,6 +402,32 @@ def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@contextmanager
+def _working(engine: Engine) -> Iterator[None]:
+    """A worker loop on ``engine`` in a thread (two step threads), offered before this yields."""
+    from flow_cli.engine.worker import Worker
+
+    worker = Worker(engine, concurrency=2, max_idle_sleep=0.2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        _until(lambda: _offers(engine) == [engine.worker_id], 10, "the worker's offer")
+        yield
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+def _one_after_another(starter: Engine, count: int) -> Iterator[str]:
+    """Start one-step runs ``r0``, ``r1``, ..., each once the one before ended; yield each
+    id once its run ended."""
+    for i in range(count):
+        run_id = f"r{i}"
+        starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
+        _until(lambda r=run_id: _keys(starter, r)[-1] == "run_completed", 10, "the run's end")
+        yield run_id
+
+
 @pytest.fixture
 def fleet() -> Iterator[tuple[Engine, Callable[[float], subprocess.Popen[bytes]]]]:
     """An engine hosting ``load_workflows`` on a fresh schema, and a way to start real worker
@@ -533,9 +561,7 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
 ) -> None:
     # The round trips a worker makes before it sleeps (its offer, when work is next due) wait
     # HANDOFF_AFTER past the end of the steps handed to it: the run's caller reads the end then.
-    import threading
-
-    from flow_cli.engine.worker import HANDOFF_AFTER, Worker
+    from flow_cli.engine.worker import HANDOFF_AFTER
 
     worker_engine, starter = pair
     offers: list[float] = []
@@ -549,19 +575,8 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
         offer(lease_seconds, slots)
 
     worker_engine.work.offer_idle = timed_offer  # type: ignore[method-assign]
-    worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        _until(lambda: _offers(starter) == ["worker-a"], 10, "the worker's offer")
-        for i in range(3):
-            run_id = f"r{i}"
-            starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
-            _until(
-                lambda run_id=run_id: _keys(starter, run_id)[-1] == "run_completed",  # type: ignore[misc]
-                10,
-                "the run's end",
-            )
+    with _working(worker_engine):
+        for run_id in _one_after_another(starter, 3):
             history = starter.history(run_id)
             assert history[2].event.worker == "worker-a"  # type: ignore[union-attr]
             ended = history[-1].recorded_at.timestamp()  # taken before that commit
@@ -569,9 +584,6 @@ def test_a_worker_offers_itself_again_only_a_moment_after_its_handed_steps_end(
             assert min(t for t in offers if t > ended) - ended >= HANDOFF_AFTER
         # Never more starts than the worker has free threads for.
         assert set(slots_offered) <= {1, 2} and 2 in slots_offered
-    finally:
-        worker.stop()
-        thread.join(30)
 
 
 def test_a_quiet_wait_listens_without_making_the_offer(pair: tuple[Engine, Engine]) -> None:
@@ -589,10 +601,7 @@ def test_a_start_while_the_worker_waits_after_a_handed_step_ends_that_wait(
     # After its handed steps end, a worker waits HANDOFF_AFTER before its own round trips (the
     # run's caller reads the end then). It listens meanwhile: the next start's hand-off ends
     # the wait, instead of waiting out the whole of it (runs coming one after another).
-    import threading
-
     from flow_cli.engine import worker as worker_module
-    from flow_cli.engine.worker import Worker
 
     monkeypatch.setattr(worker_module, "HANDOFF_AFTER", 2.0)  # long: every start lands in it
     worker_engine, starter = pair
@@ -607,22 +616,8 @@ def test_a_start_while_the_worker_waits_after_a_handed_step_ends_that_wait(
             quiet_waits.append(time.monotonic() - began)
 
     monkeypatch.setattr(store, "wait_for_change", recorded)
-    worker = Worker(worker_engine, concurrency=2, max_idle_sleep=0.2)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        _until(lambda: _offers(starter) == ["worker-a"], 10, "the worker's offer")
-        for i in range(3):
-            run_id = f"r{i}"
-            starter.start("chain", {"steps": 1, "x": i}, run_id=run_id)
-            _until(
-                lambda run_id=run_id: _keys(starter, run_id)[-1] == "run_completed",  # type: ignore[misc]
-                10,
-                "the run's end",
-            )
-        assert quiet_waits, "the worker never waited quietly after a handed step"
-        assert min(quiet_waits) < 1.0  # a start's hand-off ended one
-        assert all(starter.get_run(f"r{i}").status is RunStatus.COMPLETED for i in range(3))
-    finally:
-        worker.stop()
-        thread.join(30)
+    with _working(worker_engine):
+        ended = list(_one_after_another(starter, 3))
+    assert quiet_waits, "the worker never waited quietly after a handed step"
+    assert min(quiet_waits) < 1.0  # a start's hand-off ended one
+    assert all(starter.get_run(run_id).status is RunStatus.COMPLETED for run_id in ended)
