@@ -93,6 +93,23 @@ class SQLPauses(SQLRole):
     (one read) and ``_sql_time`` (decodes a stored time) and names its ``_sql_dialect``;
     ``_pauses_changed`` (after a commit) wakes waiting workers."""
 
+    _pause_probe: tuple[float, bool] | None = None
+    """When (``time.monotonic()``, before its statement was sent) this store last looked whether
+    anything is paused, and what it found: SQLite in each lease, both in the group commit
+    after ``want_pause_probe``."""
+    _pause_probe_wanted = False
+
+    def want_pause_probe(self) -> None:
+        """Have the next group commit look whether anything is paused, in its own transaction
+        (``PauseProbeRequests``): a process that commits now and then keeps its pause gate
+        fresh without reading the pauses table on a thread of its own."""
+        self._pause_probe_wanted = True
+
+    def last_pause_probe(self) -> tuple[float, bool] | None:
+        """What the store's last look at the pauses found (``PauseProbes``), or ``None`` (none
+        since this process last changed the pauses)."""
+        return self._pause_probe
+
     def _pauses_changed(self) -> None:
         """Called after a pause was added or lifted."""
 

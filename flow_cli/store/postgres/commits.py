@@ -35,20 +35,9 @@ _T = TypeVar("_T")
 class PostgresCommits(PostgresReads):
     """How the PostgreSQL store commits (see ``PostgresStore``)."""
 
-    _pause_probe: tuple[float, bool] | None = None
-    """When (``monotonic()``, before it was sent) a commit last looked whether anything is
-    paused, and what it found (``last_pause_probe``)."""
-    _pause_probe_wanted = False
-
-    def want_pause_probe(self) -> None:
-        """Have the next commit of this store look whether anything is paused, in its own round
-        trip (``PauseProbeRequests``): a process that commits now and then keeps its pause
-        gate fresh without reading the pauses table beside its work."""
-        self._pause_probe_wanted = True
-
-    def last_pause_probe(self) -> tuple[float, bool] | None:
-        """What a commit asked to (``want_pause_probe``) last found (``PauseProbes``)."""
-        return self._pause_probe
+    # The pause look a commit makes when asked (``SQLPauses.want_pause_probe``).
+    _pause_probe: tuple[float, bool] | None
+    _pause_probe_wanted: bool
 
     def create_run(self, run: NewRun, now: datetime) -> EventEnvelope | None:
         """Create the run with ``run_started`` at sequence 1; ``None`` if the run id exists."""

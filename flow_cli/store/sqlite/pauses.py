@@ -21,14 +21,6 @@ class SQLitePauses(SQLiteConnections, SQLPauses):
     """``Pauses`` for ``SQLiteStore``, and the last look of its leases at the pauses table."""
 
     _sql_dialect = SQLITE
-    _pause_probe: tuple[float, bool] | None = None
-    _pause_probe_wanted = False
-
-    def want_pause_probe(self) -> None:
-        """Have the next group commit look whether anything is paused, in its own transaction
-        (``PauseProbeRequests``): a process that starts runs (and leases nothing) keeps its
-        pause gate fresh without a read on a thread of its own."""
-        self._pause_probe_wanted = True
 
     def _probe_if_wanted(self, conn: sqlite3.Connection) -> None:
         """In a commit's transaction: the look ``want_pause_probe`` asked for."""
@@ -60,11 +52,6 @@ class SQLitePauses(SQLiteConnections, SQLPauses):
         found = conn.execute(ANY_PAUSE).fetchone() is not None
         self._pause_probe = (time.monotonic(), found)
         return found
-
-    def last_pause_probe(self) -> tuple[float, bool] | None:
-        """When (``time.monotonic()``) a lease or a commit of this process last looked whether
-        anything is paused, and what it found (``PauseProbes``)."""
-        return self._pause_probe
 
     def _pauses_changed(self) -> None:
         self._pause_probe = None
