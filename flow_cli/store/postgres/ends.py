@@ -16,12 +16,13 @@ import hashlib
 import threading
 from collections import deque
 from collections.abc import Callable
-from contextlib import closing, suppress
+from contextlib import suppress
 from time import monotonic
 
 from psycopg import sql
 
 from flow_cli.store.postgres.batch import Connection
+from flow_cli.store.postgres.listen import notes_within
 
 ENDED_CHANNEL = "flow_ended"
 """The channel a run's end is announced on (payload: ``ended_payload``)."""
@@ -129,14 +130,17 @@ class EndsListener:
                 self._generation += 1
             return
         try:
-            with closing(self._conn.notifies(timeout=timeout)) as notes:
-                for note in notes:
+            deadline = monotonic() + timeout
+            while (left := deadline - monotonic()) > 0:
+                found = False
+                for note in notes_within(self._conn, left):
                     with self._heard:
                         self._count += 1
                         self._recent.append((self._count, note.payload))
                         self._heard.notify_all()
-                    if note.payload == payload:
-                        return
+                    found = found or note.payload == payload
+                if found:
+                    return
         except BaseException:
             self._drop(close=True)
             raise

@@ -54,6 +54,7 @@ from flow_cli.store.postgres.connection import (
     WORK,
     close_quietly,
 )
+from flow_cli.store.postgres.listen import notes_within
 from flow_cli.store.postgres.reads import READ_HISTORIES, histories_params
 from flow_cli.store.postgres.tables import utc
 from flow_cli.store.protocol import (
@@ -647,12 +648,10 @@ class PostgresStore(
             heard: list[hints.Hint] = []
             woke = NOTHING
             while not woke:
-                remaining = max(deadline - monotonic(), 0.0)
-                # Each packet read whole (``stop_after``): a generator closed in the middle of
-                # one drops the notifications after the first, a commit's hints among them.
-                with closing(self._listener.notifies(timeout=remaining, stop_after=1)) as notes:
-                    for note in notes:
-                        woke = max(woke, self._heard(note.payload, heard))
+                # Each packet read whole: a generator closed in the middle of one drops the
+                # notifications after the first, a commit's hints among them.
+                for note in notes_within(self._listener, deadline - monotonic()):
+                    woke = max(woke, self._heard(note.payload, heard))
                 if not woke and monotonic() >= deadline:
                     return
             # Commits often come in bursts: swallow what is already queued, so the next wait
