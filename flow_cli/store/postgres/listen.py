@@ -36,7 +36,15 @@ def notes_within(conn: psycopg.Connection[Any], timeout: float) -> Iterator[psyc
         left = deadline - monotonic()
         if found or left <= 0:
             return
-        poller = select.poll()
-        poller.register(conn.fileno(), select.POLLIN)
-        # Rounded up: a zero timeout while time is left would spin.
-        poller.poll(math.ceil(left * 1000))
+        _readable(conn.fileno(), left)
+
+
+def _readable(fd: int, timeout: float) -> None:
+    """Block until ``fd`` can be read or ``timeout`` seconds pass."""
+    if not hasattr(select, "poll"):  # Windows: select() takes the time as a float
+        select.select([fd], [], [], timeout)
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    # Rounded up: a zero timeout while time is left would spin.
+    poller.poll(math.ceil(timeout * 1000))
