@@ -40,8 +40,9 @@ def main() -> None:
     from flow_cli.store import open_store
 
     with fresh_database("sqlite", "") as (url, scratch):
-        worker = bench_worker(url, scratch)
+        # The engine first: were it to fail, no worker would be left running.
         engine = Engine(open_store(url), [bench_workflows.runtime])
+        worker = bench_worker(url, scratch)
         tracer = subprocess.Popen(
             ["strace", "-c", "-f", "-e", "trace=fsync,fdatasync", "-p", str(worker.pid)],
             stderr=subprocess.PIPE,

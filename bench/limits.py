@@ -98,8 +98,9 @@ def measure(case: str, runtime_name: str, backend: str, quick: bool) -> tuple[fl
 
     runtime = getattr(limit_bench_workflows, runtime_name)
     with fresh_database(backend, DEFAULT_PG) as (url, scratch):
-        worker = _worker(url, scratch, runtime_name)
+        # The engine first: were it to fail (a schema it refuses), no worker would be left running.
         engine = Engine(open_store(url), [runtime], eager_start=True)
+        worker = _worker(url, scratch, runtime_name)
         server = _server_cpu() if backend == "postgres" else {}
         try:
             t0 = time.perf_counter()

@@ -132,8 +132,9 @@ def w1(backend: str, runs: int, flood: bool, rate: int) -> dict[str, float]:
 
     with fresh_database(backend, DEFAULT_PG) as (url, scratch):
         port = _free_port()
-        worker = _worker(url, scratch, port)
+        # The engine first: were it to fail, no worker would be left running.
         engine = Engine(open_store(url), [bench_workflows.runtime])
+        worker = _worker(url, scratch, port)
         scraper = None
         result: dict[str, float] = {}
         try:

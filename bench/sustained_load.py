@@ -51,8 +51,9 @@ def main() -> None:
 
     baseline_minute = 10 if args.minutes >= 20 else 2
     with fresh_database(args.backend, args.pg) as (url, scratch):
-        workers = [bench_worker(url, scratch) for _ in range(args.workers)]
+        # The engine first: were it to fail, no worker would be left running.
         engine = Engine(open_store(url), [bench_workflows.runtime])
+        workers = [bench_worker(url, scratch) for _ in range(args.workers)]
         samples: list[list[float]] = []
         started = 0
         waited = 0.0
