@@ -5,6 +5,7 @@ vanished comes back when its lease lapses, and operators' overrides take effect 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from limit_workflows import runtime
@@ -438,6 +439,77 @@ def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
     with store._reading() as conn:  # type: ignore[attr-defined]
         conn.autocommit = False
         assert check(conn, shared=True)
+        conn.autocommit = True
+
+
+def _guard(
+    conn: Any, clock: ManualClock, *, shared: bool, explain: bool = False
+) -> tuple[bool, str]:
+    """Run a commit's check of step ``charge``'s limit for one start on ``conn`` (rolled
+    back): whether it found room, and the plan it ran (``explain``)."""
+    import psycopg
+
+    from flow_cli.store.postgres import limited
+
+    params = {"name": "charge", "now": clock.now(), "starts": 1, "shared": shared}
+    prefix = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " if explain else ""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(limited.LOCK_LIMIT_SHARED if shared else limited.LOCK_LIMIT, params)
+            rows = conn.execute(prefix + limited.LIMIT_GUARD, params).fetchall()
+    except psycopg.errors.DivisionByZero:
+        return False, ""
+    return True, "\n".join(str(row[0]) for row in rows) if explain else ""
+
+
+def test_on_postgres_a_generous_limits_check_skips_counting_while_the_tasks_cannot_fill_it(
+    store: EventStore, clock: ManualClock
+) -> None:
+    engine = _committing_engine(store, clock)
+    engine.limits.set("step:charge", concurrency=1_000_000)
+    runs = _start(engine, "pay", 3)
+    assert len(engine.decider.decide_many(runs, start=StartSteps("w1", 30, 10)).started) == 3
+    scan = "Seq Scan on step_tasks"
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        conn.autocommit = False
+        # Shared: the table is too small to hold enough attempts to fill the limit, so they are
+        # not counted (the scan is never executed); exclusive: counted, as always.
+        fits, plan = _guard(conn, clock, shared=True, explain=True)
+        assert fits and f"{scan} (never executed)" in plan
+        fits, plan = _guard(conn, clock, shared=False, explain=True)
+        assert fits and scan in plan and f"{scan} (never executed)" not in plan
+        conn.autocommit = True
+
+
+def test_on_postgres_a_generous_limits_check_counts_when_the_tasks_could_fill_it(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.store.postgres import limited
+
+    engine = _committing_engine(store, clock)
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        margin = conn.execute(
+            "SELECT current_setting('max_connections')::bigint * %s", (limited.SHARED_STARTS,)
+        ).fetchone()[0]
+    # The smallest generous limit: room for what unseen commits may start, twice over.
+    engine.limits.set("step:charge", concurrency=2 * margin)
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        conn.autocommit = False
+        assert _guard(conn, clock, shared=True)[0]
+        # Ready attempts enough that, with the margin, the limit has no room: the check must
+        # count them (the table is then big enough to hold them) and refuse.
+        conn.execute(
+            "INSERT INTO step_tasks (run_id, step_id, build_id, attempt, available_at,"
+            " step_name, priority) SELECT 'ready-' || g, 's', 'b', 1, %s, 'charge', 5"
+            " FROM generate_series(1, %s) g",
+            (clock.now() - timedelta(seconds=1), margin + 1),
+        )
+        conn.commit()
+        assert not _guard(conn, clock, shared=True)[0]
+        # The same number of another step's attempts takes room in the table, not the limit.
+        conn.execute("UPDATE step_tasks SET step_name = 'other' WHERE run_id LIKE 'ready-%%'")
+        conn.commit()
+        assert _guard(conn, clock, shared=True)[0]
         conn.autocommit = True
 
 

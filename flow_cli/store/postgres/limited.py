@@ -45,6 +45,11 @@ _CANDIDATES = (
 )
 """The attempts ``LOCK_LIMITED`` found, as the transaction's settings hold them."""
 
+MOST_TASKS = "pg_relation_size('step_tasks') / 28"
+"""More than the rows in ``step_tasks`` can be, read without scanning it: a heap row takes at
+least 28 bytes of its page (a 24-byte header and a 4-byte item pointer), and every row a
+statement sees lies in the table's pages (a vacuum truncates only empty ones)."""
+
 LOCK_LIMITED = (
     "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM (SELECT t.run_id, t.step_id,"
     "  row_number() OVER (PARTITION BY t.step_name"
@@ -101,8 +106,10 @@ LEASE_LIMITED = (
     f"  FROM step_tasks t WHERE {_CANDIDATES}"
     "  AND t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)),"
     " lim AS (SELECT l.name, l.rate_count IS NOT NULL AS rated, least("
-    "  coalesce(l.concurrency - (SELECT count(*) FROM step_tasks b WHERE b.step_name = l.name"
-    "   AND b.lease_owner IS NOT NULL AND b.available_at > %(now)s), %(limit)s),"
+    "  CASE WHEN l.concurrency IS NULL THEN %(limit)s"
+    "   WHEN l.concurrency - " + MOST_TASKS + " >= %(limit)s THEN %(limit)s"
+    "   ELSE l.concurrency - (SELECT count(*) FROM step_tasks b WHERE b.step_name = l.name"
+    "   AND b.lease_owner IS NOT NULL AND b.available_at > %(now)s) END,"
     "  coalesce(l.rate_count - (SELECT count(*) FROM limit_starts s WHERE s.name = l.name"
     "   AND s.started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second'),"
     "   %(limit)s)) AS free"
@@ -130,7 +137,8 @@ LEASE_LIMITED = (
     " UNION ALL SELECT NULL, NULL, NULL, NULL, count(*) FROM cand"
 )
 """Lease as many of the found attempts as their limits leave slots for (attempts in flight: leased,
-lease not lapsed; starts in the rate's window), by priority then oldest first per limit, at most
+lease not lapsed, not counted when ``MOST_TASKS`` leaves room for all; starts in the rate's
+window), by priority then oldest first per limit, at most
 ``limit`` in all, logging the rated ones' starts. Rows of (run_id, step_id, attempt, old
 available_at, NULL), then one of (NULL, ..., how many attempts were found ready)."""
 
@@ -176,10 +184,6 @@ its row shared could start unseen that they take a shared lock (``LIMIT_GUARD``)
 LIMIT_GUARD = (
     "WITH l AS (SELECT concurrency, rate_count, rate_seconds FROM limits"
     "  WHERE kind = 'step' AND name = %(name)s),"
-    " t AS (SELECT count(*) FILTER (WHERE lease_owner IS NOT NULL"
-    "   AND available_at > %(now)s) AS busy,"
-    "  count(*) FILTER (WHERE available_at <= %(now)s) AS ready"
-    "  FROM step_tasks WHERE step_name = %(name)s),"
     " s AS (SELECT CASE WHEN %(shared)s THEN (SELECT coalesce(sum(c.n), 0)"
     "  FROM limit_start_counts c WHERE c.name = %(name)s"
     "  AND c.bucket_end > %(now)s::timestamptz - l.rate_seconds * interval '1 second')"
@@ -187,6 +191,13 @@ LIMIT_GUARD = (
     "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second') END"
     "  AS started FROM l),"
     " m AS (SELECT CASE WHEN %(shared)s THEN " + _MARGIN + " ELSE 0 END AS unseen),"
+    " f AS (SELECT %(shared)s AND (l.concurrency IS NULL OR b.most + m.unseen <= l.concurrency)"
+    "  AND (l.rate_count IS NULL OR s.started + b.most + m.unseen + %(starts)s <= l.rate_count)"
+    "  AS fits FROM l, s, m, (SELECT CASE WHEN %(shared)s THEN " + MOST_TASKS + " END AS most) b),"
+    " t AS (SELECT count(*) FILTER (WHERE lease_owner IS NOT NULL"
+    "   AND available_at > %(now)s) AS busy,"
+    "  count(*) FILTER (WHERE available_at <= %(now)s) AS ready"
+    "  FROM step_tasks WHERE step_name = %(name)s AND NOT coalesce((SELECT fits FROM f), false)),"
     " logged AS (INSERT INTO limit_starts (name, started_at)"
     "  SELECT %(name)s, %(now)s FROM l, generate_series(1, %(starts)s)"
     "  WHERE l.rate_count IS NOT NULL),"
@@ -197,9 +208,9 @@ LIMIT_GUARD = (
         + ", pg_backend_pid(), %(starts)s FROM l WHERE l.rate_count IS NOT NULL"
     )
     + ")"
-    " SELECT 1 / count(*) FROM l, t, s, m"
-    " WHERE (l.concurrency IS NULL OR t.busy + t.ready + m.unseen <= l.concurrency)"
-    " AND (l.rate_count IS NULL OR s.started + t.ready + m.unseen + %(starts)s <= l.rate_count)"
+    " SELECT 1 / count(*) FROM l, t, s, m, f"
+    " WHERE f.fits OR ((l.concurrency IS NULL OR t.busy + t.ready + m.unseen <= l.concurrency)"
+    " AND (l.rate_count IS NULL OR s.started + t.ready + m.unseen + %(starts)s <= l.rate_count))"
 )
 """After ``LOCK_LIMIT`` or ``LOCK_LIMIT_SHARED`` (in a statement of its own, so it sees every
 slot taken before the lock), once the commit has written its started attempts (``starts`` of
@@ -209,7 +220,9 @@ and, under a shared lock (``shared``), for all that other commits holding it may
 log the starts for the rate. Under a shared lock the rate's starts are read from their
 buckets' counts (``limit_start_counts``): a few rows, not one per start in the window, and
 never fewer than the starts in it (a bucket the window's start cuts counts whole); the lease
-and an exclusive check count the starts themselves."""
+and an exclusive check count the starts themselves. Under a shared lock the step's attempts are
+counted only when ``MOST_TASKS`` in their place leaves no room (``fits``): the limit is then far
+from full whatever they are, and the scan of every open step task is saved."""
 
 
 def started_under_limits(writes: Iterable[StreamWrite], limited: frozenset[str]) -> dict[str, int]:
