@@ -1,7 +1,7 @@
 """What flow-control limits cost, with a real `flow worker` process.
 
     .venv/bin/python bench/limits.py [--backends sqlite,postgres] [--repeats 3] [--quick]
-        [--cases W1,W1+run-limit,keyed]
+        [--cases W1,W1+run-limit,keyed] [--runs N]
 
 (a) W1 (runs of 10 sequential steps, bench/workloads.py) with a generous step limit declared
 (concurrency 100,000 and a rate of 10,000,000/1s: never reached) against no limit: steps/s,
@@ -88,9 +88,12 @@ def _stopped_cpu(worker: subprocess.Popen[bytes]) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(case: str, runtime_name: str, backend: str, quick: bool) -> tuple[float, float, float]:
+def measure(
+    case: str, runtime_name: str, backend: str, quick: bool, runs: int | None = None
+) -> tuple[float, float, float]:
     """Steps/s (case W1) or runs/s (case keyed) of one fresh database and worker, and the
-    worker's and the local PostgreSQL server's CPU microseconds per step (or run)."""
+    worker's and the local PostgreSQL server's CPU microseconds per step (or run); ``runs``
+    overrides how many runs are started (W1: 300 of ten steps, keyed: 500)."""
     import limit_bench_workflows
 
     from flow_cli.engine.engine import Engine
@@ -105,14 +108,14 @@ def measure(case: str, runtime_name: str, backend: str, quick: bool) -> tuple[fl
         try:
             t0 = time.perf_counter()
             if case == "W1":
-                runs = 100 if quick else 300
+                runs = runs or (100 if quick else 300)
                 ids = [f"w1-{i}" for i in range(runs)]
                 for i, run_id in enumerate(ids):
                     engine.start("chain", {"steps": 10, "x": i}, run_id=run_id)
                 assert _wait(engine, ids, 600), "W1 did not complete"
                 units = 10 * runs
             else:
-                runs = 200 if quick else 500
+                runs = runs or (200 if quick else 500)
                 ids = [f"k-{i}" for i in range(runs)]
                 for i, run_id in enumerate(ids):
                     engine.start("keyed", {"key": f"customer-{i % 100}", "x": i}, run_id=run_id)
@@ -146,6 +149,9 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help="of: " + ", ".join(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument(
+        "--runs", type=int, help="runs a measurement starts (W1: 300 of ten steps; keyed: 500)"
+    )
     args = parser.parse_args()
     for backend in args.backends.split(","):
         for name in args.cases.split(","):
@@ -153,8 +159,8 @@ def main() -> None:
             free: list[tuple[float, float, float]] = []
             limited: list[tuple[float, float, float]] = []
             for _ in range(args.repeats):
-                free.append(measure(case, "free", backend, args.quick))
-                limited.append(measure(case, runtime, backend, args.quick))
+                free.append(measure(case, "free", backend, args.quick, args.runs))
+                limited.append(measure(case, runtime, backend, args.quick, args.runs))
             f = statistics.median(x[0] for x in free)
             g = statistics.median(x[0] for x in limited)
             pairs = statistics.median(b[0] / a[0] for a, b in zip(free, limited, strict=True))
