@@ -393,13 +393,29 @@ def test_on_postgres_attempts_under_a_generous_limit_start_in_commits_under_a_sh
     assert (state.in_use, state.waiting) == (3, 1)
 
 
-def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
-    store: EventStore, clock: ManualClock
-) -> None:
+def _guard(
+    conn: Any, clock: ManualClock, *, shared: bool, explain: bool = False
+) -> tuple[bool, str]:
+    """Run a commit's check of step ``charge``'s limit for one start on ``conn`` (rolled
+    back): whether it found room, and the plan it ran (``explain``)."""
     import psycopg
 
     from flow_cli.store.postgres import limited
 
+    params = {"name": "charge", "now": clock.now(), "starts": 1, "shared": shared}
+    prefix = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " if explain else ""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(limited.LOCK_LIMIT_SHARED if shared else limited.LOCK_LIMIT, params)
+            rows = conn.execute(prefix + limited.LIMIT_GUARD, params).fetchall()
+    except psycopg.errors.DivisionByZero:
+        return False, ""
+    return True, "\n".join(str(row[0]) for row in rows) if explain else ""
+
+
+def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
+    store: EventStore, clock: ManualClock
+) -> None:
     engine = _committing_engine(store, clock)
     # Generous (a shared lock): commits read the starts in the window from per-bucket counts.
     engine.limits.set("step:charge", concurrency=1_000_000, rate="5000/1m")
@@ -410,15 +426,8 @@ def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
     assert len(engine.work.lease_steps(30, 10)) == 2
     count = "SELECT (SELECT sum(n) FROM limit_start_counts), count(*) FROM limit_starts"
 
-    def check(conn: psycopg.Connection[tuple[object, ...]], shared: bool) -> bool:
-        params = {"name": "charge", "now": clock.now(), "starts": 1, "shared": shared}
-        try:
-            with conn.transaction(force_rollback=True):
-                conn.execute(limited.LOCK_LIMIT_SHARED, params)
-                conn.execute(limited.LIMIT_GUARD, params)
-        except psycopg.errors.DivisionByZero:
-            return False
-        return True
+    def check(conn: Any, shared: bool) -> bool:
+        return _guard(conn, clock, shared=shared)[0]
 
     with store._reading() as conn:  # type: ignore[attr-defined]
         assert conn.execute(count).fetchone() == (4, 4)  # every start counted, none missed
@@ -440,26 +449,6 @@ def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
         conn.autocommit = False
         assert check(conn, shared=True)
         conn.autocommit = True
-
-
-def _guard(
-    conn: Any, clock: ManualClock, *, shared: bool, explain: bool = False
-) -> tuple[bool, str]:
-    """Run a commit's check of step ``charge``'s limit for one start on ``conn`` (rolled
-    back): whether it found room, and the plan it ran (``explain``)."""
-    import psycopg
-
-    from flow_cli.store.postgres import limited
-
-    params = {"name": "charge", "now": clock.now(), "starts": 1, "shared": shared}
-    prefix = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " if explain else ""
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute(limited.LOCK_LIMIT_SHARED if shared else limited.LOCK_LIMIT, params)
-            rows = conn.execute(prefix + limited.LIMIT_GUARD, params).fetchall()
-    except psycopg.errors.DivisionByZero:
-        return False, ""
-    return True, "\n".join(str(row[0]) for row in rows) if explain else ""
 
 
 def test_on_postgres_a_generous_limits_check_skips_counting_while_the_tasks_cannot_fill_it(
