@@ -451,22 +451,26 @@ def test_on_postgres_a_generous_rate_is_read_from_counts_that_never_undercount(
         conn.autocommit = True
 
 
-def test_on_postgres_a_generous_limits_check_skips_counting_while_the_tasks_cannot_fill_it(
+def test_on_postgres_a_limits_check_counts_nothing_one_by_one_while_far_from_full(
     store: EventStore, clock: ManualClock
 ) -> None:
     engine = _committing_engine(store, clock)
-    engine.limits.set("step:charge", concurrency=1_000_000)
+    engine.limits.set("step:charge", concurrency=1_000_000, rate="10000000/1s")
     runs = _start(engine, "pay", 3)
     assert len(engine.decider.decide_many(runs, start=StartSteps("w1", 30, 10)).started) == 3
-    scan = "Seq Scan on step_tasks"
     with store._reading() as conn:  # type: ignore[attr-defined]
         conn.autocommit = False
-        # Shared: the table is too small to hold enough attempts to fill the limit, so they are
-        # not counted (the scan is never executed); exclusive: counted, as always.
-        fits, plan = _guard(conn, clock, shared=True, explain=True)
-        assert fits and f"{scan} (never executed)" in plan
-        fits, plan = _guard(conn, clock, shared=False, explain=True)
-        assert fits and scan in plan and f"{scan} (never executed)" not in plan
+        # The table is too small to hold enough attempts to fill the limit and the rate's
+        # buckets hold too few starts: neither the attempts nor the starts are counted one by
+        # one, under a shared lock or an exclusive one (the scans are never executed).
+        for shared in (True, False):
+            fits, plan = _guard(conn, clock, shared=shared, explain=True)
+            scans = [
+                line
+                for line in plan.splitlines()
+                if "Scan on step_tasks" in line or "Scan on limit_starts " in line
+            ]
+            assert fits and scans and all("(never executed)" in line for line in scans), plan
         conn.autocommit = True
 
 
@@ -499,6 +503,24 @@ def test_on_postgres_a_generous_limits_check_counts_when_the_tasks_could_fill_it
         conn.execute("UPDATE step_tasks SET step_name = 'other' WHERE run_id LIKE 'ready-%%'")
         conn.commit()
         assert _guard(conn, clock, shared=True)[0]
+        conn.autocommit = True
+    # A small limit, checked under an exclusive lock: the table could hold enough to fill it,
+    # so the check counts the step's attempts, exactly.
+    engine.limits.set("step:charge", concurrency=10)
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        conn.autocommit = False
+        conn.execute("UPDATE step_tasks SET step_name = 'charge' WHERE run_id <= 'ready-2'")
+        conn.commit()  # ready-1, ready-10 .. ready-19, ready-2, ... : 11 + 1 + ... of them
+        ready = conn.execute(
+            "SELECT count(*) FROM step_tasks WHERE step_name = 'charge'"
+        ).fetchone()[0]
+        assert ready > 10 and not _guard(conn, clock, shared=False)[0]
+        conn.execute(
+            "UPDATE step_tasks SET step_name = 'other' WHERE step_name = 'charge'"
+            " AND run_id NOT IN ('ready-1', 'ready-2')"
+        )
+        conn.commit()
+        assert _guard(conn, clock, shared=False)[0]
         conn.autocommit = True
 
 

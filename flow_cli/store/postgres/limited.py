@@ -110,9 +110,14 @@ LEASE_LIMITED = (
     "   WHEN l.concurrency - " + MOST_TASKS + " >= %(limit)s THEN %(limit)s"
     "   ELSE l.concurrency - (SELECT count(*) FROM step_tasks b WHERE b.step_name = l.name"
     "   AND b.lease_owner IS NOT NULL AND b.available_at > %(now)s) END,"
-    "  coalesce(l.rate_count - (SELECT count(*) FROM limit_starts s WHERE s.name = l.name"
-    "   AND s.started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second'),"
-    "   %(limit)s)) AS free"
+    "  CASE WHEN l.rate_count IS NULL THEN %(limit)s"
+    "   WHEN l.rate_count - (SELECT coalesce(sum(c.n), 0) FROM limit_start_counts c"
+    "   WHERE c.name = l.name AND c.bucket_end"
+    "   > %(now)s::timestamptz - l.rate_seconds * interval '1 second') >= %(limit)s"
+    "   THEN %(limit)s"
+    "   ELSE l.rate_count - (SELECT count(*) FROM limit_starts s WHERE s.name = l.name"
+    "   AND s.started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second') END)"
+    "  AS free"
     "  FROM limits l WHERE l.kind = 'step' AND l.limited = 1"
     "  AND l.name IN (SELECT step_name FROM cand)),"
     " chosen AS (SELECT c.run_id, c.step_id, c.step_name, c.available_at, lim.rated FROM cand c"
@@ -138,7 +143,8 @@ LEASE_LIMITED = (
 )
 """Lease as many of the found attempts as their limits leave slots for (attempts in flight: leased,
 lease not lapsed, not counted when ``MOST_TASKS`` leaves room for all; starts in the rate's
-window), by priority then oldest first per limit, at most
+window, not counted one by one when their buckets' counts, which never undercount, leave room
+for all), by priority then oldest first per limit, at most
 ``limit`` in all, logging the rated ones' starts. Rows of (run_id, step_id, attempt, old
 available_at, NULL), then one of (NULL, ..., how many attempts were found ready)."""
 
@@ -184,16 +190,17 @@ its row shared could start unseen that they take a shared lock (``LIMIT_GUARD``)
 LIMIT_GUARD = (
     "WITH l AS (SELECT concurrency, rate_count, rate_seconds FROM limits"
     "  WHERE kind = 'step' AND name = %(name)s),"
-    " s AS (SELECT CASE WHEN %(shared)s THEN (SELECT coalesce(sum(c.n), 0)"
-    "  FROM limit_start_counts c WHERE c.name = %(name)s"
-    "  AND c.bucket_end > %(now)s::timestamptz - l.rate_seconds * interval '1 second')"
-    " ELSE (SELECT count(*) FROM limit_starts WHERE name = %(name)s"
-    "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second') END"
-    "  AS started FROM l),"
+    " bs AS (SELECT coalesce(sum(c.n), 0) AS started FROM limit_start_counts c, l"
+    "  WHERE c.name = %(name)s"
+    "  AND c.bucket_end > %(now)s::timestamptz - l.rate_seconds * interval '1 second'),"
     " m AS (SELECT CASE WHEN %(shared)s THEN " + _MARGIN + " ELSE 0 END AS unseen),"
-    " f AS (SELECT %(shared)s AND (l.concurrency IS NULL OR b.most + m.unseen <= l.concurrency)"
-    "  AND (l.rate_count IS NULL OR s.started + b.most + m.unseen + %(starts)s <= l.rate_count)"
-    "  AS fits FROM l, s, m, (SELECT CASE WHEN %(shared)s THEN " + MOST_TASKS + " END AS most) b),"
+    " f AS (SELECT (l.concurrency IS NULL OR b.most + m.unseen <= l.concurrency)"
+    "  AND (l.rate_count IS NULL OR bs.started + b.most + m.unseen + %(starts)s <= l.rate_count)"
+    "  AS fits FROM l, bs, m, (SELECT " + MOST_TASKS + " AS most) b),"
+    " s AS (SELECT CASE WHEN %(shared)s THEN bs.started"
+    "  ELSE (SELECT count(*) FROM limit_starts WHERE name = %(name)s"
+    "  AND started_at > %(now)s::timestamptz - l.rate_seconds * interval '1 second'"
+    "  AND NOT coalesce((SELECT fits FROM f), false)) END AS started FROM l, bs),"
     " t AS (SELECT count(*) FILTER (WHERE lease_owner IS NOT NULL"
     "   AND available_at > %(now)s) AS busy,"
     "  count(*) FILTER (WHERE available_at <= %(now)s) AS ready"
@@ -217,12 +224,15 @@ slot taken before the lock), once the commit has written its started attempts (`
 them, counted in ``busy``): fail unless the limit has room for them, for every ready attempt
 waiting for a slot (a start in a commit never takes a slot an older ready attempt could have)
 and, under a shared lock (``shared``), for all that other commits holding it may start unseen;
-log the starts for the rate. Under a shared lock the rate's starts are read from their
-buckets' counts (``limit_start_counts``): a few rows, not one per start in the window, and
-never fewer than the starts in it (a bucket the window's start cuts counts whole); the lease
-and an exclusive check count the starts themselves. Under a shared lock the step's attempts are
-counted only when ``MOST_TASKS`` in their place leaves no room (``fits``): the limit is then far
-from full whatever they are, and the scan of every open step task is saved."""
+log the starts for the rate.
+
+It first asks whether the limit is far from full whatever the step's attempts are (``fits``):
+``MOST_TASKS`` in place of the attempts in flight and ready, and the rate's starts read from
+their buckets' counts (``limit_start_counts``: a few rows, not one per start in the window,
+never fewer than the starts in it, as a bucket the window's start cuts counts whole). Only
+when it is not are the step's open attempts counted (a scan of every open step task) and,
+under an exclusive lock, the rate's starts one by one (``limit_starts``); a shared lock keeps
+the buckets' counts."""
 
 
 def started_under_limits(writes: Iterable[StreamWrite], limited: frozenset[str]) -> dict[str, int]:
