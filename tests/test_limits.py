@@ -524,6 +524,28 @@ def test_on_postgres_a_generous_limits_check_counts_when_the_tasks_could_fill_it
         conn.autocommit = True
 
 
+def test_on_postgres_a_lease_counts_starts_one_by_one_when_their_buckets_leave_too_little(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("only PostgreSQL counts a rate's starts by bucket")
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    engine.limits.set("step:ping", rate="200/1m")
+    _start(engine, "poll", 12)
+    # Buckets that count more starts than the window holds (as one the window's start cuts
+    # does): read alone they would leave room for 5 of the 10 asked, so the lease counts the
+    # starts one by one (none yet) and takes all 10.
+    with store._reading() as conn, conn.transaction():  # type: ignore[attr-defined]
+        conn.execute(
+            "INSERT INTO limit_start_counts VALUES ('ping', %s, 0, 195)",
+            (clock.now() + timedelta(seconds=1),),
+        )
+    assert len(engine.work.lease_steps(30, 10)) == 10
+
+
 def test_limited_attempts_whose_leases_lapsed_are_leased_in_one_call(
     store: EventStore, clock: ManualClock
 ) -> None:
