@@ -44,3 +44,9 @@ both = Runtime(build_id="limits-both")
 _chain(both)
 _keyed(both, concurrency=1, concurrency_key="key")
 both.step("inc", concurrency=100_000, rate="10000000/1s")(_inc)
+
+# W1 under a step limit of 50: more than a worker's threads run at once, fewer than the runs'
+# first steps waiting, so attempts queue for slots and are leased under the limit.
+modest = Runtime(build_id="limits-modest")
+_chain(modest)
+modest.step("inc", concurrency=50)(_inc)

@@ -1,12 +1,14 @@
 """What flow-control limits cost, with a real `flow worker` process.
 
     .venv/bin/python bench/limits.py [--backends sqlite,postgres] [--repeats 3] [--quick]
-        [--cases W1,W1+run-limit,keyed] [--runs N]
+        [--cases W1,W1+run-limit,W1-50,keyed] [--runs N]
 
 (a) W1 (runs of 10 sequential steps, bench/workloads.py) with a generous step limit declared
 (concurrency 100,000 and a rate of 10,000,000/1s: never reached) against no limit: steps/s,
 and limited/free as a ratio.
-(b) The same, while another workflow has a run limit declared too (case W1+run-limit).
+(b) The same, while another workflow has a run limit declared too (case W1+run-limit), and
+under a step limit of 50 (case W1-50): more than a worker runs at once, fewer than the steps
+waiting, so attempts queue for slots and go through the lease of limited attempts.
 (c) A 3-step workflow under `concurrency=1` per key with 100 keys, against the same workflow
 unlimited: runs/s, and limited/free as a ratio (the target is at least 0.8).
 
@@ -139,6 +141,7 @@ CASES = {
         "steps/s",
         "W1, generous step limit and another workflow's run limit vs none",
     ),
+    "W1-50": ("W1", "modest", "steps/s", "W1, a step limit of 50 vs none"),
     "keyed": ("keyed", "per_key", "runs/s", "3 steps, concurrency=1 per key (100 keys) vs none"),
 }
 

@@ -4,6 +4,7 @@ vanished comes back when its lease lapses, and operators' overrides take effect 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -544,6 +545,36 @@ def test_on_postgres_a_lease_counts_starts_one_by_one_when_their_buckets_leave_t
             (clock.now() + timedelta(seconds=1),),
         )
     assert len(engine.work.lease_steps(30, 10)) == 10
+
+
+def test_on_postgres_a_limited_lease_reads_only_the_attempts_it_may_take(
+    store: EventStore, clock: ManualClock
+) -> None:
+    from flow_cli.store.postgres import leasing, limited
+    from flow_cli.store.protocol import LimitedStarts
+
+    if not isinstance(store, LimitedStarts):
+        pytest.skip("PostgreSQL's statements")
+    engine = _engine(store, clock)
+    engine.limits.declare()
+    _start(engine, "pay", 30)  # 30 attempts of `charge` ready: a backlog
+    now = clock.now()
+    params = leasing.due_params("w1", [runtime.build_id], now, now + timedelta(seconds=30), 2)
+    explain = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "
+    with store._reading() as conn, conn.transaction(force_rollback=True):  # type: ignore[attr-defined]
+        # The first 2 in the ready-task index's order, not the whole backlog sorted...
+        found = "\n".join(r[0] for r in conn.execute(explain + limited.LOCK_LIMITED, params))
+        assert "Index Scan using step_tasks_priority_ready on step_tasks t" in found
+        rows, loops = re.search(  # once per limited step (3 here), the rows averaged
+            r"rows=(\d+) loops=(\d+)", found.split("on step_tasks t")[1].splitlines()[0]
+        ).groups()
+        assert int(rows) * int(loops) <= 3  # not 30
+        conn.execute(limited.LOCK_LIMITED, params).fetchall()
+        conn.execute(limited.LOCK_LIMITS, params).fetchall()
+        # ... and those 2 read back by their keys, not by a scan of every open step task.
+        lease = "\n".join(r[0] for r in conn.execute(explain + limited.LEASE_LIMITED, params))
+        assert "Index Scan using step_tasks_pkey on step_tasks" in lease
+        assert "Seq Scan on step_tasks t " not in lease
 
 
 def test_limited_attempts_whose_leases_lapsed_are_leased_in_one_call(

@@ -39,11 +39,16 @@ _TASK_NOT_HELD = unpaused_or_not_held(
 )
 
 _CANDIDATES = (
-    "(t.run_id, t.step_id) IN (SELECT r, s FROM unnest("
+    "unnest("
     "coalesce(nullif(current_setting('flow.limited_runs', true), ''), '{}')::text[], "
-    "coalesce(nullif(current_setting('flow.limited_steps', true), ''), '{}')::text[]) AS u(r, s))"
+    "coalesce(nullif(current_setting('flow.limited_steps', true), ''), '{}')::text[]) AS u(r, s)"
+    " CROSS JOIN LATERAL (SELECT * FROM step_tasks WHERE step_tasks.run_id = u.r"
+    " AND step_tasks.step_id = u.s LIMIT 1) t"
 )
-"""The attempts ``LOCK_LIMITED`` found, as the transaction's settings hold them."""
+"""The step tasks of the attempts ``LOCK_LIMITED`` found, as the transaction's settings hold
+them: a ``FROM`` item, ``t``, each read by its key. (The ``LIMIT`` keeps the planner from
+folding the lookup into a join; as a plain ``IN`` it scanned every open step task once per
+attempt found.)"""
 
 MOST_TASKS = "pg_relation_size('step_tasks') / 28"
 """More than the rows in ``step_tasks`` can be, read without scanning it: a heap row takes at
@@ -51,12 +56,12 @@ least 28 bytes of its page (a 24-byte header and a 4-byte item pointer), and eve
 statement sees lies in the table's pages (a vacuum truncates only empty ones)."""
 
 LOCK_LIMITED = (
-    "WITH ready AS MATERIALIZED (SELECT run_id, step_id FROM (SELECT t.run_id, t.step_id,"
-    "  row_number() OVER (PARTITION BY t.step_name"
-    "   ORDER BY t.priority, t.available_at, t.run_id, t.step_id) AS rank"
-    "  FROM step_tasks t WHERE t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)"
-    "  AND t.step_name IN (SELECT name FROM limits WHERE kind = 'step' AND limited = 1)"
-    f"  AND {_TASK_NOT_HELD}) c WHERE rank <= %(limit)s)"
+    "WITH ready AS MATERIALIZED (SELECT c.run_id, c.step_id FROM limits l CROSS JOIN LATERAL"
+    "  (SELECT t.run_id, t.step_id FROM step_tasks t WHERE t.step_name = l.name"
+    "  AND t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)"
+    f"  AND {_TASK_NOT_HELD}"
+    "  ORDER BY t.priority, t.available_at, t.run_id, t.step_id LIMIT %(limit)s) c"
+    "  WHERE l.kind = 'step' AND l.limited = 1)"
     " SELECT run_id, last_sequence, build_id,"
     "  set_config('flow.limited_runs', (SELECT array_agg(run_id)::text FROM ready), true),"
     "  set_config('flow.limited_steps', (SELECT array_agg(step_id)::text FROM ready), true)"
@@ -65,7 +70,8 @@ LOCK_LIMITED = (
 """Find the first ``limit`` ready attempts (by priority, then age) of each limited step (one limit's
 backlog does not hide another's), lock their runs' rows in run id order, and leave the attempts in
 the transaction's ``flow.limited_*`` settings for the next statements. Rows of ``tables.LOCK_RUNS``
-(then the settings' values)."""
+(then the settings' values). Each step's first attempts are read in the order of the ready-task
+index, ``limit`` of them, not all of its backlog sorted."""
 
 ANY_LIMITED_READY = (
     "SELECT EXISTS (SELECT 1 FROM step_tasks t WHERE t.available_at <= %(now)s"
@@ -78,7 +84,7 @@ that the limited lease runs only when it has something to count (``PostgresStore
 
 LOCK_LIMITS = (
     "SELECT name FROM limits WHERE kind = 'step' AND limited = 1 AND name IN"
-    f" (SELECT t.step_name FROM step_tasks t WHERE {_CANDIDATES}) ORDER BY name FOR UPDATE"
+    f" (SELECT t.step_name FROM {_CANDIDATES}) ORDER BY name FOR UPDATE"
 )
 """Lock the rows of the limits the found attempts are under, in name order. A statement of its
 own: the next one's snapshot, taken after the locks, sees every slot taken before them."""
@@ -103,8 +109,8 @@ LEASE_LIMITED = (
     "WITH cand AS (SELECT t.run_id, t.step_id, t.step_name, t.available_at, t.priority,"
     "  row_number() OVER (PARTITION BY t.step_name"
     "   ORDER BY t.priority, t.available_at, t.run_id, t.step_id) AS rank"
-    f"  FROM step_tasks t WHERE {_CANDIDATES}"
-    "  AND t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)),"
+    f"  FROM {_CANDIDATES}"
+    "  WHERE t.available_at <= %(now)s AND t.build_id = ANY(%(builds)s)),"
     " lim AS (SELECT l.name, l.rate_count IS NOT NULL AS rated, least("
     "  CASE WHEN l.concurrency IS NULL THEN %(limit)s"
     "   WHEN l.concurrency - " + MOST_TASKS + " >= %(limit)s THEN %(limit)s"
