@@ -344,14 +344,17 @@ def test_a_pause_holds_limited_steps_and_limited_runs_too(
     assert engine.work.lease_runs(30, 10) == ["sync-a"]
 
 
-def _committing_engine(store: EventStore, clock: ManualClock) -> Engine:
+def _committing_engine(
+    store: EventStore, clock: ManualClock, *, eager_start: bool = False
+) -> Engine:
     """An engine whose decisions start limited steps in their own commits (PostgreSQL only:
-    the test is skipped elsewhere), its code's limits declared."""
+    the test is skipped elsewhere), its code's limits declared; ``eager_start``: starts decide
+    their runs' first steps (left ready, as a limited step is not handed off)."""
     from flow_cli.store.protocol import LimitedStarts
 
     if not isinstance(store, LimitedStarts):
         pytest.skip("only a store that counts starts in its commits (PostgreSQL)")
-    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=False)
+    engine = Engine(store, [runtime], clock=clock, worker_id="w1", eager_start=eager_start)
     engine.limits.declare()
     return engine
 
@@ -528,12 +531,7 @@ def test_on_postgres_a_generous_limits_check_counts_when_the_tasks_could_fill_it
 def test_on_postgres_a_lease_counts_starts_one_by_one_when_their_buckets_leave_too_little(
     store: EventStore, clock: ManualClock
 ) -> None:
-    from flow_cli.store.protocol import LimitedStarts
-
-    if not isinstance(store, LimitedStarts):
-        pytest.skip("only PostgreSQL counts a rate's starts by bucket")
-    engine = _engine(store, clock)
-    engine.limits.declare()
+    engine = _committing_engine(store, clock, eager_start=True)
     engine.limits.set("step:ping", rate="200/1m")
     _start(engine, "poll", 12)
     # Buckets that count more starts than the window holds (as one the window's start cuts
@@ -551,12 +549,8 @@ def test_on_postgres_a_limited_lease_reads_only_the_attempts_it_may_take(
     store: EventStore, clock: ManualClock
 ) -> None:
     from flow_cli.store.postgres import leasing, limited
-    from flow_cli.store.protocol import LimitedStarts
 
-    if not isinstance(store, LimitedStarts):
-        pytest.skip("PostgreSQL's statements")
-    engine = _engine(store, clock)
-    engine.limits.declare()
+    engine = _committing_engine(store, clock, eager_start=True)
     _start(engine, "pay", 30)  # 30 attempts of `charge` ready: a backlog
     now = clock.now()
     params = leasing.due_params("w1", [runtime.build_id], now, now + timedelta(seconds=30), 2)
